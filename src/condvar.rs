@@ -1,0 +1,208 @@
+//! [`Condvar`]: `std::sync::Condvar`'s API for [`crate::MutexGuard`].
+
+use crate::mutex::MutexGuard;
+use crate::park;
+use crate::poison;
+use crate::sync::{AtomicU32, Ordering::Relaxed};
+use core::fmt;
+use std::sync::LockResult;
+use std::time::{Duration, Instant};
+
+/// A condition variable that works with [`crate::Mutex`]'s guard, with std's API.
+///
+/// It is std's futex design on `parking_lot_core`: a sequence number that every notify bumps; a
+/// waiter reads it before releasing the mutex and only sleeps if it is unchanged (checked while
+/// the park queue is locked), so a notify between the release and the sleep is never lost.
+/// Spurious wake-ups are possible, as with std's: wait in a loop or use
+/// [`wait_while`](Self::wait_while).
+///
+/// ```
+/// use gomutex::{Condvar, Mutex};
+/// use std::sync::Arc;
+/// use std::thread;
+///
+/// let pair = Arc::new((Mutex::new(false), Condvar::new()));
+/// let pair2 = Arc::clone(&pair);
+/// thread::spawn(move || {
+///     let (lock, cvar) = &*pair2;
+///     *lock.lock().unwrap() = true;
+///     cvar.notify_one();
+/// });
+/// let (lock, cvar) = &*pair;
+/// let started = cvar.wait_while(lock.lock().unwrap(), |started| !*started).unwrap();
+/// assert!(*started);
+/// ```
+pub struct Condvar {
+    seq: AtomicU32,
+}
+
+/// Whether a timed wait returned because its time ran out (std's type cannot be built outside
+/// std, so this is ours, with the same method).
+#[derive(Debug, PartialEq, Eq, Copy, Clone)]
+pub struct WaitTimeoutResult(bool);
+
+impl WaitTimeoutResult {
+    /// `true` if the wait timed out.
+    #[must_use]
+    pub fn timed_out(&self) -> bool {
+        self.0
+    }
+}
+
+impl Condvar {
+    /// A new condition variable.
+    #[cfg(not(gomutex_loom))]
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            seq: AtomicU32::new(0),
+        }
+    }
+
+    /// A new condition variable.
+    #[cfg(gomutex_loom)]
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            seq: AtomicU32::new(0),
+        }
+    }
+
+    fn key(&self) -> usize {
+        &self.seq as *const AtomicU32 as usize
+    }
+
+    /// Release the guard's lock, sleep until notified (or a spurious wake-up, or `deadline`),
+    /// relock. Returns whether the deadline passed.
+    fn wait_raw<T: ?Sized>(&self, guard: &MutexGuard<'_, T>, deadline: Option<Instant>) -> bool {
+        let mutex = guard.mutex();
+        let seq = self.seq.load(Relaxed);
+        // SAFETY: the guard proves we hold the lock; we do not touch the data until relocked.
+        unsafe { mutex.unlock_raw() };
+        let mut timed_out = false;
+        // SAFETY: the key is our own address; the closures neither panic nor re-enter.
+        let r = unsafe {
+            park::park(
+                self.key(),
+                || self.seq.load(Relaxed) == seq,
+                || {},
+                0,
+                deadline,
+            )
+        };
+        if r == park::ParkResult::TimedOut {
+            timed_out = true;
+        }
+        mutex.relock();
+        timed_out
+    }
+
+    /// Block until notified; the lock is released while asleep and held again on return.
+    /// Spurious wake-ups are possible. `Err` if the mutex is poisoned (the guard is inside).
+    pub fn wait<'a, T: ?Sized>(&self, guard: MutexGuard<'a, T>) -> LockResult<MutexGuard<'a, T>> {
+        self.wait_raw(&guard, None);
+        let poisoned = guard.mutex().poisoned();
+        poison::map_result(poisoned, guard)
+    }
+
+    /// Block while `condition` returns `true` for the data.
+    pub fn wait_while<'a, T: ?Sized, F>(
+        &self,
+        mut guard: MutexGuard<'a, T>,
+        mut condition: F,
+    ) -> LockResult<MutexGuard<'a, T>>
+    where
+        F: FnMut(&mut T) -> bool,
+    {
+        while condition(&mut *guard) {
+            guard = self.wait(guard)?;
+        }
+        Ok(guard)
+    }
+
+    /// Like [`wait`](Self::wait) but for at most `dur`.
+    ///
+    /// ```
+    /// use gomutex::{Condvar, Mutex};
+    /// use std::time::Duration;
+    /// let m = Mutex::new(());
+    /// let cv = Condvar::new();
+    /// let (_g, r) = cv.wait_timeout(m.lock().unwrap(), Duration::from_millis(2)).unwrap();
+    /// assert!(r.timed_out());
+    /// ```
+    pub fn wait_timeout<'a, T: ?Sized>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        dur: Duration,
+    ) -> LockResult<(MutexGuard<'a, T>, WaitTimeoutResult)> {
+        let timed_out = self.wait_raw(&guard, park::deadline_after(dur));
+        let poisoned = guard.mutex().poisoned();
+        poison::map_result(poisoned, (guard, WaitTimeoutResult(timed_out)))
+    }
+
+    /// Block while `condition` holds, for at most `dur` in total. The result says whether the
+    /// time ran out with the condition still true.
+    pub fn wait_timeout_while<'a, T: ?Sized, F>(
+        &self,
+        mut guard: MutexGuard<'a, T>,
+        dur: Duration,
+        mut condition: F,
+    ) -> LockResult<(MutexGuard<'a, T>, WaitTimeoutResult)>
+    where
+        F: FnMut(&mut T) -> bool,
+    {
+        let deadline = park::deadline_after(dur);
+        loop {
+            if !condition(&mut *guard) {
+                return Ok((guard, WaitTimeoutResult(false)));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok((guard, WaitTimeoutResult(true)));
+            }
+            self.wait_raw(&guard, deadline);
+            if guard.mutex().poisoned() {
+                return Err(std::sync::PoisonError::new((guard, WaitTimeoutResult(false))));
+            }
+        }
+    }
+
+    /// Wake one waiting thread, if any.
+    pub fn notify_one(&self) {
+        self.seq.fetch_add(1, Relaxed);
+        let mut woke = false;
+        // SAFETY: as in `wait_raw`.
+        unsafe {
+            park::unpark_filter(
+                self.key(),
+                |_| {
+                    if woke {
+                        park::FilterOp::Stop
+                    } else {
+                        woke = true;
+                        park::FilterOp::Unpark
+                    }
+                },
+                |_| 0,
+            )
+        };
+    }
+
+    /// Wake every waiting thread.
+    pub fn notify_all(&self) {
+        self.seq.fetch_add(1, Relaxed);
+        // SAFETY: as in `wait_raw`.
+        unsafe { park::unpark_all(self.key()) };
+    }
+}
+
+impl Default for Condvar {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Condvar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Condvar").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,41 @@
+//! # gomutex
+//!
+//! Go's hybrid `sync.Mutex` for Rust: a drop-in replacement for [`std::sync::Mutex`] (same
+//! API, std's own result types, poisoning, a [`Condvar`]), built on Go's algorithm:
+//!
+//! * **normal mode** — a thread that finds the lock free takes it (barging), and a contender
+//!   spins up to 4 × 30 `PAUSE`s while the holder runs before it sleeps; a woken waiter that
+//!   loses the race goes back to the *front* of the queue;
+//! * **starvation mode** — once a waiter has waited more than 1 ms, unlock hands the lock
+//!   straight to the oldest waiter and newcomers queue behind it, until a waiter that did not
+//!   wait long (or the last one) switches back.
+//!
+//! Throughput of a barging lock, bounded unfairness (no thread waits much beyond 1 ms for a
+//! lock that others keep taking).
+//!
+//! ```
+//! use gomutex::Mutex; // instead of std::sync::Mutex
+//!
+//! let m = Mutex::new(vec![1, 2]);
+//! m.lock().unwrap().push(3);
+//! assert_eq!(*m.lock().unwrap(), [1, 2, 3]);
+//! ```
+//!
+//! The algorithm ([`algo`]) is written once, generic over its state word, waiter queue and
+//! clock; [`RawMutex`] instantiates it for threads of one process.
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+
+pub mod algo;
+pub mod clock;
+mod condvar;
+mod mutex;
+mod park;
+mod poison;
+mod raw;
+pub mod sema;
+mod spin;
+mod sync;
+
+pub use condvar::{Condvar, WaitTimeoutResult};
+pub use mutex::{Mutex, MutexGuard};
+pub use raw::RawMutex;

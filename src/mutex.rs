@@ -1,0 +1,333 @@
+//! [`Mutex`] and [`MutexGuard`]: `std::sync::Mutex`'s API on Go's lock.
+
+use crate::poison;
+use crate::raw::RawMutex;
+use core::cell::UnsafeCell;
+use core::fmt;
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+use std::panic::{RefUnwindSafe, UnwindSafe};
+use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
+use std::time::{Duration, Instant};
+
+/// A mutual exclusion primitive protecting shared data: `std::sync::Mutex`'s API and
+/// poisoning, Go's `sync.Mutex` algorithm underneath.
+///
+/// Normal mode barges: a thread that arrives while the lock is free takes it, even if others
+/// sleep, and a contender spins briefly before sleeping, which keeps the lock hot on one core.
+/// Any waiter that has waited more than 1 ms switches the lock to starvation mode, where
+/// unlocking hands ownership directly to the oldest waiter: no waiter is shut out for long.
+///
+/// Replace `use std::sync::Mutex;` with `use gomutex::Mutex;`; results, errors and poisoning are
+/// std's own types.
+///
+/// ```
+/// use gomutex::Mutex;
+/// use std::sync::Arc;
+/// use std::thread;
+///
+/// let counter = Arc::new(Mutex::new(0));
+/// let handles: Vec<_> = (0..4)
+///     .map(|_| {
+///         let c = Arc::clone(&counter);
+///         thread::spawn(move || {
+///             for _ in 0..1000 {
+///                 *c.lock().unwrap() += 1;
+///             }
+///         })
+///     })
+///     .collect();
+/// for h in handles {
+///     h.join().unwrap();
+/// }
+/// assert_eq!(*counter.lock().unwrap(), 4000);
+/// ```
+pub struct Mutex<T: ?Sized> {
+    raw: RawMutex,
+    poison: poison::Flag,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: as std: the mutex hands out `&mut T` to one thread at a time, so it can be sent and
+// shared when `T` can be sent.
+unsafe impl<T: ?Sized + Send> Send for Mutex<T> {}
+// SAFETY: as above; `T: Sync` is not needed because no two threads see the data at once.
+unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
+
+impl<T: ?Sized> UnwindSafe for Mutex<T> {}
+impl<T: ?Sized> RefUnwindSafe for Mutex<T> {}
+
+/// An RAII guard: the lock is held while it lives; the data is reached through `Deref`.
+///
+/// Like std's guard it is `!Send` (it must be dropped by the thread that locked) and `Sync`
+/// when `T: Sync`.
+#[must_use = "if unused the Mutex will immediately unlock"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard<'a, T: ?Sized + 'a> {
+    lock: &'a Mutex<T>,
+    poison: poison::Guard,
+    _not_send: PhantomData<*const ()>,
+}
+
+// SAFETY: sharing `&MutexGuard` only shares `&T`.
+unsafe impl<T: ?Sized + Sync> Sync for MutexGuard<'_, T> {}
+
+impl<T> Mutex<T> {
+    /// A new unlocked mutex holding `t`.
+    ///
+    /// ```
+    /// use gomutex::Mutex;
+    /// static M: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+    /// M.lock().unwrap().push(1);
+    /// ```
+    #[cfg(not(gomutex_loom))]
+    #[inline]
+    pub const fn new(t: T) -> Self {
+        Self {
+            raw: RawMutex::new(),
+            poison: poison::Flag::new(),
+            data: UnsafeCell::new(t),
+        }
+    }
+
+    /// A new unlocked mutex holding `t`.
+    #[cfg(gomutex_loom)]
+    pub fn new(t: T) -> Self {
+        Self {
+            raw: RawMutex::new(),
+            poison: poison::Flag::new(),
+            data: UnsafeCell::new(t),
+        }
+    }
+
+    /// Consume the mutex, returning the data (inside `PoisonError` if poisoned).
+    ///
+    /// ```
+    /// let m = gomutex::Mutex::new(7);
+    /// assert_eq!(m.into_inner().unwrap(), 7);
+    /// ```
+    pub fn into_inner(self) -> LockResult<T> {
+        let poisoned = self.poison.get();
+        poison::map_result(poisoned, self.data.into_inner())
+    }
+}
+
+impl<T: ?Sized> Mutex<T> {
+    /// Acquire the lock, blocking until it is available. `Err` (still carrying the guard) if
+    /// another thread panicked while holding it.
+    ///
+    /// ```
+    /// let m = gomutex::Mutex::new(1);
+    /// *m.lock().unwrap() += 1;
+    /// assert_eq!(*m.lock().unwrap(), 2);
+    /// ```
+    #[inline]
+    pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
+        self.raw.lock();
+        // SAFETY: we just locked.
+        unsafe { MutexGuard::new(self) }
+    }
+
+    /// Acquire the lock if it is free right now. `Err(WouldBlock)` if it is held (or in
+    /// starvation mode, where it belongs to the oldest waiter), `Err(Poisoned)` if poisoned.
+    ///
+    /// ```
+    /// use std::sync::TryLockError;
+    /// let m = gomutex::Mutex::new(());
+    /// let g = m.lock().unwrap();
+    /// assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
+    /// drop(g);
+    /// assert!(m.try_lock().is_ok());
+    /// ```
+    #[inline]
+    pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
+        if self.raw.try_lock() {
+            // SAFETY: we just locked.
+            Ok(unsafe { MutexGuard::new(self) }?)
+        } else {
+            Err(TryLockError::WouldBlock)
+        }
+    }
+
+    /// Acquire the lock, waiting at most `timeout` (not in std: parking_lot's name). Errors as
+    /// [`try_lock`](Self::try_lock).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let m = gomutex::Mutex::new(());
+    /// let g = m.lock().unwrap();
+    /// assert!(m.try_lock_for(Duration::from_millis(5)).is_err());
+    /// drop(g);
+    /// assert!(m.try_lock_for(Duration::from_millis(5)).is_ok());
+    /// ```
+    #[inline]
+    pub fn try_lock_for(&self, timeout: Duration) -> TryLockResult<MutexGuard<'_, T>> {
+        if self.raw.try_lock_for(timeout) {
+            // SAFETY: we just locked.
+            Ok(unsafe { MutexGuard::new(self) }?)
+        } else {
+            Err(TryLockError::WouldBlock)
+        }
+    }
+
+    /// Acquire the lock, waiting at most until `deadline`. Errors as
+    /// [`try_lock`](Self::try_lock).
+    #[inline]
+    pub fn try_lock_until(&self, deadline: Instant) -> TryLockResult<MutexGuard<'_, T>> {
+        if self.raw.try_lock_until(deadline) {
+            // SAFETY: we just locked.
+            Ok(unsafe { MutexGuard::new(self) }?)
+        } else {
+            Err(TryLockError::WouldBlock)
+        }
+    }
+
+    /// Whether a thread panicked while holding the lock.
+    #[inline]
+    pub fn is_poisoned(&self) -> bool {
+        self.poison.get()
+    }
+
+    /// Clear the poisoned state (after the data has been made consistent again).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let m = Arc::new(gomutex::Mutex::new(0));
+    /// let m2 = Arc::clone(&m);
+    /// let _ = std::thread::spawn(move || {
+    ///     let _g = m2.lock().unwrap();
+    ///     panic!("poison it");
+    /// })
+    /// .join();
+    /// assert!(m.is_poisoned());
+    /// m.clear_poison();
+    /// assert!(!m.is_poisoned());
+    /// ```
+    #[inline]
+    pub fn clear_poison(&self) {
+        self.poison.clear();
+    }
+
+    /// A mutable reference to the data; no locking needed since we have `&mut self`.
+    pub fn get_mut(&mut self) -> LockResult<&mut T> {
+        let poisoned = self.poison.get();
+        poison::map_result(poisoned, self.data.get_mut())
+    }
+
+    /// The raw lock underneath (for diagnostics: e.g. `raw().state()`).
+    pub fn raw(&self) -> &RawMutex {
+        &self.raw
+    }
+}
+
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Self {
+        Mutex::new(T::default())
+    }
+}
+
+impl<T> From<T> for Mutex<T> {
+    fn from(t: T) -> Self {
+        Mutex::new(t)
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for Mutex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Mutex");
+        match self.try_lock() {
+            Ok(guard) => {
+                d.field("data", &&*guard);
+            }
+            Err(TryLockError::Poisoned(err)) => {
+                d.field("data", &&**err.get_ref());
+            }
+            Err(TryLockError::WouldBlock) => {
+                d.field("data", &format_args!("<locked>"));
+            }
+        }
+        d.field("poisoned", &self.poison.get());
+        d.finish_non_exhaustive()
+    }
+}
+
+impl<'a, T: ?Sized> MutexGuard<'a, T> {
+    /// # Safety
+    /// `lock.raw` must be held by the caller, who hands that ownership to the guard.
+    unsafe fn new(lock: &'a Mutex<T>) -> LockResult<Self> {
+        match lock.poison.guard() {
+            Ok(poison) => Ok(Self {
+                lock,
+                poison,
+                _not_send: PhantomData,
+            }),
+            Err(e) => Err(PoisonError::new(Self {
+                lock,
+                poison: e.into_inner(),
+                _not_send: PhantomData,
+            })),
+        }
+    }
+
+    /// The mutex this guard locks (used by [`crate::Condvar`]).
+    pub(crate) fn mutex(&self) -> &'a Mutex<T> {
+        self.lock
+    }
+}
+
+impl<T: ?Sized> Mutex<T> {
+    /// Release the raw lock while a guard still exists (the guard stays logically alive but
+    /// must not be used until [`relock`](Self::relock)). For [`crate::Condvar`].
+    ///
+    /// # Safety
+    /// The caller holds the lock through a guard it keeps and does not touch the data until
+    /// it calls `relock`.
+    pub(crate) unsafe fn unlock_raw(&self) {
+        // SAFETY: held, per the contract.
+        unsafe { self.raw.unlock() }
+    }
+
+    pub(crate) fn relock(&self) {
+        self.raw.lock();
+    }
+
+    pub(crate) fn poisoned(&self) -> bool {
+        self.poison.get()
+    }
+}
+
+impl<T: ?Sized> Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock, so no `&mut T` exists elsewhere.
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard holds the lock exclusively and we have `&mut self`.
+        unsafe { &mut *self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for MutexGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lock.poison.done(&self.poison);
+        // SAFETY: the guard holds the lock.
+        unsafe { self.lock.raw.unlock() }
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}

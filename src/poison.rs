@@ -1,0 +1,75 @@
+//! Poisoning, exactly as `std::sync` does it: a guard remembers whether its thread was already
+//! panicking when it locked; if the thread starts panicking while holding the guard, dropping
+//! the guard marks the lock poisoned.
+
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{LockResult, PoisonError};
+use std::thread;
+
+/// A lock's poison flag.
+#[derive(Debug, Default)]
+pub(crate) struct Flag {
+    failed: AtomicBool,
+}
+
+/// What a guard remembers about its thread at lock time.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    panicking: bool,
+}
+
+impl Flag {
+    pub(crate) const fn new() -> Self {
+        Self {
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Called right after locking: `Ok` unless poisoned.
+    #[inline]
+    pub(crate) fn guard(&self) -> LockResult<Guard> {
+        let g = Guard {
+            panicking: thread::panicking(),
+        };
+        if self.get() {
+            Err(PoisonError::new(g))
+        } else {
+            Ok(g)
+        }
+    }
+
+    /// Called right before unlocking.
+    #[inline]
+    pub(crate) fn done(&self, guard: &Guard) {
+        if !guard.panicking && thread::panicking() {
+            self.failed.store(true, Relaxed);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self) -> bool {
+        self.failed.load(Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn clear(&self) {
+        self.failed.store(false, Relaxed);
+    }
+
+    /// Mark poisoned (used by the shared-memory lock when an owner died).
+    #[allow(dead_code)]
+    #[inline]
+    pub(crate) fn set(&self) {
+        self.failed.store(true, Relaxed);
+    }
+}
+
+/// `Ok(t)` or `Err(PoisonError::new(t))` depending on `poisoned`.
+#[inline]
+pub(crate) fn map_result<T>(poisoned: bool, t: T) -> LockResult<T> {
+    if poisoned {
+        Err(PoisonError::new(t))
+    } else {
+        Ok(t)
+    }
+}

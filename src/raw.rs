@@ -1,0 +1,174 @@
+//! [`RawMutex`]: Go's lock without data, for people who build their own primitives.
+
+use crate::algo::{self, StateWord};
+use crate::clock::Monotonic;
+use crate::sema::ParkSema;
+use crate::sync::AtomicU32;
+use std::time::{Duration, Instant};
+
+/// Go's `sync.Mutex` as a raw lock: no data, no guard, no poisoning.
+///
+/// 12 bytes: the 32-bit Go state word and an in-process wait queue (wake-up tokens and the
+/// count of re-queued sleepers; the sleepers themselves live in `parking_lot_core`'s table).
+/// Like Go's mutex it has no owner: one thread may lock and another unlock.
+///
+/// ```
+/// use gomutex::RawMutex;
+///
+/// static LOCK: RawMutex = RawMutex::new();
+/// LOCK.lock();
+/// assert!(!LOCK.try_lock());
+/// // SAFETY: we hold the lock.
+/// unsafe { LOCK.unlock() };
+/// assert!(LOCK.try_lock());
+/// unsafe { LOCK.unlock() };
+/// ```
+#[derive(Debug)]
+pub struct RawMutex {
+    state: AtomicU32,
+    queue: ParkSema,
+}
+
+impl RawMutex {
+    /// An unlocked lock.
+    #[cfg(not(gomutex_loom))]
+    pub const fn new() -> Self {
+        Self {
+            state: AtomicU32::new(0),
+            queue: ParkSema::new(),
+        }
+    }
+
+    /// An unlocked lock.
+    #[cfg(gomutex_loom)]
+    pub fn new() -> Self {
+        Self {
+            state: AtomicU32::new(0),
+            queue: ParkSema::new(),
+        }
+    }
+
+    /// Acquire the lock, blocking the thread until it is available.
+    #[inline]
+    pub fn lock(&self) {
+        algo::lock::<_, _, Monotonic>(&self.state, &self.queue);
+    }
+
+    /// Acquire the lock if it is free right now (never spins, never queues). Fails exactly
+    /// when the lock is held or in starvation mode (then it belongs to the queue).
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        algo::try_lock(&self.state)
+    }
+
+    /// Acquire the lock, giving up after `timeout`. Returns whether it was acquired.
+    ///
+    /// ```
+    /// use gomutex::RawMutex;
+    /// use std::time::Duration;
+    ///
+    /// let m = RawMutex::new();
+    /// assert!(m.try_lock_for(Duration::from_millis(1)));
+    /// assert!(!m.try_lock_for(Duration::from_millis(1)));
+    /// unsafe { m.unlock() };
+    /// ```
+    #[inline]
+    pub fn try_lock_for(&self, timeout: Duration) -> bool {
+        self.state.try_acquire_fast() || self.try_lock_until_slow(crate::park::deadline_after(timeout))
+    }
+
+    /// Acquire the lock, giving up at `deadline`. Returns whether it was acquired.
+    #[inline]
+    pub fn try_lock_until(&self, deadline: Instant) -> bool {
+        self.state.try_acquire_fast() || self.try_lock_until_slow(Some(deadline))
+    }
+
+    #[cold]
+    fn try_lock_until_slow(&self, deadline: Option<Instant>) -> bool {
+        algo::lock_slow::<_, _, Monotonic>(&self.state, &self.queue, deadline)
+    }
+
+    /// Release the lock.
+    ///
+    /// # Safety
+    ///
+    /// The lock must be held (by any thread: the lock has no owner). Unlocking an unlocked lock
+    /// is not undefined behaviour but a fatal error, as in Go: the process prints
+    /// `fatal error: sync: unlock of unlocked mutex` and aborts. It is `unsafe` because it
+    /// releases a lock some other code may believe it holds.
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        algo::unlock(&self.state, &self.queue);
+    }
+
+    /// Whether the lock is held right now (a snapshot; in starvation mode between a hand-off and
+    /// its receiver running, this reports `true`: the lock belongs to that receiver).
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        StateWord::load(&self.state) & (algo::LOCKED | algo::STARVING) != 0
+    }
+
+    /// The raw Go state word (bit 0 locked, bit 1 woken, bit 2 starving, waiters << 3): for
+    /// tests, diagnostics and models. A snapshot only.
+    #[inline]
+    pub fn state(&self) -> u32 {
+        StateWord::load(&self.state)
+    }
+
+    /// Wake-up tokens released while nobody slept and not consumed yet (0 when quiescent).
+    pub fn stored_tokens(&self) -> u32 {
+        self.queue.stored_tokens()
+    }
+
+    /// Threads parked on this lock right now (loom models only).
+    #[cfg(gomutex_loom)]
+    pub fn parked(&self) -> usize {
+        self.queue.parked()
+    }
+}
+
+impl Default for RawMutex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "lock_api")]
+mod lock_api_impl {
+    use super::RawMutex;
+    use std::time::{Duration, Instant};
+
+    // SAFETY: `lock`/`try_lock` provide mutual exclusion (Go's algorithm); `unlock` requires the
+    // lock to be held, as `lock_api` guarantees for its callers.
+    unsafe impl lock_api::RawMutex for RawMutex {
+        #[allow(clippy::declare_interior_mutable_const)]
+        const INIT: Self = RawMutex::new();
+        type GuardMarker = lock_api::GuardNoSend;
+
+        fn lock(&self) {
+            RawMutex::lock(self)
+        }
+        fn try_lock(&self) -> bool {
+            RawMutex::try_lock(self)
+        }
+        unsafe fn unlock(&self) {
+            // SAFETY: lock_api only calls this while the lock is held.
+            unsafe { RawMutex::unlock(self) }
+        }
+        fn is_locked(&self) -> bool {
+            RawMutex::is_locked(self)
+        }
+    }
+
+    // SAFETY: as above; the timed variants only add a deadline to `lock`.
+    unsafe impl lock_api::RawMutexTimed for RawMutex {
+        type Duration = Duration;
+        type Instant = Instant;
+        fn try_lock_for(&self, timeout: Duration) -> bool {
+            RawMutex::try_lock_for(self, timeout)
+        }
+        fn try_lock_until(&self, deadline: Instant) -> bool {
+            RawMutex::try_lock_until(self, deadline)
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! The facade through which the lock touches the machine: atomics, the spin hint, the clock
+//! and the parking primitive.
+//!
+//! A normal build uses `core` atomics, `std::time::Instant` and `parking_lot_core`. Built
+//! with `--cfg gomutex_loom` (what `loom-tests/` does) every item here becomes its loom
+//! counterpart or a loom mock, so the code that ships is the code loom checks:
+//!
+//! * atomics and the spin hint come from `loom`;
+//! * the clock is a virtual tick counter a model advances by hand ("more than 1 ms passed"),
+//!   so loom explores both normal and starvation mode without real time;
+//! * parking ([`crate::park`]) is a mock of the `parking_lot_core` calls we use, built on loom's
+//!   own `Mutex` and `Notify` (a real futex or `parking_lot_core::park` would hang the model).
+
+#[cfg(not(gomutex_loom))]
+pub(crate) use core::sync::atomic::{AtomicU32, Ordering};
+#[cfg(gomutex_loom)]
+pub(crate) use loom::sync::atomic::{AtomicU32, Ordering};
+
+/// One CPU spin hint (`PAUSE` on x86). Under loom a yield, so loom's scheduler moves on.
+#[inline]
+pub(crate) fn spin_loop() {
+    #[cfg(not(gomutex_loom))]
+    core::hint::spin_loop();
+    #[cfg(gomutex_loom)]
+    loom::hint::spin_loop();
+}
