@@ -1,0 +1,955 @@
+//! Cross-process lock benchmark: lock/unlock across forked processes, every lock in one run.
+//!
+//! Each lock lives in (or is named from) memory mapped `MAP_SHARED | MAP_ANONYMOUS` before
+//! `fork`, or is a temp file that every child opens on its own after `fork`. Each of N children
+//! loops for a fixed duration: take the lock (timed with [`Instant`]), increment a shared
+//! non-atomic counter, release, then optionally do Go's `MutexWork` work (100 × `foo *= 2;
+//! foo /= 2`) outside the lock. At the end the counter must equal the sum of the per-process op
+//! counts: a lock that loses updates fails the run.
+//!
+//! Reported per lock, process count and workload:
+//! * ns/op — wall time (start signal to the last child's last op) / all ops of all children;
+//! * min/max share — the smallest and largest per-process fraction of all ops (fair: 1/N);
+//! * worst wait — the longest single `lock()` call any child saw, minus the cost of one
+//!   `Instant::now()`.
+//!
+//! `cargo bench --bench shm_locks [-- FILTER…] [--duration-ms N] [--procs 2,8]
+//! [--workloads none,work]` runs the full bench (cargo passes `--bench`); without `--bench`
+//! (`cargo test --benches`) it does a short smoke run that still checks every counter.
+//! Environment: `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_PROCS`, `SHM_LOCKS_WORKLOADS`,
+//! `SHM_LOCKS_FILTER` (comma-separated substrings of `lock/Np/workload`), and
+//! `SHM_LOCKS_JSON=path` to also write the results as JSON.
+//!
+//! The timing stamps add about two `clock_gettime` vDSO calls per op, one of them inside the
+//! critical section; they cost every lock the same.
+
+use std::ffi::{c_int, c_void, CString};
+use std::hint::black_box;
+use std::io::{self, Write};
+use std::mem::{self, MaybeUninit};
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Upper bound on the process count of one run (size of the result table in shared memory).
+const MAX_PROCS: usize = 64;
+
+// ---------------------------------------------------------------------------------------------
+// Shared memory
+
+/// One `T` in its own `mmap(MAP_SHARED | MAP_ANONYMOUS)` mapping, zero-filled, so processes
+/// forked after creating it see the same memory (and the kernel keys futexes on it by shmem
+/// page, not by address space).
+struct ShmBox<T> {
+    ptr: NonNull<T>,
+}
+
+impl<T> ShmBox<T> {
+    /// A zero-filled shared `T`.
+    ///
+    /// # Safety
+    /// All-zero bytes must be a valid `T` (atomics, integers, C structs the caller initialises).
+    unsafe fn zeroed() -> io::Result<Self> {
+        let len = mem::size_of::<T>().max(1);
+        assert!(
+            mem::align_of::<T>() <= 4096,
+            "mmap gives page alignment only"
+        );
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+        })
+    }
+
+    fn as_ptr(&self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+}
+
+impl<T> std::ops::Deref for ShmBox<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the mapping is live while `self` is, zeroed() required zero to be a valid T,
+        // and we only hand out shared references (mutation goes through atomics/UnsafeCell or
+        // through raw pointers from `as_ptr`).
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> Drop for ShmBox<T> {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping created in `zeroed`; no reference outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), mem::size_of::<T>().max(1)) };
+    }
+}
+
+/// Pads its content to a cache line of its own.
+#[repr(C, align(64))]
+struct Line<T>(T);
+
+/// What a child reports back.
+#[repr(C)]
+struct Slot {
+    ops: AtomicU64,
+    worst_wait_ns: AtomicU64,
+    waits_over_1ms: AtomicU64,
+    /// CLOCK_MONOTONIC (system-wide) when the child stopped.
+    end_ns: AtomicU64,
+}
+
+/// The control block and results of one run, shared by parent and children.
+#[repr(C)]
+struct Region {
+    ready: Line<AtomicU32>,
+    /// start (0 → 1), stop (0 → 1): written once each by the parent, read by every child.
+    start: Line<(AtomicU32, AtomicU32)>,
+    /// The data the lock protects: a plain, non-atomic counter.
+    counter: Line<std::cell::UnsafeCell<u64>>,
+    slots: [Line<Slot>; MAX_PROCS],
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = MaybeUninit::<libc::timespec>::uninit();
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, ts.as_mut_ptr()) };
+    assert_eq!(r, 0, "clock_gettime");
+    // SAFETY: clock_gettime succeeded and filled `ts`.
+    let ts = unsafe { ts.assume_init() };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+// ---------------------------------------------------------------------------------------------
+// The locks
+
+/// A lock shared by forked processes. Created in the parent before `fork`; `attach` runs in each
+/// child after `fork` (for locks whose state is per open file description or per process).
+trait ProcLock {
+    fn attach(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn lock(&self);
+    fn unlock(&self);
+}
+
+/// Calls `f` (a libc call returning -1 on error) until it succeeds or fails with something
+/// other than EINTR; panics with the OS error then.
+fn errno_call(what: &str, mut f: impl FnMut() -> c_int) {
+    loop {
+        if f() != -1 {
+            return;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            panic!("{what}: {e}");
+        }
+    }
+}
+
+fn pthread_check(what: &str, r: c_int) {
+    assert!(r == 0, "{what}: {}", io::Error::from_raw_os_error(r));
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum PthreadKind {
+    Plain,
+    Robust,
+    /// Robust + PTHREAD_PRIO_INHERIT: what APR (Apache's default accept mutex) uses on Linux; a
+    /// PI futex, so the kernel hands a contended lock to the top waiter.
+    RobustPi,
+}
+
+/// `pthread_mutex_t` with PTHREAD_PROCESS_SHARED (and optionally ROBUST / PRIO_INHERIT).
+struct PthreadMutex {
+    m: ShmBox<libc::pthread_mutex_t>,
+    robust: bool,
+}
+
+impl PthreadMutex {
+    fn new(kind: PthreadKind) -> io::Result<Self> {
+        // SAFETY: a zeroed pthread_mutex_t is valid storage for pthread_mutex_init.
+        let m = unsafe { ShmBox::<libc::pthread_mutex_t>::zeroed()? };
+        let mut attr = MaybeUninit::<libc::pthread_mutexattr_t>::uninit();
+        // SAFETY: attr is initialised by pthread_mutexattr_init before any other use and
+        // destroyed after pthread_mutex_init; `m` points to shared, writable, aligned storage.
+        unsafe {
+            pthread_check(
+                "mutexattr_init",
+                libc::pthread_mutexattr_init(attr.as_mut_ptr()),
+            );
+            let a = attr.as_mut_ptr();
+            pthread_check(
+                "setpshared",
+                libc::pthread_mutexattr_setpshared(a, libc::PTHREAD_PROCESS_SHARED),
+            );
+            if kind != PthreadKind::Plain {
+                pthread_check(
+                    "setrobust",
+                    libc::pthread_mutexattr_setrobust(a, libc::PTHREAD_MUTEX_ROBUST),
+                );
+            }
+            if kind == PthreadKind::RobustPi {
+                pthread_check(
+                    "setprotocol",
+                    libc::pthread_mutexattr_setprotocol(a, libc::PTHREAD_PRIO_INHERIT),
+                );
+            }
+            pthread_check("mutex_init", libc::pthread_mutex_init(m.as_ptr(), a));
+            libc::pthread_mutexattr_destroy(a);
+        }
+        Ok(Self {
+            m,
+            robust: kind != PthreadKind::Plain,
+        })
+    }
+
+    /// Lock; returns true when the previous owner died holding it (EOWNERDEAD), after marking
+    /// the mutex consistent again.
+    fn lock_recover(&self) -> bool {
+        // SAFETY: the mutex was initialised in `new` and stays mapped while `self` lives.
+        let r = unsafe { libc::pthread_mutex_lock(self.m.as_ptr()) };
+        if r == libc::EOWNERDEAD && self.robust {
+            // SAFETY: we own the mutex (EOWNERDEAD means acquired) and it is robust.
+            let r = unsafe { libc::pthread_mutex_consistent(self.m.as_ptr()) };
+            pthread_check("pthread_mutex_consistent", r);
+            return true;
+        }
+        pthread_check("pthread_mutex_lock", r);
+        false
+    }
+}
+
+impl ProcLock for PthreadMutex {
+    fn lock(&self) {
+        self.lock_recover();
+    }
+    fn unlock(&self) {
+        // SAFETY: initialised mutex, held by this thread (the bench loop pairs lock/unlock).
+        let r = unsafe { libc::pthread_mutex_unlock(self.m.as_ptr()) };
+        pthread_check("pthread_mutex_unlock", r);
+    }
+}
+
+impl Drop for PthreadMutex {
+    fn drop(&mut self) {
+        // SAFETY: initialised and unlocked (all children have exited); destroyed once.
+        unsafe { libc::pthread_mutex_destroy(self.m.as_ptr()) };
+    }
+}
+
+/// POSIX unnamed semaphore (`sem_init(pshared = 1, value = 1)`) in the shared mapping.
+struct PosixSem {
+    s: ShmBox<libc::sem_t>,
+}
+
+impl PosixSem {
+    fn new() -> io::Result<Self> {
+        // SAFETY: zeroed storage is valid input to sem_init.
+        let s = unsafe { ShmBox::<libc::sem_t>::zeroed()? };
+        // SAFETY: `s` is shared, writable and aligned for a sem_t.
+        if unsafe { libc::sem_init(s.as_ptr(), 1, 1) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { s })
+    }
+}
+
+impl ProcLock for PosixSem {
+    fn lock(&self) {
+        // SAFETY: initialised process-shared semaphore, mapped while `self` lives.
+        errno_call("sem_wait", || unsafe { libc::sem_wait(self.s.as_ptr()) });
+    }
+    fn unlock(&self) {
+        // SAFETY: as above.
+        errno_call("sem_post", || unsafe { libc::sem_post(self.s.as_ptr()) });
+    }
+}
+
+impl Drop for PosixSem {
+    fn drop(&mut self) {
+        // SAFETY: initialised, no waiters left (children have exited); destroyed once.
+        unsafe { libc::sem_destroy(self.s.as_ptr()) };
+    }
+}
+
+/// `union semun` for semctl's variadic fourth argument.
+#[repr(C)]
+union Semun {
+    val: c_int,
+    _buf: *mut c_void,
+}
+
+/// SysV semaphore set of one, value 1, operated with SEM_UNDO (the kernel undoes a dead
+/// holder's -1); removed with IPC_RMID when dropped.
+struct SysvSem {
+    id: c_int,
+}
+
+impl SysvSem {
+    fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall wrapper, no pointers.
+        let id = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
+        if id == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        let this = Self { id };
+        // SAFETY: SETVAL takes a `union semun` by value, passed as declared by the C API.
+        if unsafe { libc::semctl(id, 0, libc::SETVAL, Semun { val: 1 }) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(this)
+    }
+
+    fn op(&self, delta: i16) {
+        let mut op = libc::sembuf {
+            sem_num: 0,
+            sem_op: delta,
+            sem_flg: libc::SEM_UNDO as i16,
+        };
+        // SAFETY: `op` is one valid sembuf for a set we created with one semaphore.
+        errno_call("semop", || unsafe { libc::semop(self.id, &mut op, 1) });
+    }
+}
+
+impl ProcLock for SysvSem {
+    fn lock(&self) {
+        self.op(-1);
+    }
+    fn unlock(&self) {
+        self.op(1);
+    }
+}
+
+impl Drop for SysvSem {
+    fn drop(&mut self) {
+        // SAFETY: removes the set we created; IPC_RMID takes no fourth argument.
+        unsafe { libc::semctl(self.id, 0, libc::IPC_RMID) };
+    }
+}
+
+/// A temp file that each child opens for itself after `fork` (flock locks belong to the open
+/// file description, fcntl locks to the process). The parent only creates and removes it.
+struct LockFile {
+    path: PathBuf,
+    fd: c_int,
+}
+
+impl LockFile {
+    fn new(tag: &str) -> io::Result<Self> {
+        let path = std::env::temp_dir().join(format!(
+            "gomutex-shm_locks-{}-{tag}.lock",
+            std::process::id()
+        ));
+        std::fs::File::create(&path)?;
+        Ok(Self { path, fd: -1 })
+    }
+
+    fn open(path: &Path) -> io::Result<c_int> {
+        let c = CString::new(path.as_os_str().as_bytes()).expect("temp path has no NUL");
+        // SAFETY: `c` is a NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
+    }
+
+    fn attach(&mut self) -> io::Result<()> {
+        assert_eq!(self.fd, -1, "attach once, after fork");
+        self.fd = Self::open(&self.path)?;
+        Ok(())
+    }
+}
+
+impl Drop for LockFile {
+    fn drop(&mut self) {
+        if self.fd != -1 {
+            // SAFETY: our own descriptor, closed once.
+            unsafe { libc::close(self.fd) };
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// `flock(LOCK_EX)` on a temp file.
+struct Flock(LockFile);
+
+impl Flock {
+    fn new() -> io::Result<Self> {
+        LockFile::new("flock").map(Self)
+    }
+}
+
+impl ProcLock for Flock {
+    fn attach(&mut self) -> io::Result<()> {
+        self.0.attach()
+    }
+    fn lock(&self) {
+        // SAFETY: plain syscall on our descriptor.
+        errno_call("flock", || unsafe { libc::flock(self.0.fd, libc::LOCK_EX) });
+    }
+    fn unlock(&self) {
+        // SAFETY: as above.
+        errno_call("flock", || unsafe { libc::flock(self.0.fd, libc::LOCK_UN) });
+    }
+}
+
+/// `fcntl(F_SETLKW)` whole-file write lock (POSIX record lock, owned by the process).
+struct Fcntl(LockFile);
+
+impl Fcntl {
+    fn new() -> io::Result<Self> {
+        LockFile::new("fcntl").map(Self)
+    }
+
+    fn set(&self, cmd: c_int, ty: c_int) {
+        // SAFETY: an all-zero `struct flock` is valid; we set the fields that matter.
+        let mut fl: libc::flock = unsafe { mem::zeroed() };
+        fl.l_type = ty as i16;
+        fl.l_whence = libc::SEEK_SET as i16;
+        // l_start = 0, l_len = 0: from the start to the end of the file, i.e. the whole file.
+        fl.l_start = 0;
+        fl.l_len = 0;
+        // SAFETY: `fl` is a valid struct flock for F_SETLK/F_SETLKW on our descriptor.
+        errno_call("fcntl", || unsafe { libc::fcntl(self.0.fd, cmd, &fl) });
+    }
+}
+
+impl ProcLock for Fcntl {
+    fn attach(&mut self) -> io::Result<()> {
+        self.0.attach()
+    }
+    fn lock(&self) {
+        self.set(libc::F_SETLKW, libc::F_WRLCK);
+    }
+    fn unlock(&self) {
+        self.set(libc::F_SETLK, libc::F_UNLCK);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Workload {
+    /// lock; counter += 1; unlock — nothing else (Go's BenchmarkMutex).
+    None,
+    /// ... then 100 × `foo *= 2; foo /= 2` outside the lock (Go's BenchmarkMutexWork).
+    Work,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::None => "none",
+            Workload::Work => "work",
+        }
+    }
+    fn parse(s: &str) -> Workload {
+        match s {
+            "none" => Workload::None,
+            "work" => Workload::Work,
+            _ => panic!("unknown workload {s:?} (none, work)"),
+        }
+    }
+}
+
+struct Config {
+    smoke: bool,
+    duration: Duration,
+    procs: Vec<usize>,
+    workloads: Vec<Workload>,
+    filters: Vec<String>,
+    /// Every child does at least this many ops, even past the deadline (smoke: make every
+    /// process contend; bench: 0).
+    min_ops: u64,
+    json: Option<PathBuf>,
+    /// Cost of one `Instant::now()`, subtracted from the worst wait.
+    clock_overhead: Duration,
+}
+
+fn list<T>(s: &str, f: impl Fn(&str) -> T) -> Vec<T> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(f)
+        .collect()
+}
+
+fn parse_procs(s: &str) -> Vec<usize> {
+    list(s, |p| {
+        let n: usize = p.parse().expect("--procs: comma-separated counts");
+        assert!(
+            (1..=MAX_PROCS).contains(&n),
+            "process count 1..={MAX_PROCS}"
+        );
+        n
+    })
+}
+
+impl Config {
+    fn from_env_and_args() -> Config {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let smoke = !args.iter().any(|a| a == "--bench");
+        let mut cfg = Config {
+            smoke,
+            duration: Duration::from_millis(if smoke { 10 } else { 2000 }),
+            procs: if smoke { vec![2, 3] } else { vec![2, 8] },
+            workloads: vec![Workload::None, Workload::Work],
+            filters: Vec::new(),
+            min_ops: if smoke { 200 } else { 0 },
+            json: std::env::var_os("SHM_LOCKS_JSON").map(PathBuf::from),
+            clock_overhead: Duration::ZERO,
+        };
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let Some(v) = env("SHM_LOCKS_DURATION_MS") {
+            cfg.duration = Duration::from_millis(v.parse().expect("SHM_LOCKS_DURATION_MS"));
+        }
+        if let Some(v) = env("SHM_LOCKS_PROCS") {
+            cfg.procs = parse_procs(&v);
+        }
+        if let Some(v) = env("SHM_LOCKS_WORKLOADS") {
+            cfg.workloads = list(&v, Workload::parse);
+        }
+        if let Some(v) = env("SHM_LOCKS_FILTER") {
+            cfg.filters = list(&v, str::to_owned);
+        }
+        let mut it = args.into_iter();
+        while let Some(a) = it.next() {
+            let mut value =
+                |flag: &str| it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+            match a.as_str() {
+                "--bench" => {}
+                "--duration-ms" => {
+                    let v = value(&a);
+                    cfg.duration = Duration::from_millis(v.parse().expect("--duration-ms N"));
+                }
+                "--procs" => cfg.procs = parse_procs(&value(&a)),
+                "--workloads" => cfg.workloads = list(&value(&a), Workload::parse),
+                "--json" => cfg.json = Some(PathBuf::from(value(&a))),
+                "-h" | "--help" => {
+                    println!(
+                        "shm_locks [FILTER…] [--duration-ms N] [--procs 2,8] \
+                         [--workloads none,work] [--json PATH]\n\
+                         FILTER: substring of lock/Np/workload, e.g. pthread/8p or fcntl"
+                    );
+                    std::process::exit(0);
+                }
+                // libtest-style flags cargo may forward (--nocapture, --quiet …): ignore.
+                s if s.starts_with('-') => eprintln!("shm_locks: ignoring flag {s}"),
+                s => cfg.filters.push(s.to_owned()),
+            }
+        }
+        cfg
+    }
+
+    fn selected(&self, id: &str) -> bool {
+        self.filters.is_empty() || self.filters.iter().any(|f| id.contains(f.as_str()))
+    }
+}
+
+/// The cheapest observed `Instant::now()` (so what a `now(); lock(); now()` pair adds on top of
+/// the lock call itself).
+fn clock_overhead() -> Duration {
+    (0..10_000)
+        .map(|_| {
+            let a = Instant::now();
+            let b = Instant::now();
+            b - a
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+/// fork() is only sound here because nothing else runs in this process: check it.
+fn assert_single_threaded() {
+    let n = std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(1);
+    assert_eq!(n, 1, "shm_locks forks: it must run single-threaded");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running
+
+/// Go's MutexWork body: `for i := 0; i < 100; i++ { foo *= 2; foo /= 2 }` (`x` is Go's `foo`).
+#[inline]
+fn go_work(mut x: u64) -> u64 {
+    for _ in 0..100 {
+        x = black_box(x) * 2;
+        x = black_box(x) / 2;
+    }
+    x
+}
+
+/// The child's side of a run. Never returns: exits with `_exit` (0 = ok, 101 = panic) so no
+/// destructor of the parent's objects (IPC_RMID, unlink, munmap…) runs in the child.
+fn child<L: ProcLock>(
+    lock: &mut L,
+    region: &Region,
+    idx: usize,
+    work: Workload,
+    min_ops: u64,
+) -> ! {
+    let res = panic::catch_unwind(AssertUnwindSafe(|| {
+        lock.attach().expect("attach after fork");
+        region.ready.0.fetch_add(1, Ordering::SeqCst);
+        while region.start.0 .0.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        let stop = &region.start.0 .1;
+        let counter = region.counter.0.get();
+        let mut ops = 0u64;
+        let mut worst = Duration::ZERO;
+        let mut over_1ms = 0u64;
+        let mut x = 1u64;
+        loop {
+            let t0 = Instant::now();
+            lock.lock();
+            let waited = t0.elapsed();
+            // SAFETY: the lock under test serialises every access to the counter (that is
+            // what the final count checks); the mapping outlives the child.
+            unsafe { *counter += 1 };
+            lock.unlock();
+            ops += 1;
+            worst = worst.max(waited);
+            over_1ms += u64::from(waited > Duration::from_millis(1));
+            if work == Workload::Work {
+                x = go_work(x);
+            }
+            if ops >= min_ops && stop.load(Ordering::Relaxed) != 0 {
+                break;
+            }
+        }
+        black_box(x);
+        let slot = &region.slots[idx].0;
+        slot.ops.store(ops, Ordering::Relaxed);
+        slot.worst_wait_ns
+            .store(worst.as_nanos() as u64, Ordering::Relaxed);
+        slot.waits_over_1ms.store(over_1ms, Ordering::Relaxed);
+        slot.end_ns.store(mono_ns(), Ordering::Release);
+    }));
+    // SAFETY: _exit is always safe to call; it skips atexit handlers and destructors on purpose.
+    unsafe { libc::_exit(if res.is_ok() { 0 } else { 101 }) }
+}
+
+/// Forked children of one run; dropping it kills (SIGKILL) and reaps whoever is still there,
+/// so a panic in the parent leaves no stray process holding a lock.
+struct Children {
+    pids: Vec<libc::pid_t>,
+}
+
+impl Children {
+    /// Reap exited children without blocking; panic if one failed.
+    fn reap(&mut self, lock: &str) {
+        self.pids.retain(|&pid| {
+            let mut status = 0;
+            // SAFETY: `pid` is our own child; `status` is a valid out-pointer.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == 0 {
+                return true;
+            }
+            assert_eq!(r, pid, "waitpid: {}", io::Error::last_os_error());
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "{lock}: child {pid} failed (wait status {status:#x})"
+            );
+            false
+        });
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            // SAFETY: `pid` is our own un-reaped child, so the id cannot have been reused.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, ptr::null_mut(), 0);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Row {
+    lock: &'static str,
+    procs: usize,
+    work: Workload,
+    wall_ns: u64,
+    total_ops: u64,
+    per_proc: Vec<u64>,
+    worst_wait_ns: u64,
+    waits_over_1ms: u64,
+}
+
+impl Row {
+    fn ns_per_op(&self) -> f64 {
+        self.wall_ns as f64 / self.total_ops as f64
+    }
+    fn share(&self) -> (f64, f64) {
+        let t = self.total_ops as f64;
+        let min = *self.per_proc.iter().min().unwrap() as f64;
+        let max = *self.per_proc.iter().max().unwrap() as f64;
+        (min / t, max / t)
+    }
+}
+
+/// One run: fork `procs` children on `lock`, let them go for the configured duration, check
+/// the counter, and collect the figures.
+fn run_one<L: ProcLock>(
+    name: &'static str,
+    lock: &mut L,
+    cfg: &Config,
+    procs: usize,
+    work: Workload,
+) -> Row {
+    // SAFETY: Region is atomics, an UnsafeCell<u64> and padding: all-zero is valid.
+    let region = unsafe { ShmBox::<Region>::zeroed() }.expect("mmap");
+    io::stdout().flush().ok();
+    io::stderr().flush().ok();
+    let mut kids = Children { pids: Vec::new() };
+    for idx in 0..procs {
+        // SAFETY: this process is single-threaded (checked in main), so the child may run
+        // arbitrary code; it leaves only through `_exit`.
+        match unsafe { libc::fork() } {
+            -1 => panic!("fork: {}", io::Error::last_os_error()),
+            0 => child(lock, &region, idx, work, cfg.min_ops),
+            pid => kids.pids.push(pid),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while region.ready.0.load(Ordering::SeqCst) < procs as u32 {
+        kids.reap(name);
+        assert!(
+            Instant::now() < deadline,
+            "{name}: children never got ready"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let start_ns = mono_ns();
+    region.start.0 .0.store(1, Ordering::Release);
+    std::thread::sleep(cfg.duration);
+    region.start.0 .1.store(1, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !kids.pids.is_empty() {
+        kids.reap(name);
+        assert!(
+            Instant::now() < deadline,
+            "{name}/{procs}p/{}: children still running 30 s after stop (hung lock?)",
+            work.name()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let slots = &region.slots[..procs];
+    let per_proc: Vec<u64> = slots
+        .iter()
+        .map(|s| s.0.ops.load(Ordering::Relaxed))
+        .collect();
+    let total_ops: u64 = per_proc.iter().sum();
+    // SAFETY: every child has exited, so nobody else touches the counter any more.
+    let counter = unsafe { *region.counter.0.get() };
+    assert_eq!(
+        counter,
+        total_ops,
+        "{name}/{procs}p/{}: the lock lost updates",
+        work.name()
+    );
+    assert!(per_proc.iter().all(|&n| n >= cfg.min_ops.max(1)));
+    let end_ns = slots
+        .iter()
+        .map(|s| s.0.end_ns.load(Ordering::Acquire))
+        .max()
+        .unwrap();
+    let worst = slots
+        .iter()
+        .map(|s| s.0.worst_wait_ns.load(Ordering::Relaxed))
+        .max()
+        .unwrap();
+    Row {
+        lock: name,
+        procs,
+        work,
+        wall_ns: end_ns.saturating_sub(start_ns),
+        total_ops,
+        per_proc,
+        worst_wait_ns: worst.saturating_sub(cfg.clock_overhead.as_nanos() as u64),
+        waits_over_1ms: slots
+            .iter()
+            .map(|s| s.0.waits_over_1ms.load(Ordering::Relaxed))
+            .sum(),
+    }
+}
+
+/// Every selected (procs, workload) run of one lock. `make` builds a fresh lock per run, so a
+/// run never inherits another's state (e.g. a poisoned or mis-counted semaphore).
+fn bench_lock<L: ProcLock>(
+    name: &'static str,
+    make: impl Fn() -> io::Result<L>,
+    cfg: &Config,
+    rows: &mut Vec<Row>,
+) {
+    for &procs in &cfg.procs {
+        for &work in &cfg.workloads {
+            let id = format!("{name}/{procs}p/{}", work.name());
+            if !cfg.selected(&id) {
+                continue;
+            }
+            let mut lock = match make() {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("{id}: skipped, cannot create the lock: {e}");
+                    continue;
+                }
+            };
+            let row = run_one(name, &mut lock, cfg, procs, work);
+            eprintln!(
+                "{id}: {:.1} ns/op, {} ops, worst wait {:.1} µs",
+                row.ns_per_op(),
+                row.total_ops,
+                row.worst_wait_ns as f64 / 1e3
+            );
+            rows.push(row);
+        }
+    }
+}
+
+/// A robust pthread mutex whose owner died holding it must come back as EOWNERDEAD, once, and
+/// then work normally: the path `lock()` takes for the robust variants.
+fn check_pthread_robust_recovery() {
+    let m = PthreadMutex::new(PthreadKind::Robust).expect("robust mutex");
+    io::stdout().flush().ok();
+    // SAFETY: single-threaded process (see main); the child only locks and `_exit`s.
+    match unsafe { libc::fork() } {
+        -1 => panic!("fork: {}", io::Error::last_os_error()),
+        0 => {
+            let died = m.lock_recover();
+            // SAFETY: leave while holding the lock, skipping destructors on purpose.
+            unsafe { libc::_exit(if died { 1 } else { 0 }) }
+        }
+        pid => {
+            let mut status = 0;
+            // SAFETY: our own child, valid out-pointer.
+            let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert_eq!(r, pid);
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        }
+    }
+    assert!(m.lock_recover(), "robust mutex: dead owner not reported");
+    m.unlock();
+    assert!(
+        !m.lock_recover(),
+        "robust mutex: still inconsistent after consistent()"
+    );
+    m.unlock();
+}
+
+fn print_table(cfg: &Config, rows: &[Row]) {
+    println!();
+    println!(
+        "shm_locks: {} ms per run, {} CPUs, Instant::now() ≈ {} ns (subtracted from worst wait); \
+         work = 100 × (foo *= 2; foo /= 2) outside the lock",
+        cfg.duration.as_millis(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cfg.clock_overhead.as_nanos()
+    );
+    println!();
+    println!("| lock | procs | work | ns/op | min/max share | worst wait µs |");
+    println!("|---|---:|---|---:|---:|---:|");
+    for r in rows {
+        let (min, max) = r.share();
+        println!(
+            "| {} | {} | {} | {:.1} | {:.1}% / {:.1}% | {:.1} |",
+            r.lock,
+            r.procs,
+            r.work.name(),
+            r.ns_per_op(),
+            min * 100.0,
+            max * 100.0,
+            r.worst_wait_ns as f64 / 1e3
+        );
+    }
+}
+
+fn write_json(cfg: &Config, rows: &[Row], path: &Path) -> io::Result<()> {
+    let mut out = String::from("{\n");
+    out += &format!(
+        "  \"duration_ms\": {},\n  \"cpus\": {},\n  \"clock_overhead_ns\": {},\n  \"runs\": [\n",
+        cfg.duration.as_millis(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cfg.clock_overhead.as_nanos()
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let (min, max) = r.share();
+        let per: Vec<String> = r.per_proc.iter().map(u64::to_string).collect();
+        out += &format!(
+            "    {{\"lock\": \"{}\", \"procs\": {}, \"work\": \"{}\", \"wall_ns\": {}, \
+             \"total_ops\": {}, \"ns_per_op\": {:.2}, \"per_process_ops\": [{}], \
+             \"min_share\": {:.4}, \"max_share\": {:.4}, \"worst_wait_us\": {:.1}, \
+             \"waits_over_1ms\": {}}}{}\n",
+            r.lock,
+            r.procs,
+            r.work.name(),
+            r.wall_ns,
+            r.total_ops,
+            r.ns_per_op(),
+            per.join(", "),
+            min,
+            max,
+            r.worst_wait_ns as f64 / 1e3,
+            r.waits_over_1ms,
+            if i + 1 < rows.len() { "," } else { "" }
+        );
+    }
+    out += "  ]\n}\n";
+    std::fs::write(path, out)
+}
+
+fn main() {
+    let mut cfg = Config::from_env_and_args();
+    assert_single_threaded();
+    cfg.clock_overhead = clock_overhead();
+    if cfg.smoke {
+        eprintln!("shm_locks: smoke run (no --bench): short runs, counters checked");
+        check_pthread_robust_recovery();
+    }
+    let mut rows = Vec::new();
+    let rows = &mut rows;
+    use PthreadKind::*;
+    bench_lock("pthread", || PthreadMutex::new(Plain), &cfg, rows);
+    bench_lock("pthread-robust", || PthreadMutex::new(Robust), &cfg, rows);
+    bench_lock(
+        "pthread-robust-pi",
+        || PthreadMutex::new(RobustPi),
+        &cfg,
+        rows,
+    );
+    bench_lock("posix-sem", PosixSem::new, &cfg, rows);
+    bench_lock("sysv-sem", SysvSem::new, &cfg, rows);
+    bench_lock("flock", Flock::new, &cfg, rows);
+    bench_lock("fcntl", Fcntl::new, &cfg, rows);
+    assert!(
+        !rows.is_empty() || !cfg.filters.is_empty(),
+        "no lock could be benchmarked"
+    );
+    print_table(&cfg, rows);
+    if let Some(path) = &cfg.json {
+        write_json(&cfg, rows, path).expect("write JSON");
+        eprintln!("shm_locks: JSON written to {}", path.display());
+    }
+}
