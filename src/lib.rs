@@ -25,6 +25,7 @@
 //! clock; [`RawMutex`] instantiates it for threads of one process.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
+pub mod accept;
 pub mod algo;
 pub mod clock;
 mod condvar;

@@ -1,0 +1,876 @@
+//! nginx's `accept_mutex` protocol for prefork servers, independent of any event loop.
+//!
+//! Several worker processes (or threads) share one listening socket. If all of them watch it,
+//! every new connection wakes all of them and all but one find nothing to accept: the
+//! *thundering herd*. nginx's answer (its `accept_mutex`, the default until 1.11.3) is a
+//! cross-process lock taken with `try_lock` once per event-loop iteration: only the worker
+//! holding it has the listening socket(s) in its epoll set. [`AcceptLock`] is that protocol as
+//! a small state machine; the caller owns the sockets and the event loop and only follows the
+//! [`Decision`] it is given.
+//!
+//! Per event-loop iteration a worker:
+//!
+//! 1. calls [`AcceptLock::begin_iteration`]. While the load-balancing back-off
+//!    `accept_disabled` is positive it is decremented and the lock is not even tried; otherwise
+//!    the lock is tried (or, in [`LockMode::Blocking`] for an idle worker, waited for). The
+//!    [`Decision`] says whether the listening sockets must be armed, whether that changed
+//!    since the last iteration (so `epoll_ctl` is needed), and the cap on the poll timeout for
+//!    a worker that lost (`accept_mutex_delay`, 500 ms by default);
+//! 2. polls, and accepts what is pending on the listening sockets, reporting each accepted
+//!    connection with [`AcceptLock::accepted`]`(free, total)`, which recomputes nginx's
+//!    back-off `accept_disabled = total / 8 - free` (positive only when fewer than 1/8 of the
+//!    worker's connection slots are free);
+//! 3. calls [`AcceptLock::end_accept_phase`], which releases the lock, **before** processing
+//!    requests: the lock covers the poll and the accepts, never request handling.
+//!
+//! ```
+//! use gomutex::accept::{AcceptLock, Config};
+//! use gomutex::RawMutex;
+//!
+//! // Two workers (threads here; processes with `gomutex::shm`) sharing one accept lock.
+//! let mutex = RawMutex::new();
+//! let mut a = AcceptLock::new(&mutex, Config::default());
+//! let mut b = AcceptLock::new(&mutex, Config::default());
+//!
+//! let d = a.begin_iteration(false);
+//! assert!(d.armed && d.changed); // a: epoll_ctl(ADD, listen_fd); poll without a cap
+//! let d = b.begin_iteration(false);
+//! assert!(!d.armed); // b: do not watch the listening socket, poll at most 500 ms
+//! assert_eq!(d.poll_timeout, Some(std::time::Duration::from_millis(500)));
+//!
+//! a.accepted(1000, 1024); // a accepted a connection; 1000 of its 1024 slots are free
+//! a.end_accept_phase(); // release before handling requests
+//! b.end_accept_phase(); // (b holds nothing: no-op)
+//!
+//! let d = b.begin_iteration(false);
+//! assert!(d.armed && d.changed); // b's turn: epoll_ctl(ADD, listen_fd)
+//! let d = a.begin_iteration(false);
+//! assert!(!d.armed && d.changed); // a lost: epoll_ctl(DEL, listen_fd)
+//! ```
+//!
+//! # Beyond nginx: a blocking mode
+//!
+//! nginx only ever try-locks its accept mutex; a worker that lost retries when some other event
+//! wakes it or after `accept_mutex_delay`, so a busy holder that keeps winning the next
+//! `try_lock` ends up taking nearly all connections (why nginx turned the mutex off by default).
+//! In [`LockMode::Blocking`] a worker that has nothing else to wait for (the caller passes
+//! `idle = true`: no open connections) sleeps *on the lock* instead of polling: the lock is
+//! taken at once when the holder releases it, and Go's starvation mode (a waiter that waited
+//! more than 1 ms gets the lock handed over in FIFO order) keeps any worker from being shut
+//! out. Busy workers still only try-lock, so their connections are never stalled behind the
+//! lock. A waiting worker gives up after `delay` so it can notice shutdown requests.
+//!
+//! # What does not belong here
+//!
+//! The lock itself is any [`AcceptMutex`]: `gomutex::RawMutex` for workers that are threads of
+//! one process, or a cross-process lock in shared memory for forked workers. Recovering a lock
+//! whose holder died is the supervisor's job ([`ForceUnlock`], after `waitpid`), or the lock's
+//! (owner-death detection); the next holder is told through [`Acquired::OwnerDied`] and
+//! [`AcceptStats::owner_died`]. The accept lock protects no data, so nothing needs repair.
+//!
+//! # nginx differences
+//!
+//! A worker inside its back-off (`accept_disabled > 0`) also disarms its listening sockets
+//! (nginx leaves them armed, so two workers may accept at once: trac #612).
+
+use core::fmt;
+use std::time::Duration;
+
+/// nginx's default `accept_mutex_delay`.
+pub const DEFAULT_DELAY: Duration = Duration::from_millis(500);
+
+/// How a lock acquisition went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lock was free or released normally.
+    Clean,
+    /// The previous holder died holding the lock (it was recovered by a supervisor's force
+    /// unlock or by owner-death detection). The accept lock protects no data, so the new holder
+    /// just goes on; [`AcceptLock`] counts it in [`AcceptStats::owner_died`].
+    OwnerDied,
+}
+
+/// A lock shared by the workers: what [`AcceptLock`] needs from it.
+///
+/// Implemented for [`crate::RawMutex`] (workers that are threads of one process) and for
+/// references and smart pointers to implementors. A cross-process implementation must report a
+/// dead previous owner as [`Acquired::OwnerDied`] and leave the lock usable (consistent) again.
+pub trait AcceptMutex {
+    /// Take the lock if it is free now (never blocks). `None` if it is held by someone else.
+    fn try_lock(&self) -> Option<Acquired>;
+
+    /// Take the lock, waiting at most `timeout`. `None` if it was not acquired in time.
+    fn lock_for(&self, timeout: Duration) -> Option<Acquired>;
+
+    /// Release the lock.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the lock (it acquired it with `try_lock` or `lock_for` and has not
+    /// released it since).
+    unsafe fn unlock(&self);
+}
+
+/// A cross-process lock a supervisor can release on behalf of a dead process (nginx's
+/// `ngx_shmtx_force_unlock`), called right after `waitpid` reaped `pid`, so the pid cannot
+/// have been reused yet.
+pub trait ForceUnlock {
+    /// Release the lock if `pid` holds it. Returns whether it did.
+    fn force_unlock(&self, pid: i32) -> bool;
+}
+
+impl AcceptMutex for crate::RawMutex {
+    fn try_lock(&self) -> Option<Acquired> {
+        crate::RawMutex::try_lock(self).then_some(Acquired::Clean)
+    }
+    fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
+        crate::RawMutex::try_lock_for(self, timeout).then_some(Acquired::Clean)
+    }
+    unsafe fn unlock(&self) {
+        // SAFETY: forwarded contract: the caller holds the lock.
+        unsafe { crate::RawMutex::unlock(self) }
+    }
+}
+
+impl<M: AcceptMutex + ?Sized> AcceptMutex for &M {
+    fn try_lock(&self) -> Option<Acquired> {
+        (**self).try_lock()
+    }
+    fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
+        (**self).lock_for(timeout)
+    }
+    unsafe fn unlock(&self) {
+        // SAFETY: forwarded contract.
+        unsafe { (**self).unlock() }
+    }
+}
+
+impl<M: AcceptMutex + ?Sized> AcceptMutex for Box<M> {
+    fn try_lock(&self) -> Option<Acquired> {
+        (**self).try_lock()
+    }
+    fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
+        (**self).lock_for(timeout)
+    }
+    unsafe fn unlock(&self) {
+        // SAFETY: forwarded contract.
+        unsafe { (**self).unlock() }
+    }
+}
+
+impl<M: AcceptMutex + ?Sized> AcceptMutex for std::sync::Arc<M> {
+    fn try_lock(&self) -> Option<Acquired> {
+        (**self).try_lock()
+    }
+    fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
+        (**self).lock_for(timeout)
+    }
+    unsafe fn unlock(&self) {
+        // SAFETY: forwarded contract.
+        unsafe { (**self).unlock() }
+    }
+}
+
+impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
+    fn force_unlock(&self, pid: i32) -> bool {
+        (**self).force_unlock(pid)
+    }
+}
+
+/// How a worker that finds the lock taken behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LockMode {
+    /// nginx: `try_lock` only; a loser polls with its timeout capped at `delay`.
+    #[default]
+    TryLock,
+    /// A loser that is idle waits on the lock (at most `delay` per iteration); a busy loser
+    /// behaves as in `TryLock`.
+    Blocking,
+}
+
+/// Settings of an [`AcceptLock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Try-lock only (nginx) or wait on the lock when idle.
+    pub mode: LockMode,
+    /// nginx's `accept_mutex_delay`: the longest a loser polls before trying again, and in
+    /// blocking mode the longest one wait on the lock lasts. Default 500 ms.
+    pub delay: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            mode: LockMode::TryLock,
+            delay: DEFAULT_DELAY,
+        }
+    }
+}
+
+impl Config {
+    /// nginx's settings ([`LockMode::TryLock`], 500 ms).
+    pub fn nginx() -> Self {
+        Self::default()
+    }
+
+    /// [`LockMode::Blocking`] with a 500 ms wait slice.
+    pub fn blocking() -> Self {
+        Self {
+            mode: LockMode::Blocking,
+            ..Self::default()
+        }
+    }
+}
+
+/// What the worker does in this iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The listening socket(s) must be in this worker's poll set during this iteration.
+    pub armed: bool,
+    /// `armed` differs from the previous iteration: add (`armed`) or remove (`!armed`) the
+    /// listening sockets now.
+    pub changed: bool,
+    /// Cap on this iteration's poll timeout (`min(own_timeout, cap)`); `None`: no cap.
+    pub poll_timeout: Option<Duration>,
+}
+
+impl Decision {
+    /// The timeout to poll with, given the caller's own (`None` = infinite).
+    pub fn timeout(&self, own: Option<Duration>) -> Option<Duration> {
+        match (own, self.poll_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Counters of one [`AcceptLock`] (one worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AcceptStats {
+    /// Calls of [`AcceptLock::begin_iteration`].
+    pub iterations: u64,
+    /// Iterations skipped because of the `accept_disabled` back-off.
+    pub disabled_skips: u64,
+    /// Times the lock was acquired (by `try_lock` or a blocking wait).
+    pub acquisitions: u64,
+    /// `try_lock` calls that found the lock held.
+    pub contended: u64,
+    /// Blocking waits started (blocking mode, idle worker, lock held).
+    pub blocking_waits: u64,
+    /// Blocking waits that timed out.
+    pub blocking_timeouts: u64,
+    /// Acquisitions that reported a dead previous owner ([`Acquired::OwnerDied`]).
+    pub owner_died: u64,
+    /// Times the listening sockets were armed.
+    pub arms: u64,
+    /// Times they were disarmed.
+    pub disarms: u64,
+    /// Connections reported through [`AcceptLock::accepted`].
+    pub accepted: u64,
+}
+
+/// The caller's listening sockets, for [`AcceptLock::begin_iteration_with`]: arm (add to the
+/// poll set) and disarm (remove).
+pub trait Listeners {
+    /// Error of arming or disarming.
+    type Error;
+    /// Start watching the listening sockets.
+    fn arm(&mut self) -> Result<(), Self::Error>;
+    /// Stop watching them.
+    fn disarm(&mut self) -> Result<(), Self::Error>;
+}
+
+/// One worker's side of the accept lock: nginx's per-iteration protocol over an
+/// [`AcceptMutex`]. See the [module docs](self).
+pub struct AcceptLock<M: AcceptMutex> {
+    mutex: M,
+    config: Config,
+    /// The lock word is held right now (between `begin_iteration` and `end_accept_phase`).
+    held: bool,
+    /// The listening sockets are armed (nginx's `ngx_accept_mutex_held`, which persists
+    /// between iterations).
+    armed: bool,
+    accept_disabled: i64,
+    stats: AcceptStats,
+}
+
+impl<M: AcceptMutex> fmt::Debug for AcceptLock<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcceptLock")
+            .field("config", &self.config)
+            .field("held", &self.held)
+            .field("armed", &self.armed)
+            .field("accept_disabled", &self.accept_disabled)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: AcceptMutex> AcceptLock<M> {
+    /// A worker's accept lock over `mutex` (shared with the other workers), not armed.
+    pub fn new(mutex: M, config: Config) -> Self {
+        Self {
+            mutex,
+            config,
+            held: false,
+            armed: false,
+            accept_disabled: 0,
+            stats: AcceptStats::default(),
+        }
+    }
+
+    /// Start an event-loop iteration: back off, or try (or wait for) the lock. `idle` is
+    /// whether this worker has nothing else to wait for (no open connections); it only matters
+    /// in [`LockMode::Blocking`].
+    ///
+    /// Act on the result: if `changed`, add (`armed`) or remove (`!armed`) the listening
+    /// sockets; cap the poll timeout with [`Decision::timeout`]. Then poll, accept, and call
+    /// [`end_accept_phase`](Self::end_accept_phase).
+    ///
+    /// If the lock is still held from an iteration that was not ended, it is kept.
+    pub fn begin_iteration(&mut self, idle: bool) -> Decision {
+        self.stats.iterations += 1;
+        if self.held {
+            return self.decision(true, false, None);
+        }
+        if self.accept_disabled > 0 {
+            self.accept_disabled -= 1;
+            self.stats.disabled_skips += 1;
+            return self.lost();
+        }
+        let got = match self.mutex.try_lock() {
+            Some(a) => Some(a),
+            None => {
+                self.stats.contended += 1;
+                if self.config.mode == LockMode::Blocking && idle {
+                    self.stats.blocking_waits += 1;
+                    let got = self.mutex.lock_for(self.config.delay);
+                    if got.is_none() {
+                        self.stats.blocking_timeouts += 1;
+                        // We already waited a whole `delay`: poll without sleeping, then come
+                        // back to wait again.
+                        let mut d = self.lost();
+                        d.poll_timeout = Some(Duration::ZERO);
+                        return d;
+                    }
+                    got
+                } else {
+                    None
+                }
+            }
+        };
+        match got {
+            Some(how) => {
+                self.held = true;
+                self.stats.acquisitions += 1;
+                if how == Acquired::OwnerDied {
+                    self.stats.owner_died += 1;
+                }
+                let changed = !self.armed;
+                if changed {
+                    self.armed = true;
+                    self.stats.arms += 1;
+                }
+                self.decision(true, changed, None)
+            }
+            None => self.lost(),
+        }
+    }
+
+    /// Like [`begin_iteration`](Self::begin_iteration), and also arm or disarm `listeners`
+    /// when that changes. If arming fails the lock is released (another worker can take over)
+    /// and the error returned; if disarming fails the sockets count as still armed, so the
+    /// next iteration tries again.
+    pub fn begin_iteration_with<L: Listeners>(
+        &mut self,
+        idle: bool,
+        listeners: &mut L,
+    ) -> Result<Decision, L::Error> {
+        let d = self.begin_iteration(idle);
+        if d.changed {
+            let r = if d.armed {
+                listeners.arm()
+            } else {
+                listeners.disarm()
+            };
+            if let Err(e) = r {
+                if d.armed {
+                    self.armed = false;
+                    self.end_accept_phase();
+                } else {
+                    self.armed = true;
+                }
+                return Err(e);
+            }
+        }
+        Ok(d)
+    }
+
+    fn lost(&mut self) -> Decision {
+        let changed = self.armed;
+        if changed {
+            self.armed = false;
+            self.stats.disarms += 1;
+        }
+        self.decision(false, changed, Some(self.config.delay))
+    }
+
+    fn decision(&self, armed: bool, changed: bool, poll_timeout: Option<Duration>) -> Decision {
+        Decision {
+            armed,
+            changed,
+            poll_timeout,
+        }
+    }
+
+    /// Report one accepted connection; `free` of the worker's `total` connection slots are
+    /// free after it. Recomputes nginx's back-off: `accept_disabled = total / 8 - free`.
+    pub fn accepted(&mut self, free: usize, total: usize) {
+        self.stats.accepted += 1;
+        self.accept_disabled = (total / 8) as i64 - free as i64;
+    }
+
+    /// End the accept phase of this iteration: release the lock if held (the listening sockets
+    /// stay armed until an iteration that does not get the lock). Call it before processing
+    /// requests.
+    pub fn end_accept_phase(&mut self) {
+        if self.held {
+            self.held = false;
+            // SAFETY: `held` is set only after a successful acquisition and cleared here, the
+            // only place that releases.
+            unsafe { self.mutex.unlock() };
+        }
+    }
+
+    /// Release the lock if held and forget the armed state (e.g. before shutting down or after
+    /// closing the listening sockets). Returns whether the sockets were armed.
+    pub fn disarm(&mut self) -> bool {
+        self.end_accept_phase();
+        let was = self.armed;
+        if was {
+            self.armed = false;
+            self.stats.disarms += 1;
+        }
+        was
+    }
+
+    /// The lock is held right now (inside an accept phase).
+    pub fn holds_lock(&self) -> bool {
+        self.held
+    }
+
+    /// The listening sockets are armed.
+    pub fn is_armed(&self) -> bool {
+        self.armed
+    }
+
+    /// nginx's `ngx_accept_disabled`: iterations left to sit out (when positive).
+    pub fn accept_disabled(&self) -> i64 {
+        self.accept_disabled
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> AcceptStats {
+        self.stats
+    }
+
+    /// The settings.
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// The underlying lock.
+    pub fn mutex(&self) -> &M {
+        &self.mutex
+    }
+}
+
+impl<M: AcceptMutex> Drop for AcceptLock<M> {
+    fn drop(&mut self) {
+        self.end_accept_phase();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+
+    /// A scripted lock: `try_lock`/`lock_for` answer from queues (default: free), every call is
+    /// recorded.
+    #[derive(Default)]
+    struct Script {
+        tries: RefCell<VecDeque<Option<Acquired>>>,
+        waits: RefCell<VecDeque<Option<Acquired>>>,
+        log: RefCell<Vec<String>>,
+        locked: RefCell<bool>,
+    }
+
+    impl Script {
+        fn busy_tries(n: usize) -> Self {
+            let s = Script::default();
+            s.tries.borrow_mut().extend(std::iter::repeat_n(None, n));
+            s
+        }
+        fn log(&self) -> Vec<String> {
+            self.log.borrow().clone()
+        }
+    }
+
+    impl AcceptMutex for Script {
+        fn try_lock(&self) -> Option<Acquired> {
+            self.log.borrow_mut().push("try".into());
+            let r = self
+                .tries
+                .borrow_mut()
+                .pop_front()
+                .unwrap_or(Some(Acquired::Clean));
+            if r.is_some() {
+                assert!(!*self.locked.borrow(), "acquired twice");
+                *self.locked.borrow_mut() = true;
+            }
+            r
+        }
+        fn lock_for(&self, t: Duration) -> Option<Acquired> {
+            self.log
+                .borrow_mut()
+                .push(format!("wait {}ms", t.as_millis()));
+            let r = self
+                .waits
+                .borrow_mut()
+                .pop_front()
+                .unwrap_or(Some(Acquired::Clean));
+            if r.is_some() {
+                *self.locked.borrow_mut() = true;
+            }
+            r
+        }
+        unsafe fn unlock(&self) {
+            assert!(*self.locked.borrow(), "unlock of unlocked");
+            *self.locked.borrow_mut() = false;
+            self.log.borrow_mut().push("unlock".into());
+        }
+    }
+
+    const DELAY: Option<Duration> = Some(DEFAULT_DELAY);
+
+    #[test]
+    fn uncontended_arms_once_and_releases_every_iteration() {
+        let m = Script::default();
+        let mut a = AcceptLock::new(&m, Config::default());
+        let d = a.begin_iteration(false);
+        assert_eq!(
+            d,
+            Decision {
+                armed: true,
+                changed: true,
+                poll_timeout: None
+            }
+        );
+        assert!(a.holds_lock());
+        a.end_accept_phase();
+        assert!(!a.holds_lock() && a.is_armed());
+        let d = a.begin_iteration(false);
+        assert!(d.armed && !d.changed);
+        a.end_accept_phase();
+        assert_eq!(m.log(), ["try", "unlock", "try", "unlock"]);
+        let s = a.stats();
+        assert_eq!(
+            (s.acquisitions, s.arms, s.disarms, s.contended),
+            (2, 1, 0, 0)
+        );
+    }
+
+    #[test]
+    fn loser_disarms_once_and_caps_its_poll() {
+        let m = Script::default();
+        m.tries
+            .borrow_mut()
+            .extend([Some(Acquired::Clean), None, None]);
+        let mut a = AcceptLock::new(&m, Config::default());
+        assert!(a.begin_iteration(false).armed);
+        a.end_accept_phase();
+        let d = a.begin_iteration(false);
+        assert_eq!(
+            d,
+            Decision {
+                armed: false,
+                changed: true,
+                poll_timeout: DELAY
+            }
+        );
+        a.end_accept_phase(); // nothing to release
+        let d = a.begin_iteration(false);
+        assert!(!d.armed && !d.changed && d.poll_timeout == DELAY);
+        assert_eq!(m.log(), ["try", "unlock", "try", "try"]);
+        assert_eq!(a.stats().contended, 2);
+        assert_eq!(a.stats().disarms, 1);
+    }
+
+    #[test]
+    fn decision_timeout_is_the_minimum() {
+        let d = Decision {
+            armed: false,
+            changed: false,
+            poll_timeout: Some(Duration::from_millis(500)),
+        };
+        assert_eq!(d.timeout(None), Some(Duration::from_millis(500)));
+        assert_eq!(
+            d.timeout(Some(Duration::from_millis(20))),
+            Some(Duration::from_millis(20))
+        );
+        assert_eq!(
+            d.timeout(Some(Duration::from_secs(3))),
+            Some(Duration::from_millis(500))
+        );
+        let free = Decision {
+            poll_timeout: None,
+            ..d
+        };
+        assert_eq!(free.timeout(None), None);
+        assert_eq!(
+            free.timeout(Some(Duration::from_secs(3))),
+            Some(Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn accept_disabled_is_nginx_formula() {
+        let m = Script::default();
+        let mut a = AcceptLock::new(&m, Config::default());
+        a.accepted(1000, 1024);
+        assert_eq!(a.accept_disabled(), 128 - 1000);
+        a.accepted(128, 1024);
+        assert_eq!(a.accept_disabled(), 0);
+        a.accepted(125, 1024);
+        assert_eq!(a.accept_disabled(), 3);
+        assert_eq!(a.stats().accepted, 3);
+    }
+
+    #[test]
+    fn back_off_skips_the_lock_and_disarms() {
+        let m = Script::default();
+        let mut a = AcceptLock::new(&m, Config::default());
+        assert!(a.begin_iteration(false).armed);
+        a.accepted(125, 1024); // fewer than 1/8 free: sit out 3 iterations
+        a.end_accept_phase();
+        let d = a.begin_iteration(false);
+        assert_eq!(
+            d,
+            Decision {
+                armed: false,
+                changed: true,
+                poll_timeout: DELAY
+            }
+        );
+        a.end_accept_phase();
+        for left in [1, 0] {
+            let d = a.begin_iteration(true);
+            assert!(!d.armed && !d.changed);
+            assert_eq!(a.accept_disabled(), left);
+            a.end_accept_phase();
+        }
+        // Back in the game.
+        let d = a.begin_iteration(false);
+        assert!(d.armed && d.changed);
+        assert_eq!(m.log(), ["try", "unlock", "try"]);
+        assert_eq!(a.stats().disabled_skips, 3);
+    }
+
+    #[test]
+    fn blocking_mode_waits_only_when_idle() {
+        let m = Script::busy_tries(2);
+        let mut a = AcceptLock::new(&m, Config::blocking());
+        // Busy: a try only, poll capped.
+        let d = a.begin_iteration(false);
+        assert!(!d.armed && d.poll_timeout == DELAY);
+        a.end_accept_phase();
+        // Idle: wait on the lock, get it.
+        let d = a.begin_iteration(true);
+        assert!(d.armed && d.changed && d.poll_timeout.is_none());
+        a.end_accept_phase();
+        assert_eq!(m.log(), ["try", "try", "wait 500ms", "unlock"]);
+        let s = a.stats();
+        assert_eq!(
+            (s.blocking_waits, s.blocking_timeouts, s.acquisitions),
+            (1, 0, 1)
+        );
+    }
+
+    #[test]
+    fn blocking_timeout_polls_without_sleeping() {
+        let m = Script::busy_tries(1);
+        m.waits.borrow_mut().push_back(None);
+        let mut a = AcceptLock::new(&m, Config::blocking());
+        let d = a.begin_iteration(true);
+        assert_eq!(
+            d,
+            Decision {
+                armed: false,
+                changed: false,
+                poll_timeout: Some(Duration::ZERO)
+            }
+        );
+        a.end_accept_phase();
+        assert_eq!(m.log(), ["try", "wait 500ms"]);
+        assert_eq!(a.stats().blocking_timeouts, 1);
+    }
+
+    #[test]
+    fn trylock_mode_never_waits() {
+        let m = Script::busy_tries(3);
+        let mut a = AcceptLock::new(&m, Config::nginx());
+        for _ in 0..3 {
+            assert!(!a.begin_iteration(true).armed);
+            a.end_accept_phase();
+        }
+        assert_eq!(m.log(), ["try", "try", "try"]);
+    }
+
+    #[test]
+    fn owner_died_is_counted_and_the_lock_is_used() {
+        let m = Script::default();
+        m.tries.borrow_mut().push_back(Some(Acquired::OwnerDied));
+        let mut a = AcceptLock::new(&m, Config::default());
+        assert!(a.begin_iteration(false).armed);
+        a.end_accept_phase();
+        assert!(a.begin_iteration(false).armed);
+        a.end_accept_phase();
+        assert_eq!(a.stats().owner_died, 1);
+        assert_eq!(a.stats().acquisitions, 2);
+    }
+
+    #[test]
+    fn owner_died_after_a_blocking_wait_is_counted() {
+        let m = Script::busy_tries(1);
+        m.waits.borrow_mut().push_back(Some(Acquired::OwnerDied));
+        let mut a = AcceptLock::new(&m, Config::blocking());
+        assert!(a.begin_iteration(true).armed);
+        assert_eq!(a.stats().owner_died, 1);
+    }
+
+    #[test]
+    fn unended_iteration_keeps_the_lock() {
+        let m = Script::default();
+        let mut a = AcceptLock::new(&m, Config::default());
+        assert!(a.begin_iteration(false).armed);
+        let d = a.begin_iteration(false);
+        assert!(d.armed && !d.changed);
+        a.end_accept_phase();
+        assert_eq!(m.log(), ["try", "unlock"]);
+    }
+
+    #[test]
+    fn drop_and_disarm_release() {
+        let m = Script::default();
+        {
+            let mut a = AcceptLock::new(&m, Config::default());
+            a.begin_iteration(false);
+        }
+        assert_eq!(m.log(), ["try", "unlock"]);
+        let mut a = AcceptLock::new(&m, Config::default());
+        a.begin_iteration(false);
+        assert!(a.disarm());
+        assert!(!a.is_armed() && !a.holds_lock());
+        assert!(!a.disarm());
+        // Next iteration re-arms.
+        assert!(a.begin_iteration(false).changed);
+    }
+
+    struct Fake {
+        armed: bool,
+        fail_arm: bool,
+        fail_disarm: bool,
+    }
+
+    impl Listeners for Fake {
+        type Error = &'static str;
+        fn arm(&mut self) -> Result<(), &'static str> {
+            if self.fail_arm {
+                return Err("arm");
+            }
+            self.armed = true;
+            Ok(())
+        }
+        fn disarm(&mut self) -> Result<(), &'static str> {
+            if self.fail_disarm {
+                return Err("disarm");
+            }
+            self.armed = false;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn listeners_follow_decisions_and_arm_failure_releases() {
+        let m = Script::default();
+        m.tries.borrow_mut().extend([Some(Acquired::Clean), None]);
+        let mut l = Fake {
+            armed: false,
+            fail_arm: false,
+            fail_disarm: false,
+        };
+        let mut a = AcceptLock::new(&m, Config::default());
+        a.begin_iteration_with(false, &mut l).unwrap();
+        assert!(l.armed);
+        a.end_accept_phase();
+        l.fail_disarm = true;
+        assert_eq!(a.begin_iteration_with(false, &mut l), Err("disarm"));
+        assert!(a.is_armed(), "a failed disarm is retried");
+        l.fail_disarm = false;
+        // The sockets are still armed: winning again needs no epoll change.
+        assert!(!a.begin_iteration_with(false, &mut l).unwrap().changed);
+        a.end_accept_phase();
+
+        let mut b = AcceptLock::new(&m, Config::default());
+        l.fail_arm = true;
+        // Arming fails, so the lock is released for another worker.
+        assert_eq!(b.begin_iteration_with(false, &mut l), Err("arm"));
+        assert!(!b.holds_lock() && !b.is_armed());
+        assert!(!*m.locked.borrow());
+    }
+
+    /// With a real lock shared by threads, at most one worker holds it at a time, and in
+    /// blocking mode an idle worker gets it as soon as the holder lets go.
+    #[test]
+    fn real_lock_excludes_and_blocking_hands_over() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let m = crate::RawMutex::new();
+        let inside = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let got = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        std::thread::scope(|s| {
+            for (i, got) in got.iter().enumerate() {
+                let (m, inside, stop) = (&m, &inside, &stop);
+                s.spawn(move || {
+                    let cfg = Config {
+                        mode: if i == 0 {
+                            LockMode::TryLock
+                        } else {
+                            LockMode::Blocking
+                        },
+                        delay: Duration::from_millis(5),
+                    };
+                    let mut a = AcceptLock::new(m, cfg);
+                    let mut n = 0;
+                    while n < 2000 && !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let d = a.begin_iteration(i == 1);
+                        if a.holds_lock() {
+                            assert!(d.armed);
+                            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0);
+                            got.fetch_add(1, Ordering::Relaxed);
+                            std::hint::spin_loop();
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        a.end_accept_phase();
+                    }
+                    stop.store(true, Ordering::Relaxed);
+                });
+            }
+        });
+        assert!(!m.is_locked());
+        assert!(got[0].load(Ordering::Relaxed) + got[1].load(Ordering::Relaxed) > 0);
+    }
+}
