@@ -137,14 +137,36 @@ fn mono_ns() -> u64 {
 // ---------------------------------------------------------------------------------------------
 // The locks
 
-/// A lock shared by forked processes. Created in the parent before `fork`; `attach` runs in each
-/// child after `fork` (for locks whose state is per open file description or per process).
+/// A lock shared by forked processes, as the measurement loop sees it. Created in the parent
+/// before `fork`; `attach` runs in each child after `fork` (for locks whose state is per open
+/// file description or per process, or that register on first use).
 trait ProcLock {
+    fn attach(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    /// Run `f` holding the lock (a closure, so guard-based and lock/unlock-based locks fit).
+    fn with_lock(&self, f: impl FnOnce());
+}
+
+/// A C-style lock with separate lock and unlock calls (everything but gomutex).
+trait RawLock {
     fn attach(&mut self) -> io::Result<()> {
         Ok(())
     }
     fn lock(&self);
     fn unlock(&self);
+}
+
+impl<L: RawLock> ProcLock for L {
+    fn attach(&mut self) -> io::Result<()> {
+        RawLock::attach(self)
+    }
+    #[inline]
+    fn with_lock(&self, f: impl FnOnce()) {
+        self.lock();
+        f();
+        self.unlock();
+    }
 }
 
 /// Calls `f` (a libc call returning -1 on error) until it succeeds or fails with something
@@ -234,7 +256,7 @@ impl PthreadMutex {
     }
 }
 
-impl ProcLock for PthreadMutex {
+impl RawLock for PthreadMutex {
     fn lock(&self) {
         self.lock_recover();
     }
@@ -269,7 +291,7 @@ impl PosixSem {
     }
 }
 
-impl ProcLock for PosixSem {
+impl RawLock for PosixSem {
     fn lock(&self) {
         // SAFETY: initialised process-shared semaphore, mapped while `self` lives.
         errno_call("sem_wait", || unsafe { libc::sem_wait(self.s.as_ptr()) });
@@ -326,7 +348,7 @@ impl SysvSem {
     }
 }
 
-impl ProcLock for SysvSem {
+impl RawLock for SysvSem {
     fn lock(&self) {
         self.op(-1);
     }
@@ -395,7 +417,7 @@ impl Flock {
     }
 }
 
-impl ProcLock for Flock {
+impl RawLock for Flock {
     fn attach(&mut self) -> io::Result<()> {
         self.0.attach()
     }
@@ -430,7 +452,7 @@ impl Fcntl {
     }
 }
 
-impl ProcLock for Fcntl {
+impl RawLock for Fcntl {
     fn attach(&mut self) -> io::Result<()> {
         self.0.attach()
     }
@@ -619,13 +641,14 @@ fn child<L: ProcLock>(
         let mut over_1ms = 0u64;
         let mut x = 1u64;
         loop {
+            let mut waited = Duration::ZERO;
             let t0 = Instant::now();
-            lock.lock();
-            let waited = t0.elapsed();
-            // SAFETY: the lock under test serialises every access to the counter (that is
-            // what the final count checks); the mapping outlives the child.
-            unsafe { *counter += 1 };
-            lock.unlock();
+            lock.with_lock(|| {
+                waited = t0.elapsed();
+                // SAFETY: the lock under test serialises every access to the counter (that
+                // is what the final count checks); the mapping outlives the child.
+                unsafe { *counter += 1 };
+            });
             ops += 1;
             worst = worst.max(waited);
             over_1ms += u64::from(waited > Duration::from_millis(1));
