@@ -34,6 +34,7 @@ mod park;
 mod poison;
 mod raw;
 pub mod sema;
+pub mod shm;
 mod spin;
 mod sync;
 

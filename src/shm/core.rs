@@ -1,0 +1,1053 @@
+//! The shared-memory instantiation of Go's algorithm: a [`StateWord`] and a [`WaitQueue`] that
+//! live in the region, plus the bookkeeping that lets survivors repair what a dead process left.
+//!
+//! # Who changes what
+//!
+//! The 64-bit state word holds Go's 32-bit state in its low half and the owner (participant
+//! index + 1) in its high half, so taking the lock and recording the owner are one atomic
+//! operation, and so are releasing it and clearing the owner.
+//!
+//! * **Lock-free** (the fast paths): `0 -> LOCKED`, `old -> old | LOCKED` (barging in normal
+//!   mode, `try_lock`), and the normal-mode unlock `-LOCKED`. These change only `LOCKED` and
+//!   the owner.
+//! * **Under the journal lock** (`jlock`, a small futex lock whose word names its holder):
+//!   every other change of the word (waiter registration, `WOKEN`, `STARVING`, the hand-off
+//!   fix-up, a starving unlock), every change of the per-participant accounting, the queue
+//!   (waiter slots, stored tokens) and recovery. Each such change is one *transaction*: the
+//!   new values are written to a redo log in the region, the log is marked committed, the
+//!   word is CASed, the values are applied, the log is cleared. If the holder dies, whoever
+//!   takes the journal lock from it replays a committed log (when the word CAS is found to have
+//!   happened; only the lock holder changes the non-`LOCKED` bits, so that is decidable) or
+//!   discards it.
+//!
+//! # Accounting
+//!
+//! Per participant: `registered` (its waiters counted in the word), `woken` (it owns `WOKEN`),
+//! `owes_normal`/`owes_handoff` (it took a wake-up decision and has not released the token yet)
+//! and `handoff` (a hand-off token reached it and it has not taken ownership yet). With the
+//! stored tokens these satisfy, at every transaction boundary:
+//!
+//! * `waiters(word) = Σ registered − stored_normal − Σ owes_normal`;
+//! * `WOKEN = Σ woken + stored_normal + Σ owes_normal` (0 or 1);
+//! * `STARVING && !LOCKED` iff `Σ owes_handoff + stored_handoff + Σ handoff = 1`.
+//!
+//! So when a participant is found dead, the survivors know exactly what it held and undo it
+//! (see [`Ctx::recover_locked`]).
+
+use super::layout::*;
+use super::sys::{self, Wait};
+use crate::algo::{self, StateWord, LOCKED, STARVING, WAITER, WOKEN};
+use crate::sema::WaitQueue;
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+/// A sleeping waiter wakes at least this often to look for dead participants.
+pub(crate) const TICK: Duration = Duration::from_millis(10);
+/// Owner probes (one `/proc` read) happen at most this often, machine-wide per region.
+const PROBE_GAP_NS: u64 = 4_000_000;
+/// Full participant scans happen at most this often.
+const SCAN_GAP_NS: u64 = 40_000_000;
+/// The journal lock's contended bit.
+const J_CONTENDED: u32 = 1 << 31;
+/// Log states.
+const LOG_EMPTY: u32 = 0;
+const LOG_COMMITTED: u32 = 1;
+/// Bits of the word that change only under the journal lock (Go's state without `LOCKED`).
+const NONLOCK: u64 = 0xffff_fffe;
+
+#[inline]
+fn low(w: u64) -> u32 {
+    w as u32
+}
+#[inline]
+fn owner_of(w: u64) -> u32 {
+    (w >> 32) as u32
+}
+#[inline]
+fn word(low: u32, owner: u32) -> u64 {
+    u64::from(low) | (u64::from(owner) << 32)
+}
+
+/// A validated region: header, slots and value at fixed offsets from `base`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Region {
+    base: NonNull<u8>,
+    pub layout: Layout,
+}
+
+// SAFETY: a region is shared memory accessed only through atomics (and the value, through the
+// lock); the handle that owns it decides its lifetime.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// # Safety
+    /// `base` points to at least `layout.total_size` bytes of memory, aligned to
+    /// [`REGION_ALIGN`], initialised (or about to be, by the caller, before any other use) with
+    /// this layout, that stay mapped while the `Region` is used.
+    pub(crate) unsafe fn new(base: NonNull<u8>, layout: Layout) -> Self {
+        Self { base, layout }
+    }
+
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub(crate) fn hdr(&self) -> &Header {
+        // SAFETY: the region starts with an aligned header (`Region::new`'s contract).
+        unsafe { &*(self.base.as_ptr() as *const Header) }
+    }
+
+    pub(crate) fn proc(&self, i: u32) -> &ProcSlot {
+        assert!(i < self.layout.participants);
+        // SAFETY: in bounds (checked), aligned to 64 by the layout.
+        unsafe {
+            &*(self
+                .base
+                .as_ptr()
+                .add(self.layout.procs_offset + i as usize * PROC_SIZE)
+                as *const ProcSlot)
+        }
+    }
+
+    pub(crate) fn slot(&self, i: u32) -> &WaiterSlot {
+        assert!(i < self.layout.waiter_slots);
+        // SAFETY: in bounds (checked), aligned to 64 by the layout.
+        unsafe {
+            &*(self
+                .base
+                .as_ptr()
+                .add(self.layout.slots_offset + i as usize * SLOT_SIZE)
+                as *const WaiterSlot)
+        }
+    }
+
+    pub(crate) fn value_ptr(&self) -> *mut u8 {
+        // SAFETY: in bounds by the layout.
+        unsafe { self.base.as_ptr().add(self.layout.value_offset) }
+    }
+}
+
+/// A field a transaction may write. Only fields that change exclusively under the journal lock
+/// (so that replaying absolute values is idempotent), plus slot states (applied as
+/// `QUEUED -> token` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Registered(u32),
+    Woken(u32),
+    OwesNormal(u32),
+    OwesHandoff(u32),
+    Handoff(u32),
+    StoredNormal,
+    StoredHandoff,
+    OwnerDeaths,
+    SlotToken(u32),
+}
+
+impl Target {
+    fn encode(self) -> u32 {
+        let (k, i) = match self {
+            Target::Registered(i) => (1, i),
+            Target::Woken(i) => (2, i),
+            Target::OwesNormal(i) => (3, i),
+            Target::OwesHandoff(i) => (4, i),
+            Target::Handoff(i) => (5, i),
+            Target::StoredNormal => (6, 0),
+            Target::StoredHandoff => (7, 0),
+            Target::OwnerDeaths => (8, 0),
+            Target::SlotToken(i) => (9, i),
+        };
+        (k << 24) | i
+    }
+    fn decode(v: u32) -> Option<Self> {
+        let i = v & 0xff_ffff;
+        Some(match v >> 24 {
+            1 => Target::Registered(i),
+            2 => Target::Woken(i),
+            3 => Target::OwesNormal(i),
+            4 => Target::OwesHandoff(i),
+            5 => Target::Handoff(i),
+            6 => Target::StoredNormal,
+            7 => Target::StoredHandoff,
+            8 => Target::OwnerDeaths,
+            9 => Target::SlotToken(i),
+            _ => return None,
+        })
+    }
+}
+
+/// A journal transaction being built (only while holding the journal lock).
+struct Txn {
+    word: Option<(u64, u64)>,
+    n: usize,
+    ents: [(Target, u64); LOG_ENTRIES],
+    /// A slot to wake after commit.
+    wake: Option<u32>,
+    /// A token was stored: wake slot-less waiters after commit.
+    stored: bool,
+}
+
+impl Txn {
+    fn new() -> Self {
+        Self {
+            word: None,
+            n: 0,
+            ents: [(Target::StoredNormal, 0); LOG_ENTRIES],
+            wake: None,
+            stored: false,
+        }
+    }
+
+    fn set(&mut self, t: Target, v: u64) {
+        for e in &mut self.ents[..self.n] {
+            if e.0 == t {
+                e.1 = v;
+                return;
+            }
+        }
+        assert!(self.n < LOG_ENTRIES, "gomutex::shm: transaction too large");
+        self.ents[self.n] = (t, v);
+        self.n += 1;
+    }
+
+    /// Add `delta` to a counter (saturating at 0), relative to its value in this transaction.
+    fn add(&mut self, r: &Region, t: Target, delta: i64) {
+        let cur = self.ents[..self.n]
+            .iter()
+            .find(|e| e.0 == t)
+            .map_or_else(|| read_target(r, t), |e| e.1);
+        self.set(t, (cur as i64 + delta).max(0) as u64);
+    }
+}
+
+fn read_target(r: &Region, t: Target) -> u64 {
+    match t {
+        Target::Registered(i) => r.proc(i).registered.load(SeqCst).into(),
+        Target::Woken(i) => r.proc(i).woken.load(SeqCst).into(),
+        Target::OwesNormal(i) => r.proc(i).owes_normal.load(SeqCst).into(),
+        Target::OwesHandoff(i) => r.proc(i).owes_handoff.load(SeqCst).into(),
+        Target::Handoff(i) => r.proc(i).handoff.load(SeqCst).into(),
+        Target::StoredNormal => r.hdr().stored_normal.load(SeqCst).into(),
+        Target::StoredHandoff => r.hdr().stored_handoff.load(SeqCst).into(),
+        Target::OwnerDeaths => r.hdr().owner_deaths.load(SeqCst),
+        Target::SlotToken(i) => r.slot(i).state.load(SeqCst).into(),
+    }
+}
+
+fn apply_target(r: &Region, t: Target, v: u64) {
+    let v32 = v as u32;
+    match t {
+        Target::Registered(i) => r.proc(i).registered.store(v32, SeqCst),
+        Target::Woken(i) => r.proc(i).woken.store(v32, SeqCst),
+        Target::OwesNormal(i) => r.proc(i).owes_normal.store(v32, SeqCst),
+        Target::OwesHandoff(i) => r.proc(i).owes_handoff.store(v32, SeqCst),
+        Target::Handoff(i) => r.proc(i).handoff.store(v32, SeqCst),
+        Target::StoredNormal => r.hdr().stored_normal.store(v32, SeqCst),
+        Target::StoredHandoff => r.hdr().stored_handoff.store(v32, SeqCst),
+        Target::OwnerDeaths => r.hdr().owner_deaths.store(v, SeqCst),
+        Target::SlotToken(i) => {
+            // Only a queued slot receives a token: if a replay finds the slot already free,
+            // its sleeper consumed the token before the writer died.
+            let _ = r
+                .slot(i)
+                .state
+                .compare_exchange(SLOT_QUEUED, v32, SeqCst, SeqCst);
+        }
+    }
+}
+
+/// Work left for after the journal lock is released.
+#[derive(Default)]
+struct Post {
+    wakes: [Option<u32>; 8],
+    n_wakes: usize,
+    stored: bool,
+    /// Finish a release made on a dead owner's behalf: `algo::unlock_slow` with this state.
+    unlock_slow: Option<u32>,
+    kick: bool,
+}
+
+impl Post {
+    fn absorb(&mut self, ctx: &Ctx<'_>, tx: &Txn) {
+        self.stored |= tx.stored;
+        if let Some(w) = tx.wake {
+            if self.n_wakes == self.wakes.len() {
+                ctx.flush_wakes(self);
+            }
+            self.wakes[self.n_wakes] = Some(w);
+            self.n_wakes += 1;
+        }
+    }
+}
+
+/// The journal lock, held.
+struct JGuard<'a> {
+    r: &'a Region,
+}
+
+impl Drop for JGuard<'_> {
+    fn drop(&mut self) {
+        let j = &self.r.hdr().jlock;
+        if j.swap(0, Release) & J_CONTENDED != 0 {
+            sys::futex_wake(j, 1);
+        }
+    }
+}
+
+/// One process's view of a region: the region plus its own participant index. Implements
+/// Go's [`StateWord`] and [`WaitQueue`] contracts for [`crate::algo`].
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    pub r: &'a Region,
+    /// This process's participant index.
+    pub me: u32,
+}
+
+impl<'a> Ctx<'a> {
+    #[inline]
+    fn tag(&self) -> u32 {
+        self.me + 1
+    }
+
+    // ---------------------------------------------------------------- journal lock
+
+    fn jlock(&self) -> JGuard<'a> {
+        let j = &self.r.hdr().jlock;
+        let me = self.tag();
+        if j.compare_exchange(0, me, Acquire, Relaxed).is_ok() {
+            return JGuard { r: self.r };
+        }
+        self.jlock_slow(me)
+    }
+
+    #[cold]
+    fn jlock_slow(&self, me: u32) -> JGuard<'a> {
+        let j = &self.r.hdr().jlock;
+        for _ in 0..64 {
+            if j.load(Relaxed) == 0 && j.compare_exchange(0, me, Acquire, Relaxed).is_ok() {
+                return JGuard { r: self.r };
+            }
+            core::hint::spin_loop();
+        }
+        loop {
+            let mut cur = j.load(Relaxed);
+            if cur == 0 {
+                // We may have shared the contended bit with other sleepers: keep it.
+                if j.compare_exchange(0, me | J_CONTENDED, Acquire, Relaxed)
+                    .is_ok()
+                {
+                    return JGuard { r: self.r };
+                }
+                continue;
+            }
+            if cur & J_CONTENDED == 0 {
+                if j.compare_exchange(cur, cur | J_CONTENDED, Relaxed, Relaxed)
+                    .is_err()
+                {
+                    continue;
+                }
+                cur |= J_CONTENDED;
+            }
+            if sys::futex_wait(j, cur, Some(Instant::now() + TICK)) == Wait::TimedOut {
+                let holder = (cur & !J_CONTENDED).wrapping_sub(1);
+                if holder != self.me && holder < self.r.layout.participants {
+                    let ident = self.r.proc(holder).ident.load(SeqCst);
+                    if ident != 0
+                        && sys::ident_dead(ident)
+                        && j.compare_exchange(cur, me | J_CONTENDED, Acquire, Relaxed)
+                            .is_ok()
+                    {
+                        // Taken from a dead holder: finish or drop its transaction, and have
+                        // the next probe clean up the rest of what it left.
+                        self.replay();
+                        self.r.hdr().scan_at.store(0, SeqCst);
+                        return JGuard { r: self.r };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Complete (or discard) the transaction a dead journal-lock holder left in the log.
+    fn replay(&self) {
+        let log = &self.r.hdr().log;
+        if log.state.load(Acquire) != LOG_COMMITTED {
+            return;
+        }
+        let apply = if log.has_word.load(SeqCst) != 0 {
+            let old = log.word_old.load(SeqCst);
+            let new = log.word_new.load(SeqCst);
+            let cur = self.r.hdr().state.load(SeqCst);
+            if old & NONLOCK != new & NONLOCK {
+                // Only the journal-lock holder changes these bits.
+                cur & NONLOCK == new & NONLOCK
+            } else {
+                // An ownership release (LOCKED + owner -> 0): done unless the same owner still
+                // holds (no one else can make that owner hold again: it is dead).
+                !(low(cur) & LOCKED != 0 && owner_of(cur) == owner_of(old))
+            }
+        } else {
+            true
+        };
+        if apply {
+            let n = (log.n.load(SeqCst) as usize).min(LOG_ENTRIES);
+            for e in &log.entries[..n] {
+                if let Some(t) = Target::decode(e.target.load(SeqCst)) {
+                    if self.target_in_range(t) {
+                        apply_target(self.r, t, e.value.load(SeqCst));
+                    }
+                }
+            }
+        }
+        log.state.store(LOG_EMPTY, Release);
+    }
+
+    fn target_in_range(&self, t: Target) -> bool {
+        let l = &self.r.layout;
+        match t {
+            Target::Registered(i)
+            | Target::Woken(i)
+            | Target::OwesNormal(i)
+            | Target::OwesHandoff(i)
+            | Target::Handoff(i) => i < l.participants,
+            Target::SlotToken(i) => i < l.waiter_slots,
+            _ => true,
+        }
+    }
+
+    /// Commit a transaction (journal lock held). `false` if its word CAS failed (nothing
+    /// written).
+    fn commit(&self, tx: &Txn) -> bool {
+        let log = &self.r.hdr().log;
+        for (e, &(t, v)) in log.entries.iter().zip(&tx.ents[..tx.n]) {
+            e.target.store(t.encode(), Relaxed);
+            e.value.store(v, Relaxed);
+        }
+        log.n.store(tx.n as u32, Relaxed);
+        if let Some((old, new)) = tx.word {
+            log.has_word.store(1, Relaxed);
+            log.word_old.store(old, Relaxed);
+            log.word_new.store(new, Relaxed);
+        } else {
+            log.has_word.store(0, Relaxed);
+        }
+        log.state.store(LOG_COMMITTED, SeqCst);
+        if let Some((old, new)) = tx.word {
+            if self
+                .r
+                .hdr()
+                .state
+                .compare_exchange(old, new, SeqCst, SeqCst)
+                .is_err()
+            {
+                log.state.store(LOG_EMPTY, SeqCst);
+                return false;
+            }
+        }
+        for &(t, v) in &tx.ents[..tx.n] {
+            apply_target(self.r, t, v);
+        }
+        log.state.store(LOG_EMPTY, Release);
+        true
+    }
+
+    // ---------------------------------------------------------------- the queue
+
+    /// Hand a token to the front sleeper (front class first, then FIFO), or store it.
+    fn deliver(&self, tx: &mut Txn, handoff: bool) {
+        let mut best: Option<(u32, u32, u64)> = None; // (slot, class, ticket)
+        for i in 0..self.r.layout.waiter_slots {
+            let s = self.r.slot(i);
+            if s.state.load(SeqCst) != SLOT_QUEUED {
+                continue;
+            }
+            let class = s.class.load(SeqCst);
+            let ticket = s.ticket.load(SeqCst);
+            let better = match best {
+                None => true,
+                Some((_, bc, bt)) => class > bc || (class == bc && ticket < bt),
+            };
+            if better {
+                best = Some((i, class, ticket));
+            }
+        }
+        match best {
+            Some((i, _, _)) => {
+                let p = self.r.slot(i).proc.load(SeqCst);
+                if handoff {
+                    tx.set(Target::SlotToken(i), SLOT_TOKEN_HANDOFF.into());
+                    if p < self.r.layout.participants {
+                        tx.add(self.r, Target::Handoff(p), 1);
+                    }
+                } else {
+                    tx.set(Target::SlotToken(i), SLOT_TOKEN_NORMAL.into());
+                    if p < self.r.layout.participants {
+                        tx.add(self.r, Target::Registered(p), -1);
+                        tx.add(self.r, Target::Woken(p), 1);
+                    }
+                }
+                tx.wake = Some(i);
+            }
+            None => {
+                let t = if handoff {
+                    Target::StoredHandoff
+                } else {
+                    Target::StoredNormal
+                };
+                tx.add(self.r, t, 1);
+                tx.stored = true;
+            }
+        }
+    }
+
+    fn flush_wakes(&self, post: &mut Post) {
+        for w in post.wakes[..post.n_wakes].iter_mut() {
+            if let Some(i) = w.take() {
+                sys::futex_wake(&self.r.slot(i).state, 1);
+            }
+        }
+        post.n_wakes = 0;
+        if post.stored {
+            post.stored = false;
+            let h = self.r.hdr();
+            h.overflow_seq.fetch_add(1, SeqCst);
+            if h.overflow_waiters.load(SeqCst) != 0 {
+                sys::futex_wake(&h.overflow_seq, i32::MAX);
+            }
+        }
+    }
+
+    /// Run what a recovery left for after the journal lock.
+    fn finish(&self, mut post: Post) {
+        self.flush_wakes(&mut post);
+        if let Some(new) = post.unlock_slow {
+            algo::unlock_slow(self, self, new);
+        }
+        if post.kick {
+            self.kick();
+        }
+    }
+
+    /// Consume a stored token, if any (journal lock held).
+    fn take_stored(&self) -> bool {
+        let h = self.r.hdr();
+        let mut tx = Txn::new();
+        if h.stored_handoff.load(SeqCst) > 0 {
+            tx.add(self.r, Target::StoredHandoff, -1);
+            tx.add(self.r, Target::Handoff(self.me), 1);
+        } else if h.stored_normal.load(SeqCst) > 0 {
+            tx.add(self.r, Target::StoredNormal, -1);
+            tx.add(self.r, Target::Registered(self.me), -1);
+            tx.add(self.r, Target::Woken(self.me), 1);
+        } else {
+            return false;
+        }
+        self.commit(&tx)
+    }
+
+    fn sleep_in_slot(&self, i: u32, deadline: Option<Instant>) -> bool {
+        let s = self.r.slot(i);
+        loop {
+            let v = s.state.load(Acquire);
+            if v >= SLOT_TOKEN_NORMAL {
+                s.state.store(SLOT_FREE, Release);
+                return true;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                let _g = self.jlock();
+                let v = s.state.load(Acquire);
+                s.state.store(SLOT_FREE, Release);
+                return v >= SLOT_TOKEN_NORMAL;
+            }
+            let tick = now + TICK;
+            let wake_at = deadline.map_or(tick, |d| d.min(tick));
+            let r = sys::futex_wait(&s.state, SLOT_QUEUED, Some(wake_at));
+            if r == Wait::TimedOut && Instant::now() >= tick {
+                self.probe();
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- death
+
+    /// Look for dead participants if nobody did recently: the owner every few ms, everyone
+    /// every few tens of ms. Then wake a sleeper if the lock is free and nobody will.
+    pub(crate) fn probe(&self) {
+        let h = self.r.hdr();
+        let now = sys::mono_ns();
+        let last = h.probe_at.load(Relaxed);
+        if now.wrapping_sub(last) < PROBE_GAP_NS
+            || h.probe_at
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let owner = owner_of(h.state.load(SeqCst));
+        if owner != 0 && owner - 1 != self.me && owner - 1 < self.r.layout.participants {
+            let ident = self.r.proc(owner - 1).ident.load(SeqCst);
+            if ident != 0 && sys::ident_dead(ident) {
+                self.recover(owner - 1, ident);
+            }
+        }
+        let last_scan = h.scan_at.load(Relaxed);
+        if now.wrapping_sub(last_scan) >= SCAN_GAP_NS
+            && h.scan_at
+                .compare_exchange(last_scan, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            self.scan(None);
+        }
+        self.kick();
+    }
+
+    /// Recover every dead participant (or only those with this pid). Returns
+    /// `(recovered, any of them owned the lock)`.
+    pub(crate) fn scan(&self, pid: Option<u32>) -> (usize, bool) {
+        let mut n = 0;
+        let mut owned = false;
+        for i in 0..self.r.layout.participants {
+            if i == self.me {
+                continue;
+            }
+            let ident = self.r.proc(i).ident.load(SeqCst);
+            if ident == 0 || pid.is_some_and(|p| p != sys::ident_pid(ident)) {
+                continue;
+            }
+            if sys::ident_dead(ident) {
+                n += 1;
+                owned |= self.recover(i, ident);
+            }
+        }
+        (n, owned)
+    }
+
+    /// The lock is free, not starving, nobody is awake and waiters sleep: in Go that is only
+    /// the moment between an unlock's subtraction and its wake-up, so do the wake-up (exactly
+    /// what that unlock would do; if it is alive and does it too, one of us finds `WOKEN` set).
+    /// This covers an unlocker that died in that moment, and a dead `WOKEN` owner once its bit
+    /// is cleared.
+    fn kick(&self) {
+        let cur = low(self.r.hdr().state.load(SeqCst));
+        if cur & (LOCKED | STARVING | WOKEN) == 0 && algo::waiters(cur) > 0 {
+            algo::unlock_slow(self, self, cur);
+        }
+    }
+
+    /// Undo everything participant `d` (found dead with identity `ident`) left. Returns whether
+    /// it owned the lock.
+    pub(crate) fn recover(&self, d: u32, ident: u64) -> bool {
+        let mut post = Post::default();
+        let owned = {
+            let _g = self.jlock();
+            self.recover_locked(d, ident, &mut post)
+        };
+        self.finish(post);
+        owned
+    }
+
+    fn recover_locked(&self, d: u32, ident: u64, post: &mut Post) -> bool {
+        let r = self.r;
+        let h = r.hdr();
+        let p = r.proc(d);
+        if d == self.me || p.ident.load(SeqCst) != ident {
+            return false; // recovered already (and maybe reused)
+        }
+        let tag = d + 1;
+        // 1. It owned the lock: release it on its behalf and tell the next owner. The flag is
+        //    set before the release, outside the log (the next owner may clear it at once).
+        let mut owned = false;
+        loop {
+            let cur = h.state.load(SeqCst);
+            if low(cur) & LOCKED == 0 || owner_of(cur) != tag {
+                break;
+            }
+            owned = true;
+            h.owner_died.store(1, SeqCst);
+            let new_low = low(cur) - LOCKED;
+            let mut tx = Txn::new();
+            tx.word = Some((cur, word(new_low, 0)));
+            tx.add(r, Target::OwnerDeaths, 1);
+            if new_low & STARVING != 0 {
+                tx.add(r, Target::OwesHandoff(self.me), 1);
+            }
+            if self.commit(&tx) {
+                if new_low != 0 {
+                    post.unlock_slow = Some(new_low);
+                }
+                break;
+            }
+        }
+        // 2. Its queued slots leave the queue; tokens already in its slots were accounted to
+        //    it on delivery (and are resolved below).
+        for i in 0..r.layout.waiter_slots {
+            let s = r.slot(i);
+            if s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == d {
+                s.state.store(SLOT_FREE, SeqCst);
+            }
+        }
+        // 3. Wake-ups it owed.
+        while p.owes_normal.load(SeqCst) > 0 {
+            let mut tx = Txn::new();
+            tx.add(r, Target::OwesNormal(d), -1);
+            self.deliver(&mut tx, false);
+            self.commit(&tx);
+            post.absorb(self, &tx);
+        }
+        while p.owes_handoff.load(SeqCst) > 0 {
+            let mut tx = Txn::new();
+            tx.add(r, Target::OwesHandoff(d), -1);
+            self.deliver(&mut tx, true);
+            self.commit(&tx);
+            post.absorb(self, &tx);
+        }
+        // 4. What its waiters held.
+        loop {
+            if p.handoff.load(SeqCst) > 0 {
+                // It received a hand-off and died before taking ownership: drop its waiter
+                // and pass the hand-off on (or end starvation mode if it was the last).
+                let cur = h.state.load(SeqCst);
+                let mut tx = Txn::new();
+                tx.add(r, Target::Handoff(d), -1);
+                if low(cur) & (STARVING | LOCKED) == STARVING && algo::waiters(low(cur)) > 0 {
+                    let mut new_low = low(cur) - WAITER;
+                    tx.add(r, Target::Registered(d), -1);
+                    if algo::waiters(new_low) == 0 {
+                        new_low &= !STARVING;
+                    } else {
+                        self.deliver(&mut tx, true);
+                    }
+                    tx.word = Some((cur, word(new_low, owner_of(cur))));
+                }
+                if self.commit(&tx) {
+                    post.absorb(self, &tx);
+                }
+            } else if p.woken.load(SeqCst) > 0 {
+                // It owned WOKEN: clear it, and wake someone if the lock is free.
+                let cur = h.state.load(SeqCst);
+                let mut tx = Txn::new();
+                tx.set(Target::Woken(d), 0);
+                if low(cur) & WOKEN != 0 {
+                    tx.word = Some((cur, cur & !u64::from(WOKEN)));
+                }
+                if self.commit(&tx) {
+                    post.kick = true;
+                }
+            } else if p.registered.load(SeqCst) > 0 {
+                // A waiter of its is still counted: a token in flight to nobody in particular
+                // is as good as its own; otherwise leave the count, if that leaves enough
+                // waiters for the hand-off in flight (as `algo::deregister`).
+                let mut tx = Txn::new();
+                if h.stored_handoff.load(SeqCst) > 0 {
+                    tx.add(r, Target::StoredHandoff, -1);
+                    tx.add(r, Target::Handoff(d), 1);
+                } else if h.stored_normal.load(SeqCst) > 0 {
+                    tx.add(r, Target::StoredNormal, -1);
+                    tx.add(r, Target::Registered(d), -1);
+                    tx.add(r, Target::Woken(d), 1);
+                } else {
+                    let cur = h.state.load(SeqCst);
+                    let l = low(cur);
+                    let in_flight = u32::from(l & (STARVING | LOCKED) == STARVING);
+                    if algo::waiters(l) < 1 + in_flight {
+                        // The token it waits for is owed by a live unlocker: finish later.
+                        break;
+                    }
+                    let mut new_low = l - WAITER;
+                    if algo::waiters(new_low) == 0 {
+                        new_low &= !STARVING;
+                    }
+                    tx.word = Some((cur, word(new_low, owner_of(cur))));
+                    tx.add(r, Target::Registered(d), -1);
+                }
+                self.commit(&tx);
+            } else {
+                break;
+            }
+        }
+        // 5. Free its participant slot once nothing refers to it.
+        let cur = h.state.load(SeqCst);
+        let idle = p.registered.load(SeqCst) == 0
+            && p.woken.load(SeqCst) == 0
+            && p.owes_normal.load(SeqCst) == 0
+            && p.owes_handoff.load(SeqCst) == 0
+            && p.handoff.load(SeqCst) == 0
+            && owner_of(cur) != tag;
+        if idle {
+            p.ident.store(0, SeqCst);
+        }
+        owned
+    }
+
+    /// Give up this process's participant slot if it holds nothing (used when a handle is
+    /// dropped).
+    pub(crate) fn release_self(&self) {
+        let _g = self.jlock();
+        let p = self.r.proc(self.me);
+        let busy = p.registered.load(SeqCst) != 0
+            || p.woken.load(SeqCst) != 0
+            || p.owes_normal.load(SeqCst) != 0
+            || p.owes_handoff.load(SeqCst) != 0
+            || p.handoff.load(SeqCst) != 0
+            || owner_of(self.r.hdr().state.load(SeqCst)) == self.tag()
+            || (0..self.r.layout.waiter_slots).any(|i| {
+                let s = self.r.slot(i);
+                s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == self.me
+            });
+        if !busy {
+            p.ident.store(0, SeqCst);
+        }
+    }
+
+    /// Accounting for one of Go's compare-and-swaps, classified by what it changes (see the
+    /// table in `algo`'s docs: only the `WOKEN` owner clears `WOKEN`, only an unlocker removes a
+    /// waiter while setting `WOKEN`, and so on).
+    fn account_cas(&self, tx: &mut Txn, old: u32, new: u32) {
+        let r = self.r;
+        let dn = i64::from(algo::waiters(new)) - i64::from(algo::waiters(old));
+        let dw = i64::from((new & WOKEN) >> 1) - i64::from((old & WOKEN) >> 1);
+        match (dn, dw) {
+            (1, _) => {
+                tx.add(r, Target::Registered(self.me), 1);
+                if dw < 0 {
+                    tx.add(r, Target::Woken(self.me), -1);
+                }
+            }
+            (-1, 1) => tx.add(r, Target::OwesNormal(self.me), 1),
+            (-1, _) => tx.add(r, Target::Registered(self.me), -1),
+            (0, 1) => tx.add(r, Target::Woken(self.me), 1),
+            (0, -1) => tx.add(r, Target::Woken(self.me), -1),
+            _ => {}
+        }
+    }
+}
+
+impl StateWord for Ctx<'_> {
+    #[inline]
+    fn load(&self) -> u32 {
+        low(self.r.hdr().state.load(Relaxed))
+    }
+
+    #[inline]
+    fn try_acquire_fast(&self) -> bool {
+        self.r
+            .hdr()
+            .state
+            .compare_exchange(0, word(LOCKED, self.tag()), Acquire, Relaxed)
+            .is_ok()
+    }
+
+    fn cas(&self, old: u32, new: u32) -> Result<u32, u32> {
+        let st = &self.r.hdr().state;
+        let mut cur = st.load(Relaxed);
+        if low(cur) != old {
+            return Err(low(cur));
+        }
+        if old & LOCKED == 0 && new == old | LOCKED {
+            // Barging acquisition: only LOCKED and the owner change, lock-free.
+            loop {
+                match st.compare_exchange(cur, word(new, self.tag()), SeqCst, Relaxed) {
+                    Ok(_) => return Ok(old),
+                    Err(c) if low(c) == old => cur = c,
+                    Err(c) => return Err(low(c)),
+                }
+            }
+        }
+        let _g = self.jlock();
+        loop {
+            let cur = st.load(SeqCst);
+            if low(cur) != old {
+                return Err(low(cur));
+            }
+            let owner = match (old & LOCKED != 0, new & LOCKED != 0) {
+                (true, true) => owner_of(cur),
+                (false, true) => self.tag(),
+                _ => 0,
+            };
+            let mut tx = Txn::new();
+            tx.word = Some((cur, word(new, owner)));
+            self.account_cas(&mut tx, old, new);
+            if self.commit(&tx) {
+                return Ok(old);
+            }
+        }
+    }
+
+    fn fetch_add(&self, delta: u32) -> u32 {
+        // Only the starvation hand-off receiver's fix-up uses this.
+        let st = &self.r.hdr().state;
+        let _g = self.jlock();
+        loop {
+            let cur = st.load(SeqCst);
+            let old = low(cur);
+            let new = old.wrapping_add(delta);
+            let owner = match (old & LOCKED != 0, new & LOCKED != 0) {
+                (true, true) => owner_of(cur),
+                (false, true) => self.tag(),
+                _ => 0,
+            };
+            let mut tx = Txn::new();
+            tx.word = Some((cur, word(new, owner)));
+            if algo::waiters(new) < algo::waiters(old) {
+                tx.add(self.r, Target::Registered(self.me), -1);
+            }
+            if old & LOCKED == 0 && new & LOCKED != 0 {
+                tx.add(self.r, Target::Handoff(self.me), -1);
+            }
+            if self.commit(&tx) {
+                return old;
+            }
+        }
+    }
+
+    fn release_locked(&self) -> u32 {
+        let st = &self.r.hdr().state;
+        let mut cur = st.load(Relaxed);
+        loop {
+            let l = low(cur);
+            if l & LOCKED == 0 {
+                // Unlock of an unlocked lock: leave the shared word alone; the algorithm sees
+                // the wrapped value and aborts this process.
+                return l.wrapping_sub(LOCKED);
+            }
+            if l & STARVING == 0 {
+                match st.compare_exchange(cur, word(l - LOCKED, 0), Release, Relaxed) {
+                    Ok(_) => return l - LOCKED,
+                    Err(c) => {
+                        cur = c;
+                        continue;
+                    }
+                }
+            }
+            // Starving: the release and the hand-off we now owe are one transaction, so a
+            // death before the hand-off leaves a record of it.
+            let _g = self.jlock();
+            loop {
+                let c = st.load(SeqCst);
+                let l = low(c);
+                if l & STARVING == 0 || l & LOCKED == 0 {
+                    cur = c;
+                    break;
+                }
+                let mut tx = Txn::new();
+                tx.word = Some((c, word(l - LOCKED, 0)));
+                tx.add(self.r, Target::OwesHandoff(self.me), 1);
+                if self.commit(&tx) {
+                    return l - LOCKED;
+                }
+            }
+        }
+    }
+}
+
+impl WaitQueue for Ctx<'_> {
+    fn acquire(&self, lifo: bool, deadline: Option<Instant>) -> bool {
+        let h = self.r.hdr();
+        loop {
+            let (slot, seq) = {
+                let _g = self.jlock();
+                if self.take_stored() {
+                    return true;
+                }
+                let free = (0..self.r.layout.waiter_slots)
+                    .find(|&i| self.r.slot(i).state.load(SeqCst) == SLOT_FREE);
+                match free {
+                    Some(i) => {
+                        let s = self.r.slot(i);
+                        s.proc.store(self.me, SeqCst);
+                        s.class
+                            .store(if lifo { CLASS_FRONT } else { CLASS_BACK }, SeqCst);
+                        s.ticket
+                            .store(h.next_ticket.fetch_add(1, SeqCst), SeqCst);
+                        s.state.store(SLOT_QUEUED, SeqCst);
+                        (Some(i), 0)
+                    }
+                    None => (None, h.overflow_seq.load(SeqCst)),
+                }
+            };
+            if let Some(i) = slot {
+                return self.sleep_in_slot(i, deadline);
+            }
+            // No free slot: wait for a token to be stored (no FIFO order among these waiters).
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return false;
+            }
+            let tick = now + TICK;
+            h.overflow_waiters.fetch_add(1, SeqCst);
+            let r = sys::futex_wait(
+                &h.overflow_seq,
+                seq,
+                Some(deadline.map_or(tick, |d| d.min(tick))),
+            );
+            h.overflow_waiters.fetch_sub(1, SeqCst);
+            if r == Wait::TimedOut && Instant::now() >= tick {
+                self.probe();
+            }
+        }
+    }
+
+    fn release(&self, handoff: bool) {
+        let mut post = Post::default();
+        {
+            let _g = self.jlock();
+            let mut tx = Txn::new();
+            let owed = if handoff {
+                Target::OwesHandoff(self.me)
+            } else {
+                Target::OwesNormal(self.me)
+            };
+            tx.add(self.r, owed, -1);
+            self.deliver(&mut tx, handoff);
+            self.commit(&tx);
+            post.absorb(self, &tx);
+        }
+        self.flush_wakes(&mut post);
+    }
+}
+
+/// Read-only diagnostics of a region, summed over participants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Sums {
+    pub registered: u64,
+    pub woken: u64,
+    pub owes: u64,
+    pub handoff: u64,
+    pub queued_slots: u32,
+    pub participants: u32,
+}
+
+impl Region {
+    pub(crate) fn sums(&self) -> Sums {
+        let mut s = Sums::default();
+        for i in 0..self.layout.participants {
+            let p = self.proc(i);
+            if p.ident.load(SeqCst) != 0 {
+                s.participants += 1;
+            }
+            s.registered += u64::from(p.registered.load(SeqCst));
+            s.woken += u64::from(p.woken.load(SeqCst));
+            s.owes += u64::from(p.owes_normal.load(SeqCst) + p.owes_handoff.load(SeqCst));
+            s.handoff += u64::from(p.handoff.load(SeqCst));
+        }
+        for i in 0..self.layout.waiter_slots {
+            if self.slot(i).state.load(SeqCst) != SLOT_FREE {
+                s.queued_slots += 1;
+            }
+        }
+        s
+    }
+}
+
+/// Claim one of the first `n` participant slots for `ident` (lock-free CAS on a free slot).
+pub(crate) fn claim_participant(r: &Region, ident: u64, n: u32) -> Option<u32> {
+    (0..n.min(r.layout.participants)).find(|&i| {
+        r.proc(i)
+            .ident
+            .compare_exchange(0, ident, SeqCst, Relaxed)
+            .is_ok()
+    })
+}

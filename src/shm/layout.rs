@@ -1,0 +1,210 @@
+//! The bytes of a shared region: identical for every process and every build.
+//!
+//! ```text
+//! offset 0      Header (448 bytes, 64-aligned): identity (magic, version, sizes), the lock's
+//!               64-bit state word, the internal journal lock, flags, token counters, the
+//!               recovery log
+//! 448           participants × ProcSlot (64 bytes each): identity + accounting of each process
+//! ...           waiter_slots × WaiterSlot (64 bytes each): one futex word per sleeping thread
+//! value_offset  T (aligned to max(64, align_of::<T>()))
+//! total_size    (a multiple of 64)
+//! ```
+//!
+//! Every field is a fixed-width atomic (`AtomicU32`/`AtomicU64`, whose size and alignment are
+//! the same on every Linux target), at an offset checked by the `const` assertions below, so a
+//! 32-bit and a 64-bit process agree on the layout. Nothing in the region is a pointer: slots
+//! and owners are indices.
+
+use core::mem::{align_of, size_of};
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+/// `b"GoMutex"` plus a trailing 1: the first 8 bytes of an initialised region. Written last by
+/// the initialiser, so a region with this magic is fully initialised.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
+/// The layout version. Bumped on any change of the bytes below.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Required alignment of a region's first byte.
+pub const REGION_ALIGN: usize = 64;
+/// Most participants or waiter slots a region may have.
+pub const MAX_SLOTS: u32 = 1 << 16;
+
+/// Waiter slot states (the slot's futex word).
+pub(crate) const SLOT_FREE: u32 = 0;
+pub(crate) const SLOT_QUEUED: u32 = 1;
+pub(crate) const SLOT_TOKEN_NORMAL: u32 = 2;
+pub(crate) const SLOT_TOKEN_HANDOFF: u32 = 3;
+
+/// Slot classes: Go's re-queued waiters are served before first-time sleepers.
+pub(crate) const CLASS_BACK: u32 = 0;
+pub(crate) const CLASS_FRONT: u32 = 1;
+
+/// One redo-log entry: store `value` into `target` (see `core::Target`).
+#[repr(C)]
+pub(crate) struct LogEntry {
+    pub target: AtomicU32,
+    pub _pad: u32,
+    pub value: AtomicU64,
+}
+
+/// Entries one journal transaction may hold.
+pub(crate) const LOG_ENTRIES: usize = 12;
+
+/// The redo log of the journal lock's holder (see `core`).
+#[repr(C)]
+pub(crate) struct Log {
+    /// 0 empty, 1 committed.
+    pub state: AtomicU32,
+    pub n: AtomicU32,
+    pub has_word: AtomicU32,
+    pub _pad: u32,
+    pub word_old: AtomicU64,
+    pub word_new: AtomicU64,
+    pub entries: [LogEntry; LOG_ENTRIES],
+}
+
+/// The region header.
+#[repr(C, align(64))]
+pub(crate) struct Header {
+    // --- identity: written once by the initialiser, read-only afterwards ---
+    /// [`MAGIC`] once initialised (stored last, with release ordering).
+    pub magic: AtomicU64,
+    pub version: AtomicU32,
+    pub header_size: AtomicU32,
+    pub total_size: AtomicU64,
+    pub participants: AtomicU32,
+    pub waiter_slots: AtomicU32,
+    pub value_offset: AtomicU64,
+    pub value_size: AtomicU64,
+    pub value_align: AtomicU32,
+    pub _pad0: [u32; 3],
+    // --- the lock (offset 64) ---
+    /// Low 32 bits: Go's state word. High 32 bits: owner participant index + 1 while LOCKED.
+    pub state: AtomicU64,
+    /// The journal lock: holder participant index + 1, bit 31 = contended.
+    pub jlock: AtomicU32,
+    /// Set when the lock was taken back from a dead owner; cleared by `mark_consistent`.
+    pub owner_died: AtomicU32,
+    /// Set when an owner panicked while holding the lock; cleared by `mark_consistent`.
+    pub poisoned: AtomicU32,
+    /// Normal-mode wake-up tokens released while nobody slept.
+    pub stored_normal: AtomicU32,
+    /// Hand-off tokens released while nobody slept.
+    pub stored_handoff: AtomicU32,
+    /// Bumped when a token is stored: waiters without a slot sleep on it.
+    pub overflow_seq: AtomicU32,
+    /// Waiters sleeping on `overflow_seq` (a hint).
+    pub overflow_waiters: AtomicU32,
+    pub _pad1: u32,
+    /// FIFO order of queued waiters.
+    pub next_ticket: AtomicU64,
+    /// Owners found dead so far.
+    pub owner_deaths: AtomicU64,
+    /// Last owner probe (`CLOCK_MONOTONIC` ns).
+    pub probe_at: AtomicU64,
+    /// Last full participant scan (`CLOCK_MONOTONIC` ns).
+    pub scan_at: AtomicU64,
+    pub _pad2: [u64; 7],
+    // --- offset 192 ---
+    pub log: Log,
+}
+
+/// One participating process.
+#[repr(C, align(64))]
+pub(crate) struct ProcSlot {
+    /// `(start time << 24) | pid`; 0 = free.
+    pub ident: AtomicU64,
+    /// Waiter registrations of this process counted in the state word (or consumed by a token
+    /// in flight to nobody in particular; see `core`).
+    pub registered: AtomicU32,
+    /// 1 if a thread of this process owns the `WOKEN` bit.
+    pub woken: AtomicU32,
+    /// Normal-mode wake-ups this process owes (between its waking CAS and its release).
+    pub owes_normal: AtomicU32,
+    /// Hand-offs this process owes (between its starving unlock and its release).
+    pub owes_handoff: AtomicU32,
+    /// Hand-offs delivered to this process whose receiver has not taken ownership yet.
+    pub handoff: AtomicU32,
+    pub _pad: [u32; 9],
+}
+
+/// One sleeping waiter.
+#[repr(C, align(64))]
+pub(crate) struct WaiterSlot {
+    /// The futex word: `SLOT_*`.
+    pub state: AtomicU32,
+    /// Owning participant index.
+    pub proc: AtomicU32,
+    /// `CLASS_*`.
+    pub class: AtomicU32,
+    pub _pad0: u32,
+    /// FIFO order within the class.
+    pub ticket: AtomicU64,
+    pub _pad: [u64; 5],
+}
+
+/// Size of the header.
+pub const HEADER_SIZE: usize = size_of::<Header>();
+pub(crate) const PROC_SIZE: usize = size_of::<ProcSlot>();
+pub(crate) const SLOT_SIZE: usize = size_of::<WaiterSlot>();
+
+const _: () = {
+    assert!(HEADER_SIZE == 448);
+    assert!(PROC_SIZE == 64);
+    assert!(SLOT_SIZE == 64);
+    assert!(align_of::<Header>() == REGION_ALIGN);
+    assert!(core::mem::offset_of!(Header, state) == 64);
+    assert!(core::mem::offset_of!(Header, log) == 192);
+    assert!(size_of::<Log>() == 32 + 16 * LOG_ENTRIES);
+    assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
+};
+
+/// Where everything sits for given slot counts and value layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub participants: u32,
+    pub waiter_slots: u32,
+    pub procs_offset: usize,
+    pub slots_offset: usize,
+    pub value_offset: usize,
+    pub value_size: usize,
+    pub value_align: usize,
+    pub total_size: usize,
+}
+
+const fn align_up(x: usize, a: usize) -> usize {
+    (x + a - 1) / a * a
+}
+
+impl Layout {
+    /// The layout for these counts (`None` if a count is out of range or it overflows).
+    pub(crate) fn new(
+        participants: u32,
+        waiter_slots: u32,
+        value_size: usize,
+        value_align: usize,
+    ) -> Option<Self> {
+        if participants == 0
+            || participants > MAX_SLOTS
+            || waiter_slots > MAX_SLOTS
+            || !value_align.is_power_of_two()
+            || value_align > 4096
+        {
+            return None;
+        }
+        let procs_offset = HEADER_SIZE;
+        let slots_offset = procs_offset + participants as usize * PROC_SIZE;
+        let end = slots_offset + waiter_slots as usize * SLOT_SIZE;
+        let value_offset = align_up(end, value_align.max(REGION_ALIGN));
+        let total_size = align_up(value_offset.checked_add(value_size)?, REGION_ALIGN);
+        Some(Self {
+            participants,
+            waiter_slots,
+            procs_offset,
+            slots_offset,
+            value_offset,
+            value_size,
+            value_align,
+            total_size,
+        })
+    }
+}

@@ -1,0 +1,1167 @@
+//! Go's mutex in memory shared between processes, robust against process death.
+//!
+//! [`ShmMutex<T>`] is the same algorithm as [`crate::Mutex`] (the code in [`crate::algo`] is
+//! shared, not copied): barging with bounded spinning in normal mode, re-queued waiters served
+//! first, a switch to FIFO hand-off once a waiter has waited more than 1 ms. Its state word,
+//! its waiter queue (one 32-bit futex word per sleeping thread, in fixed slots addressed by
+//! index) and the protected value `T` all live in one `MAP_SHARED` region, and waiters sleep
+//! with `futex(2)` *without* `FUTEX_PRIVATE_FLAG`, so the kernel matches them by the backing
+//! page: every process may map the region at a different address.
+//!
+//! ```
+//! use gomutex::shm::ShmMutex;
+//!
+//! // An anonymous shared mapping, inherited by children made with fork().
+//! let m = ShmMutex::anonymous(0u64)?;
+//! *m.lock().unwrap() += 1;
+//! assert_eq!(*m.lock().unwrap(), 1);
+//! # Ok::<(), gomutex::shm::ShmError>(())
+//! ```
+//!
+//! # Where the region comes from
+//!
+//! * [`ShmMutex::anonymous`]: `mmap(MAP_SHARED | MAP_ANONYMOUS)`; create it before `fork()`
+//!   and the children share it. (Not `memmap2`'s `map_anon`, which is `MAP_PRIVATE`: each
+//!   child would get a copy.)
+//! * [`ShmMutex::create`], [`ShmMutex::open`], [`ShmMutex::open_or_create`],
+//!   [`ShmMutex::unlink`]: a named POSIX shared-memory object (`shm_open`, visible under
+//!   `/dev/shm`) for unrelated processes. The creator uses `O_CREAT | O_EXCL`, initialises the
+//!   region and publishes it by writing the magic number last; openers wait (bounded) until
+//!   it is there.
+//! * [`ShmMutex::init_in_place`] / [`ShmMutex::attach`] (`unsafe`): memory you mapped
+//!   yourself.
+//!
+//! Every attach validates the header (magic, layout version, sizes, slot counts, size and
+//! alignment of `T`) and returns a [`ShmError`] without writing a byte if anything is off.
+//!
+//! # Robustness
+//!
+//! Every process that uses the lock owns a *participant* slot holding its identity: the pid
+//! plus the process start time (field 22 of `/proc/<pid>/stat`), which tells a reused pid
+//! apart. The owner's participant index is kept in the same 64-bit word as Go's state, so
+//! taking the lock and recording the owner are one atomic operation.
+//!
+//! * **Owner death**: waiters sleep at most 10 ms at a time; a waking waiter (or a failing
+//!   `try_lock`) checks, at most every few ms machine-wide, whether the owner is still alive
+//!   (`kill(pid, 0)` and `/proc/<pid>/stat`: gone, zombie, or a different start time means
+//!   dead) and if not releases the lock on its behalf. Detection takes ~10–20 ms.
+//! * **Supervisor**: a parent that reaped a child with `waitpid` calls
+//!   [`ShmMutex::force_unlock`]`(pid)` (nginx's `ngx_shmtx_force_unlock`) to release at once
+//!   what that pid held and clean up everything else it left.
+//! * **Telling the next owner**: the lock returns [`LockError::OwnerDied`] (carrying the
+//!   guard) to every owner until one calls [`ShmMutexGuard::mark_consistent`]; the flag lives
+//!   in the region, so it is never swallowed.
+//! * **Dead waiters** leave the waiter count and the queue (no phantom waiters, no leaked
+//!   slots); this happens in periodic scans (every ~40 ms while anybody waits) or at once with
+//!   [`force_unlock`](ShmMutex::force_unlock) / [`recover`](ShmMutex::recover).
+//! * **Panics** while holding the lock poison it, as in-process ([`LockError::Poisoned`]).
+//!
+//! Every other change of the lock's state (registering a waiter, `WOKEN`, `STARVING`, the
+//! hand-off, the queue) is made under a small internal journal lock whose word names its
+//! holder, and is written to a redo log in the region first. Per-process accounting (waiters
+//! registered, `WOKEN` owned, wake-ups owed, hand-offs received) says exactly what a dead
+//! process left behind, so survivors can finish or undo it. Death windows and how each is
+//! handled:
+//!
+//! | a process dies … | handled by |
+//! |---|---|
+//! | holding the lock | the owner is in the state word: release on its behalf, set owner-died |
+//! | between its acquiring CAS and recording itself | impossible: one atomic operation |
+//! | while queued / registered as a waiter | its registrations leave the count, its slots are freed |
+//! | after its unlock CAS (`WOKEN` set, a waiter removed) before the wake-up | the owed wake-up is recorded with the CAS; recovery performs it |
+//! | after a starving unlock before the hand-off | likewise (`owes_handoff`) |
+//! | after a normal unlock's subtraction, before its slow path | a waking waiter sees "free, waiters, nobody awake" and does the wake-up itself |
+//! | owning `WOKEN` (spinner or woken waiter) | recorded; recovery clears `WOKEN` and wakes a waiter |
+//! | as a hand-off receiver before its fix-up | recorded; recovery passes the hand-off to the next waiter (or ends starvation mode) |
+//! | holding the journal lock | its word names it: the next taker replays or discards its redo log |
+//!
+//! # Limits
+//!
+//! * All participants must share one pid namespace (pids are compared) and see the same
+//!   `/proc`. Without a readable `/proc/<pid>/stat` (e.g. `hidepid`) a process that exists is
+//!   presumed alive.
+//! * A stopped (SIGSTOP) or hung owner is alive: it is never taken over.
+//! * Fork while holding the lock: the child does **not** own it (the owner recorded is the
+//!   parent's participant); dropping the inherited guard in the child does nothing. Use
+//!   `fork(3)` (libc's `fork`, which runs `pthread_atfork` handlers); a raw `clone`/`SYS_fork`
+//!   child must not touch the lock.
+//! * Waiter slots are fixed ([`Config::waiter_slots`]); when all are taken further waiters wait
+//!   on a shared sequence word instead (correct, not FIFO among themselves). Participants are
+//!   fixed too ([`Config::participants`]); a process that cannot get one panics after trying
+//!   for 2 s to reclaim dead participants.
+//! * After a death the protected data may be half-updated: that is what
+//!   [`LockError::OwnerDied`] is for.
+//! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
+
+mod core;
+mod layout;
+mod sys;
+
+pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
+
+use self::core::{claim_participant, Ctx, Region};
+use self::layout::{Header, Layout};
+use crate::algo::{self, StateWord};
+use crate::clock::Monotonic;
+use ::core::fmt;
+use ::core::marker::PhantomData;
+use ::core::mem::{align_of, size_of};
+use ::core::ops::{Deref, DerefMut};
+use ::core::ptr::NonNull;
+use ::core::sync::atomic::{AtomicU64, Ordering::*};
+use std::ffi::CString;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// Plain data that may live in memory shared between processes.
+///
+/// # Safety
+///
+/// Implement it only for types that
+///
+/// * have the same layout in every process that maps the region (primitives, arrays of them,
+///   `#[repr(C)]` structs of them; not `usize`/`isize`, whose width differs between 32- and
+///   64-bit processes, nor `u128`/`i128`, whose alignment changed between compiler versions),
+/// * contain no pointers, references, file descriptors or other per-process handles,
+/// * are valid for **every** bit pattern (an owner killed mid-update leaves whatever bytes it
+///   had written; the next owner must be able to read them): no `bool`, `char`, enums or
+///   `NonZero*`.
+///
+/// For a `#[repr(C)]` struct of such fields, a one-line `unsafe impl` is all it takes:
+///
+/// ```
+/// use gomutex::shm::{ShmMutex, ShmSafe};
+///
+/// #[derive(Clone, Copy, Debug, Default)]
+/// #[repr(C)]
+/// struct Stats {
+///     requests: u64,
+///     errors: u32,
+///     last_worker: u32,
+/// }
+/// // SAFETY: repr(C), only fixed-width integers, every bit pattern is a valid `Stats`.
+/// unsafe impl ShmSafe for Stats {}
+///
+/// let m = ShmMutex::anonymous(Stats::default())?;
+/// m.lock().unwrap().requests += 1;
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+pub unsafe trait ShmSafe: Copy + Send + Sync + 'static {}
+
+macro_rules! shm_safe {
+    ($($t:ty),*) => { $(
+        // SAFETY: fixed-width primitive, no pointers, every bit pattern valid.
+        unsafe impl ShmSafe for $t {}
+    )* };
+}
+shm_safe!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, ());
+// SAFETY: an array of plain data is plain data, with a layout fixed by its element.
+unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
+
+/// Sizes fixed when a region is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// How many processes may use the lock at once (each takes one participant slot for as
+    /// long as it lives or keeps its handle). Default 64; at most 65535.
+    pub participants: u32,
+    /// How many threads may sleep in the FIFO queue at once. Further waiters still work but
+    /// wait outside the queue (see the module docs). Default 64; at most 65536.
+    pub waiter_slots: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            participants: 64,
+            waiter_slots: 64,
+        }
+    }
+}
+
+/// Why a region could not be created, opened or attached. Attaching never writes to the
+/// region when it fails.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ShmError {
+    /// The memory is smaller than the region needs.
+    TooSmall {
+        /// Bytes the region needs.
+        needed: usize,
+        /// Bytes available.
+        actual: usize,
+    },
+    /// The memory does not start on a [`REGION_ALIGN`]-byte boundary.
+    Misaligned {
+        /// Its address.
+        addr: usize,
+        /// The alignment required.
+        required: usize,
+    },
+    /// No region was initialised here (the magic number is 0), or the creator has not finished.
+    Uninitialised,
+    /// Something else lives here: the first 8 bytes are not [`MAGIC`].
+    BadMagic {
+        /// What was found.
+        found: u64,
+    },
+    /// A region of another layout version (another release of this crate).
+    VersionMismatch {
+        /// Version found in the header.
+        found: u32,
+        /// [`LAYOUT_VERSION`].
+        expected: u32,
+    },
+    /// The region holds a value of another size or alignment than `T`.
+    ValueMismatch {
+        /// `size_of::<T>()`.
+        expected_size: usize,
+        /// `align_of::<T>()`.
+        expected_align: usize,
+        /// Size recorded in the header.
+        found_size: u64,
+        /// Alignment recorded in the header.
+        found_align: u32,
+    },
+    /// The header is inconsistent (e.g. its sizes do not add up).
+    Corrupt(&'static str),
+    /// The configuration is out of range.
+    InvalidConfig(&'static str),
+    /// A shared-memory name must be 1..=250 bytes, without NUL or `/` after the leading `/`.
+    InvalidName,
+    /// A named region's creator did not finish initialising it in time.
+    InitTimeout,
+    /// A system call failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for ShmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShmError::TooSmall { needed, actual } => write!(
+                f,
+                "shared region too small: {actual} bytes, {needed} needed"
+            ),
+            ShmError::Misaligned { addr, required } => write!(
+                f,
+                "shared region at {addr:#x} is not aligned to {required} bytes"
+            ),
+            ShmError::Uninitialised => write!(f, "shared region is not initialised"),
+            ShmError::BadMagic { found } => write!(
+                f,
+                "not a gomutex shared region (magic {found:#018x}, expected {MAGIC:#018x})"
+            ),
+            ShmError::VersionMismatch { found, expected } => write!(
+                f,
+                "shared region has layout version {found}, this build uses {expected}"
+            ),
+            ShmError::ValueMismatch {
+                expected_size,
+                expected_align,
+                found_size,
+                found_align,
+            } => write!(
+                f,
+                "shared region holds a value of size {found_size} / align {found_align}, \
+                 expected size {expected_size} / align {expected_align}"
+            ),
+            ShmError::Corrupt(what) => write!(f, "shared region header is corrupt: {what}"),
+            ShmError::InvalidConfig(what) => write!(f, "invalid shared mutex config: {what}"),
+            ShmError::InvalidName => write!(f, "invalid shared memory name"),
+            ShmError::InitTimeout => {
+                write!(f, "timed out waiting for the shared region to be initialised")
+            }
+            ShmError::Io(e) => write!(f, "shared memory: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ShmError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ShmError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for ShmError {
+    fn from(e: io::Error) -> Self {
+        ShmError::Io(e)
+    }
+}
+
+/// Why a lock call returned a guard in an error: the lock **is held** (the guard is inside),
+/// but the data may be inconsistent.
+pub enum LockError<G> {
+    /// A previous owner died while holding the lock (like `EOWNERDEAD`). Repair the data, then
+    /// call [`ShmMutexGuard::mark_consistent`]; until somebody does, every owner is told.
+    OwnerDied(G),
+    /// A previous owner panicked while holding the lock (std's poisoning).
+    Poisoned(G),
+}
+
+impl<G> LockError<G> {
+    /// The guard (the lock is held).
+    pub fn into_guard(self) -> G {
+        match self {
+            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
+        }
+    }
+    /// The guard, borrowed.
+    pub fn guard(&self) -> &G {
+        match self {
+            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
+        }
+    }
+    /// The guard, mutably borrowed.
+    pub fn guard_mut(&mut self) -> &mut G {
+        match self {
+            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
+        }
+    }
+}
+
+impl<G> fmt::Debug for LockError<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::OwnerDied(_) => f.write_str("OwnerDied(..)"),
+            LockError::Poisoned(_) => f.write_str("Poisoned(..)"),
+        }
+    }
+}
+
+impl<G> fmt::Display for LockError<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::OwnerDied(_) => {
+                f.write_str("a previous owner of the shared mutex died while holding it")
+            }
+            LockError::Poisoned(_) => {
+                f.write_str("a previous owner of the shared mutex panicked while holding it")
+            }
+        }
+    }
+}
+
+impl<G> std::error::Error for LockError<G> {}
+
+/// Why a `try_lock*` call did not return a clean guard.
+pub enum TryLockError<G> {
+    /// The lock is held (or belongs to the queue in starvation mode), or the timeout passed.
+    WouldBlock,
+    /// Acquired; a previous owner died while holding it (see [`LockError::OwnerDied`]).
+    OwnerDied(G),
+    /// Acquired; a previous owner panicked while holding it.
+    Poisoned(G),
+}
+
+impl<G> From<LockError<G>> for TryLockError<G> {
+    fn from(e: LockError<G>) -> Self {
+        match e {
+            LockError::OwnerDied(g) => TryLockError::OwnerDied(g),
+            LockError::Poisoned(g) => TryLockError::Poisoned(g),
+        }
+    }
+}
+
+impl<G> fmt::Debug for TryLockError<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryLockError::WouldBlock => f.write_str("WouldBlock"),
+            TryLockError::OwnerDied(_) => f.write_str("OwnerDied(..)"),
+            TryLockError::Poisoned(_) => f.write_str("Poisoned(..)"),
+        }
+    }
+}
+
+impl<G> fmt::Display for TryLockError<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryLockError::WouldBlock => f.write_str("the shared mutex is locked"),
+            TryLockError::OwnerDied(_) => {
+                f.write_str("a previous owner of the shared mutex died while holding it")
+            }
+            TryLockError::Poisoned(_) => {
+                f.write_str("a previous owner of the shared mutex panicked while holding it")
+            }
+        }
+    }
+}
+
+impl<G> std::error::Error for TryLockError<G> {}
+
+/// Result of [`ShmMutex::lock`].
+pub type LockResult<G> = Result<G, LockError<G>>;
+/// Result of [`ShmMutex::try_lock`] and its timed variants.
+pub type TryLockResult<G> = Result<G, TryLockError<G>>;
+
+/// A snapshot of a region's lock state, for tests and monitoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Diagnostics {
+    /// Go's 32-bit state word (bit 0 locked, 1 woken, 2 starving, waiters << 3).
+    pub state: u32,
+    /// Waiters registered in the state word.
+    pub waiters: u32,
+    /// Pid of the owner, if the lock is held.
+    pub owner_pid: Option<u32>,
+    /// Waiter slots in use (queued, or holding a token not yet picked up).
+    pub queued_slots: u32,
+    /// Wake-up tokens released while nobody slept, not consumed yet.
+    pub stored_tokens: u32,
+    /// Waiter registrations summed over participants (equals `waiters` when quiescent).
+    pub registered_waiters: u64,
+    /// `WOKEN` owners, owed wake-ups and pending hand-offs summed over participants
+    /// (0 when quiescent).
+    pub in_flight: u64,
+    /// Participant slots in use.
+    pub participants: u32,
+    /// Owners found dead so far (over the region's life).
+    pub owner_deaths: u64,
+    /// The owner-died flag (set until `mark_consistent`).
+    pub owner_died: bool,
+    /// The poison flag.
+    pub poisoned: bool,
+}
+
+enum Backing {
+    /// We mapped it (anonymous or named): unmap on drop.
+    Mapped,
+    /// The caller's memory.
+    Borrowed,
+}
+
+/// Go's mutex and a value `T`, in memory shared between processes. See the [module
+/// docs](self).
+///
+/// The handle itself is per process (it is where this process caches its participant slot);
+/// the lock and the value are in the region. A handle inherited across `fork()` works in the
+/// child, which registers as a new participant on first use.
+pub struct ShmMutex<T: ShmSafe> {
+    region: Region,
+    backing: Backing,
+    map_len: usize,
+    /// `(pid << 32) | (participant index + 1)` of the process that registered; 0 = none.
+    me: AtomicU64,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: the value is only reached through the lock (one owner at a time); everything else
+// is atomics in the region. `T: ShmSafe` is `Send`.
+unsafe impl<T: ShmSafe> Send for ShmMutex<T> {}
+// SAFETY: as above.
+unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
+
+fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
+    if base.is_null() || base as usize % REGION_ALIGN != 0 {
+        return Err(ShmError::Misaligned {
+            addr: base as usize,
+            required: REGION_ALIGN,
+        });
+    }
+    if len < HEADER_SIZE {
+        return Err(ShmError::TooSmall {
+            needed: HEADER_SIZE,
+            actual: len,
+        });
+    }
+    // SAFETY: `base` is aligned and at least a header long (checked); we only load atomics.
+    let h = unsafe { &*(base as *const Header) };
+    let magic = h.magic.load(Acquire);
+    if magic == 0 {
+        return Err(ShmError::Uninitialised);
+    }
+    if magic != MAGIC {
+        return Err(ShmError::BadMagic { found: magic });
+    }
+    let version = h.version.load(Relaxed);
+    if version != LAYOUT_VERSION {
+        return Err(ShmError::VersionMismatch {
+            found: version,
+            expected: LAYOUT_VERSION,
+        });
+    }
+    if h.header_size.load(Relaxed) as usize != HEADER_SIZE {
+        return Err(ShmError::Corrupt("header size"));
+    }
+    let (vs, va) = (h.value_size.load(Relaxed), h.value_align.load(Relaxed));
+    if vs != size_of::<T>() as u64 || va as usize != align_of::<T>() {
+        return Err(ShmError::ValueMismatch {
+            expected_size: size_of::<T>(),
+            expected_align: align_of::<T>(),
+            found_size: vs,
+            found_align: va,
+        });
+    }
+    let layout = Layout::new(
+        h.participants.load(Relaxed),
+        h.waiter_slots.load(Relaxed),
+        size_of::<T>(),
+        align_of::<T>(),
+    )
+    .ok_or(ShmError::Corrupt("slot counts"))?;
+    if h.total_size.load(Relaxed) != layout.total_size as u64
+        || h.value_offset.load(Relaxed) != layout.value_offset as u64
+    {
+        return Err(ShmError::Corrupt("sizes do not add up"));
+    }
+    if len < layout.total_size {
+        return Err(ShmError::TooSmall {
+            needed: layout.total_size,
+            actual: len,
+        });
+    }
+    Ok(layout)
+}
+
+fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
+    if cfg.participants == 0 || cfg.participants >= layout::MAX_SLOTS {
+        return Err(ShmError::InvalidConfig("participants must be in 1..=65535"));
+    }
+    // One extra participant slot is the "guest" a process borrows to reclaim dead
+    // participants when the table is full.
+    Layout::new(
+        cfg.participants + 1,
+        cfg.waiter_slots,
+        size_of::<T>(),
+        align_of::<T>(),
+    )
+    .ok_or(ShmError::InvalidConfig("waiter_slots must be at most 65536"))
+}
+
+/// Initialise a region at `base` (checked: aligned, big enough).
+///
+/// # Safety
+/// `base..base+len` is writable memory nobody else uses until this returns.
+unsafe fn init_region<T: ShmSafe>(
+    base: *mut u8,
+    len: usize,
+    value: T,
+    cfg: Config,
+) -> Result<Region, ShmError> {
+    let layout = layout_for::<T>(cfg)?;
+    if base.is_null() || base as usize % REGION_ALIGN != 0 {
+        return Err(ShmError::Misaligned {
+            addr: base as usize,
+            required: REGION_ALIGN,
+        });
+    }
+    if len < layout.total_size {
+        return Err(ShmError::TooSmall {
+            needed: layout.total_size,
+            actual: len,
+        });
+    }
+    // SAFETY: writable and ours (caller's contract), `total_size <= len`.
+    unsafe { ::core::ptr::write_bytes(base, 0, layout.total_size) };
+    // SAFETY: aligned, in bounds; freshly zeroed memory is a valid all-atomics header.
+    let h = unsafe { &*(base as *const Header) };
+    h.version.store(LAYOUT_VERSION, Relaxed);
+    h.header_size.store(HEADER_SIZE as u32, Relaxed);
+    h.total_size.store(layout.total_size as u64, Relaxed);
+    h.participants.store(layout.participants, Relaxed);
+    h.waiter_slots.store(layout.waiter_slots, Relaxed);
+    h.value_offset.store(layout.value_offset as u64, Relaxed);
+    h.value_size.store(size_of::<T>() as u64, Relaxed);
+    h.value_align.store(align_of::<T>() as u32, Relaxed);
+    // SAFETY: the value offset is in bounds and aligned for T (layout).
+    unsafe { ::core::ptr::write(base.add(layout.value_offset).cast::<T>(), value) };
+    // Publish: everything above happens-before any attach that sees the magic.
+    h.magic.store(MAGIC, Release);
+    // SAFETY: initialised above with this layout; the caller keeps it mapped.
+    Ok(unsafe { Region::new(NonNull::new_unchecked(base), layout) })
+}
+
+fn shm_name(name: &str) -> Result<CString, ShmError> {
+    let n = if name.starts_with('/') {
+        name.to_owned()
+    } else {
+        format!("/{name}")
+    };
+    if n.len() < 2 || n.len() > 251 || n[1..].contains('/') {
+        return Err(ShmError::InvalidName);
+    }
+    CString::new(n).map_err(|_| ShmError::InvalidName)
+}
+
+fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
+    let flags = if fd < 0 {
+        libc::MAP_SHARED | libc::MAP_ANONYMOUS
+    } else {
+        libc::MAP_SHARED
+    };
+    // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            ::core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(p.cast())
+}
+
+fn unmap(p: *mut u8, len: usize) {
+    // SAFETY: `p..p+len` is a mapping we made and no longer use.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
+struct Fd(libc::c_int);
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+impl<T: ShmSafe> ShmMutex<T> {
+    /// Bytes a region for `T` with this configuration occupies (what to map for
+    /// [`init_in_place`](Self::init_in_place)).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmMutex};
+    /// let n = ShmMutex::<u64>::required_size(Config::default()).unwrap();
+    /// assert_eq!(n % 64, 0);
+    /// ```
+    pub fn required_size(cfg: Config) -> Result<usize, ShmError> {
+        Ok(layout_for::<T>(cfg)?.total_size)
+    }
+
+    fn from_region(region: Region, backing: Backing, map_len: usize) -> Self {
+        Self {
+            region,
+            backing,
+            map_len,
+            me: AtomicU64::new(0),
+            _t: PhantomData,
+        }
+    }
+
+    /// A new region in an anonymous shared mapping (`MAP_SHARED | MAP_ANONYMOUS`) holding
+    /// `value`, with the default [`Config`]. Children created with `fork()` afterwards share
+    /// it.
+    pub fn anonymous(value: T) -> Result<Self, ShmError> {
+        Self::anonymous_with(value, Config::default())
+    }
+
+    /// [`anonymous`](Self::anonymous) with explicit sizes.
+    pub fn anonymous_with(value: T, cfg: Config) -> Result<Self, ShmError> {
+        let len = layout_for::<T>(cfg)?.total_size;
+        let p = map_shared(-1, len)?;
+        // SAFETY: a fresh mapping of `len` bytes, page aligned, ours alone.
+        match unsafe { init_region(p, len, value, cfg) } {
+            Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
+            Err(e) => {
+                unmap(p, len);
+                Err(e)
+            }
+        }
+    }
+
+    /// Create a named region (`shm_open(name, O_CREAT | O_EXCL)`, mode 0600) holding `value`.
+    /// Fails with `Io(AlreadyExists)` if the name exists. `name` may omit the leading `/`.
+    pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
+        let cname = shm_name(name)?;
+        let len = layout_for::<T>(cfg)?.total_size;
+        // SAFETY: a NUL-terminated name; creates a new object.
+        let fd = unsafe {
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let fd = Fd(fd);
+        let fail = |e: ShmError| {
+            // SAFETY: removing the name we just created.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+            e
+        };
+        // SAFETY: our descriptor.
+        if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
+            return Err(fail(io::Error::last_os_error().into()));
+        }
+        let p = map_shared(fd.0, len).map_err(fail)?;
+        // SAFETY: a fresh mapping of the new object; openers wait for the magic, written last.
+        match unsafe { init_region(p, len, value, cfg) } {
+            Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
+            Err(e) => {
+                unmap(p, len);
+                Err(fail(e))
+            }
+        }
+    }
+
+    /// Open an existing named region, waiting up to 1 s for its creator to finish
+    /// initialising it.
+    pub fn open(name: &str) -> Result<Self, ShmError> {
+        Self::open_timeout(name, Duration::from_secs(1))
+    }
+
+    /// [`open`](Self::open) with an explicit wait for initialisation. Fails with
+    /// `Io(NotFound)` if the name does not exist, [`ShmError::InitTimeout`] if it is not
+    /// initialised in time, or a validation error (nothing is written then).
+    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Self, ShmError> {
+        let cname = shm_name(name)?;
+        // SAFETY: a NUL-terminated name.
+        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let fd = Fd(fd);
+        let deadline = Instant::now() + timeout;
+        loop {
+            // SAFETY: a zeroed stat buffer for fstat to fill.
+            let mut st: libc::stat = unsafe { ::core::mem::zeroed() };
+            // SAFETY: our descriptor, a valid buffer.
+            if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+                return Err(io::Error::last_os_error().into());
+            }
+            let len = st.st_size as usize;
+            if len >= HEADER_SIZE {
+                let p = map_shared(fd.0, len)?;
+                match validate::<T>(p, len) {
+                    Ok(layout) => {
+                        // SAFETY: validated; mapped for `len >= total_size` bytes until drop.
+                        let r = unsafe { Region::new(NonNull::new_unchecked(p), layout) };
+                        return Ok(Self::from_region(r, Backing::Mapped, len));
+                    }
+                    Err(ShmError::Uninitialised) => unmap(p, len),
+                    Err(e) => {
+                        unmap(p, len);
+                        return Err(e);
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ShmError::InitTimeout);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Open the named region, or create it with `value` if it does not exist; `true` if this
+    /// call created it. Race-free: exactly one of several concurrent callers creates.
+    pub fn open_or_create(name: &str, value: T, cfg: Config) -> Result<(Self, bool), ShmError> {
+        loop {
+            match Self::create(name, value, cfg) {
+                Ok(m) => return Ok((m, true)),
+                Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            match Self::open(name) {
+                Ok(m) => return Ok((m, false)),
+                // Unlinked between our two calls: try again.
+                Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Remove a name (`shm_unlink`). Processes that have it mapped keep their mapping.
+    pub fn unlink(name: &str) -> Result<(), ShmError> {
+        let cname = shm_name(name)?;
+        // SAFETY: a NUL-terminated name.
+        if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        Ok(())
+    }
+
+    /// Initialise a region in memory the caller mapped, holding `value`.
+    ///
+    /// # Safety
+    ///
+    /// * `ptr..ptr + len` is writable memory mapped `MAP_SHARED` (a shared file, `shm_open`,
+    ///   memfd or `MAP_SHARED | MAP_ANONYMOUS` object; never private or copy-on-write memory,
+    ///   where other processes would not see the lock) that stays mapped for the life of the
+    ///   returned handle;
+    /// * no other process or thread uses that memory until this returns (it is overwritten).
+    ///
+    /// Checks (and returns an error for, without writing) a misaligned `ptr` (it must be
+    /// [`REGION_ALIGN`]-aligned; `mmap` results are) and a `len` below
+    /// [`required_size`](Self::required_size).
+    pub unsafe fn init_in_place(
+        ptr: *mut u8,
+        len: usize,
+        value: T,
+        cfg: Config,
+    ) -> Result<Self, ShmError> {
+        // SAFETY: the caller's contract.
+        let r = unsafe { init_region(ptr, len, value, cfg) }?;
+        Ok(Self::from_region(r, Backing::Borrowed, len))
+    }
+
+    /// Attach to a region another process (or [`init_in_place`](Self::init_in_place))
+    /// initialised in memory the caller mapped. Validates the header and writes nothing if it
+    /// is wrong.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` is readable and writable `MAP_SHARED` memory that stays mapped for the
+    /// life of the returned handle, and, if it holds a valid header, is used only as a gomutex
+    /// region for `T` by everybody.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmError, ShmMutex};
+    ///
+    /// let len = ShmMutex::<u32>::required_size(Config::default())?;
+    /// // SAFETY: a fresh shared anonymous mapping, unmapped below after the handles are gone.
+    /// let p = unsafe {
+    ///     libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE,
+    ///                libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+    /// } as *mut u8;
+    /// // Zeroed memory is not a region: an error, and nothing written.
+    /// assert!(matches!(unsafe { ShmMutex::<u32>::attach(p, len) }, Err(ShmError::Uninitialised)));
+    /// let a = unsafe { ShmMutex::init_in_place(p, len, 5u32, Config::default()) }?;
+    /// let b = unsafe { ShmMutex::<u32>::attach(p, len) }?;
+    /// *a.lock().unwrap() += 1;
+    /// assert_eq!(*b.lock().unwrap(), 6);
+    /// // A different T is refused.
+    /// assert!(matches!(unsafe { ShmMutex::<u64>::attach(p, len) }, Err(ShmError::ValueMismatch { .. })));
+    /// drop((a, b));
+    /// unsafe { libc::munmap(p.cast(), len) };
+    /// # Ok::<(), ShmError>(())
+    /// ```
+    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, ShmError> {
+        let layout = validate::<T>(ptr, len)?;
+        // SAFETY: validated (non-null, aligned, big enough); kept mapped per the contract.
+        let r = unsafe { Region::new(NonNull::new_unchecked(ptr), layout) };
+        Ok(Self::from_region(r, Backing::Borrowed, len))
+    }
+
+    /// This process's view, registering it as a participant on first use (and again in a
+    /// forked child, whose pid differs).
+    #[inline]
+    fn ctx(&self) -> Ctx<'_> {
+        let pid = sys::current_pid();
+        let c = self.me.load(Relaxed);
+        if c != 0 && (c >> 32) as u32 == pid {
+            return Ctx {
+                r: &self.region,
+                me: (c as u32) - 1,
+            };
+        }
+        self.register(pid)
+    }
+
+    #[cold]
+    fn register(&self, pid: u32) -> Ctx<'_> {
+        let r = &self.region;
+        let ident = sys::self_ident();
+        let guest = r.layout.participants - 1;
+        let started = Instant::now();
+        loop {
+            if let Some(i) = claim_participant(r, ident, guest) {
+                self.me.store((u64::from(pid) << 32) | u64::from(i + 1), Relaxed);
+                return Ctx { r, me: i };
+            }
+            // Full: borrow the spare "guest" slot to reclaim dead participants.
+            let g = r.proc(guest);
+            if g.ident.load(SeqCst) == ident
+                || g.ident.compare_exchange(0, ident, SeqCst, SeqCst).is_ok()
+            {
+                let ctx = Ctx { r, me: guest };
+                ctx.scan(None);
+                g.ident.store(0, SeqCst);
+            }
+            if started.elapsed() > Duration::from_secs(2) {
+                panic!(
+                    "gomutex::shm: all {} participant slots are used by live processes",
+                    guest
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn guard(&self, pid: u32) -> LockResult<ShmMutexGuard<'_, T>> {
+        let g = ShmMutexGuard {
+            m: self,
+            pid,
+            panicking: std::thread::panicking(),
+            _not_send: PhantomData,
+        };
+        let h = self.region.hdr();
+        if h.owner_died.load(Acquire) != 0 {
+            Err(LockError::OwnerDied(g))
+        } else if h.poisoned.load(Acquire) != 0 {
+            Err(LockError::Poisoned(g))
+        } else {
+            Ok(g)
+        }
+    }
+
+    /// Acquire the lock, blocking until it is available. `Err` (still carrying the guard, so
+    /// the lock is held) if a previous owner died or panicked while holding it.
+    ///
+    /// ```
+    /// let m = gomutex::shm::ShmMutex::anonymous([0u8; 4])?;
+    /// m.lock().unwrap()[0] = 7;
+    /// assert_eq!(m.lock().unwrap()[0], 7);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
+        let ctx = self.ctx();
+        algo::lock::<_, _, Monotonic>(&ctx, &ctx);
+        self.guard(sys::current_pid())
+    }
+
+    /// Acquire the lock if it is free right now (never spins, never queues). A failing call
+    /// also checks, at most every few ms, whether the owner died (so polling users, like an
+    /// accept lock, recover too).
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmMutex, TryLockError};
+    /// let m = ShmMutex::anonymous(0u32)?;
+    /// let g = m.lock().unwrap();
+    /// assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
+    /// drop(g);
+    /// assert!(m.try_lock().is_ok());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn try_lock(&self) -> TryLockResult<ShmMutexGuard<'_, T>> {
+        let ctx = self.ctx();
+        if algo::try_lock(&ctx) {
+            return Ok(self.guard(sys::current_pid())?);
+        }
+        ctx.probe();
+        Err(TryLockError::WouldBlock)
+    }
+
+    /// Acquire the lock, waiting at most `timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let m = gomutex::shm::ShmMutex::anonymous(0u32)?;
+    /// let g = m.lock().unwrap();
+    /// assert!(m.try_lock_for(Duration::from_millis(5)).is_err());
+    /// drop(g);
+    /// assert!(m.try_lock_for(Duration::from_millis(5)).is_ok());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn try_lock_for(&self, timeout: Duration) -> TryLockResult<ShmMutexGuard<'_, T>> {
+        self.try_lock_until_opt(Instant::now().checked_add(timeout))
+    }
+
+    /// Acquire the lock, waiting at most until `deadline`.
+    pub fn try_lock_until(&self, deadline: Instant) -> TryLockResult<ShmMutexGuard<'_, T>> {
+        self.try_lock_until_opt(Some(deadline))
+    }
+
+    fn try_lock_until_opt(
+        &self,
+        deadline: Option<Instant>,
+    ) -> TryLockResult<ShmMutexGuard<'_, T>> {
+        let ctx = self.ctx();
+        if algo::lock_until::<_, _, Monotonic>(&ctx, &ctx, deadline) {
+            Ok(self.guard(sys::current_pid())?)
+        } else {
+            Err(TryLockError::WouldBlock)
+        }
+    }
+
+    /// Release whatever the process `pid` left, if it is gone: the lock if it owned it (the
+    /// next owner gets [`LockError::OwnerDied`]), its queued waiters, the wake-ups and
+    /// hand-offs it owed or was handed. Returns whether it owned the lock.
+    ///
+    /// For a supervisor right after it reaped `pid` with `waitpid` (nginx's
+    /// `ngx_shmtx_force_unlock`): no pid-reuse window. A process that is still alive (same pid
+    /// and start time, not a zombie) is left alone, so calling it for a live pid is harmless.
+    /// Not async-signal-safe: call it from normal code, not from a `SIGCHLD` handler.
+    pub fn force_unlock(&self, pid: u32) -> bool {
+        self.ctx().scan(Some(pid)).1
+    }
+
+    /// Look for dead participants now and repair what they left (normally done by waiting
+    /// processes every few tens of ms). Returns how many were found.
+    pub fn recover(&self) -> usize {
+        let ctx = self.ctx();
+        let n = ctx.scan(None).0;
+        ctx.probe();
+        n
+    }
+
+    /// Whether the lock is held right now (a snapshot; in starvation mode between a hand-off
+    /// and its receiver running this reports `true`).
+    pub fn is_locked(&self) -> bool {
+        StateWord::load(&Ctx {
+            r: &self.region,
+            me: 0,
+        }) & (algo::LOCKED | algo::STARVING)
+            != 0
+    }
+
+    /// Whether a holder panicked (and nobody called `mark_consistent`/`clear_poison` since).
+    pub fn is_poisoned(&self) -> bool {
+        self.region.hdr().poisoned.load(Acquire) != 0
+    }
+
+    /// Clear the poison flag.
+    pub fn clear_poison(&self) {
+        self.region.hdr().poisoned.store(0, Release);
+    }
+
+    /// Whether the owner-died flag is set (see [`LockError::OwnerDied`]).
+    pub fn owner_died(&self) -> bool {
+        self.region.hdr().owner_died.load(Acquire) != 0
+    }
+
+    /// A snapshot of the lock's state.
+    pub fn diagnostics(&self) -> Diagnostics {
+        let h = self.region.hdr();
+        let w = h.state.load(SeqCst);
+        let state = w as u32;
+        let owner = (w >> 32) as u32;
+        let owner_pid = if state & algo::LOCKED != 0 && owner != 0 {
+            Some(sys::ident_pid(
+                self.region.proc(owner - 1).ident.load(SeqCst),
+            ))
+        } else {
+            None
+        };
+        let s = self.region.sums();
+        Diagnostics {
+            state,
+            waiters: algo::waiters(state),
+            owner_pid,
+            queued_slots: s.queued_slots,
+            stored_tokens: h.stored_normal.load(SeqCst) + h.stored_handoff.load(SeqCst),
+            registered_waiters: s.registered,
+            in_flight: s.woken + s.owes + s.handoff,
+            participants: s.participants,
+            owner_deaths: h.owner_deaths.load(SeqCst),
+            owner_died: h.owner_died.load(SeqCst) != 0,
+            poisoned: h.poisoned.load(SeqCst) != 0,
+        }
+    }
+
+    /// Address and length of the region (for diagnostics, or to hand the memory to
+    /// [`attach`](Self::attach) elsewhere).
+    pub fn as_ptr_len(&self) -> (*mut u8, usize) {
+        (self.region.base(), self.map_len)
+    }
+}
+
+impl<T: ShmSafe> Drop for ShmMutex<T> {
+    fn drop(&mut self) {
+        let c = self.me.load(Relaxed);
+        if c != 0 && (c >> 32) as u32 == sys::current_pid() {
+            Ctx {
+                r: &self.region,
+                me: (c as u32) - 1,
+            }
+            .release_self();
+        }
+        if let Backing::Mapped = self.backing {
+            unmap(self.region.base(), self.map_len);
+        }
+    }
+}
+
+impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ShmMutex");
+        match self.try_lock() {
+            Ok(g) => {
+                d.field("data", &*g);
+            }
+            Err(TryLockError::OwnerDied(g)) | Err(TryLockError::Poisoned(g)) => {
+                d.field("data", &*g);
+            }
+            Err(TryLockError::WouldBlock) => {
+                d.field("data", &format_args!("<locked>"));
+            }
+        }
+        let diag = self.diagnostics();
+        d.field("owner_pid", &diag.owner_pid)
+            .field("waiters", &diag.waiters)
+            .field("poisoned", &diag.poisoned)
+            .field("owner_died", &diag.owner_died);
+        d.finish_non_exhaustive()
+    }
+}
+
+/// The lock is held while this lives; the value is reached through `Deref`/`DerefMut`.
+/// Dropping it unlocks (and poisons the lock if the thread is panicking).
+///
+/// `!Send`. A guard that a forked child inherited does not own the lock in the child:
+/// dropping it there does nothing.
+#[must_use = "if unused the ShmMutex will immediately unlock"]
+#[clippy::has_significant_drop]
+pub struct ShmMutexGuard<'a, T: ShmSafe> {
+    m: &'a ShmMutex<T>,
+    pid: u32,
+    panicking: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+// SAFETY: sharing `&ShmMutexGuard` only shares `&T`, and `T: ShmSafe` is `Sync`.
+unsafe impl<T: ShmSafe> Sync for ShmMutexGuard<'_, T> {}
+
+impl<T: ShmSafe> ShmMutexGuard<'_, T> {
+    /// Declare the data consistent again after an [`LockError::OwnerDied`] (or
+    /// [`LockError::Poisoned`]): clears both flags, so later owners get `Ok`.
+    ///
+    /// ```
+    /// let m = gomutex::shm::ShmMutex::anonymous(0u32)?;
+    /// let g = m.lock().unwrap();
+    /// g.mark_consistent(); // nothing to repair here, and harmless
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn mark_consistent(&self) {
+        let h = self.m.region.hdr();
+        h.owner_died.store(0, Release);
+        h.poisoned.store(0, Release);
+    }
+
+    /// Whether this guard's process owns the lock (false in a child forked while the parent
+    /// held it).
+    pub fn is_owner(&self) -> bool {
+        self.pid == sys::current_pid()
+    }
+}
+
+impl<T: ShmSafe> Deref for ShmMutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the lock is held, so no other process or thread writes the value; it is
+        // aligned and initialised (layout, init).
+        unsafe { &*(self.m.region.value_ptr() as *const T) }
+    }
+}
+
+impl<T: ShmSafe> DerefMut for ShmMutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as above, and we have the guard mutably.
+        unsafe { &mut *(self.m.region.value_ptr() as *mut T) }
+    }
+}
+
+impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
+    fn drop(&mut self) {
+        if self.pid != sys::current_pid() {
+            return; // inherited across fork: the lock is the parent's
+        }
+        if !self.panicking && std::thread::panicking() {
+            self.m.region.hdr().poisoned.store(1, Release);
+        }
+        let ctx = self.m.ctx();
+        algo::unlock(&ctx, &ctx);
+    }
+}
+
+impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}

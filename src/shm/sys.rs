@@ -1,0 +1,319 @@
+//! The operating-system calls the shared-memory lock needs: shared futexes, the caller's pid
+//! (cached, and reset in a forked child), and a liveness probe that tells a reused pid apart.
+//!
+//! Everything on the lock and recovery paths here is allocation-free and uses only
+//! async-signal-safe calls (`open`, `read`, `close`, `kill`, `getpid`, `clock_gettime`,
+//! `futex`), so a child forked from a multi-threaded process may use the lock.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Once;
+use std::time::Instant;
+
+/// `FUTEX_WAIT_BITSET` without `FUTEX_PRIVATE_FLAG`: the kernel keys the wait on the backing
+/// page (shmem inode + offset), so every process mapping the same object meets the same queue.
+const FUTEX_WAIT_BITSET: libc::c_int = 9;
+/// `FUTEX_WAKE` without `FUTEX_PRIVATE_FLAG`.
+const FUTEX_WAKE: libc::c_int = 1;
+/// Match any waiter (a zero bitset is `EINVAL`).
+const FUTEX_BITSET_MATCH_ANY: u32 = 0xffff_ffff;
+
+/// How a futex wait ended. Every outcome is only a hint: callers re-read the word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Returned 0: woken, or spuriously.
+    Woken,
+    /// `EAGAIN`: the word no longer held the expected value.
+    Changed,
+    /// `ETIMEDOUT`: the deadline passed.
+    TimedOut,
+    /// `EINTR` or anything unexpected: just retry.
+    Interrupted,
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC` (the clock `Instant` uses on Linux, shared by all
+/// processes of the machine).
+pub(crate) fn mono_ns() -> u64 {
+    let ts = mono_now();
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+fn mono_now() -> libc::timespec {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts
+}
+
+/// Sleep on `word` while it holds `expected`, until woken or until `deadline` (absolute,
+/// converted to an absolute `CLOCK_MONOTONIC` time so retries never drift).
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, deadline: Option<Instant>) -> Wait {
+    let abs;
+    let ts_ptr = match deadline {
+        None => core::ptr::null(),
+        Some(d) => {
+            let remaining = d.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Wait::TimedOut;
+            }
+            let now = mono_now();
+            let mut sec = now.tv_sec as i64 + remaining.as_secs() as i64;
+            let mut nsec = now.tv_nsec as i64 + i64::from(remaining.subsec_nanos());
+            if nsec >= 1_000_000_000 {
+                sec += 1;
+                nsec -= 1_000_000_000;
+            }
+            abs = libc::timespec {
+                tv_sec: sec as libc::time_t,
+                tv_nsec: nsec as _,
+            };
+            &abs as *const libc::timespec
+        }
+    };
+    // SAFETY: `word` is a live, 4-byte aligned 32-bit word (an `AtomicU32`); the timespec, if
+    // any, lives until the call returns; uaddr2 is unused by FUTEX_WAIT_BITSET.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            FUTEX_WAIT_BITSET,
+            expected,
+            ts_ptr,
+            core::ptr::null::<u32>(),
+            FUTEX_BITSET_MATCH_ANY,
+        )
+    };
+    if r == 0 {
+        return Wait::Woken;
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) => Wait::Changed,
+        Some(libc::ETIMEDOUT) => Wait::TimedOut,
+        _ => Wait::Interrupted,
+    }
+}
+
+/// Wake up to `n` sleepers on `word` in any process.
+pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
+    // SAFETY: as in `futex_wait`; FUTEX_WAKE only reads the address as a key.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), FUTEX_WAKE, n);
+    }
+}
+
+/// The cached pid of this process; 0 = not known yet (or reset in a forked child).
+static PID: AtomicU32 = AtomicU32::new(0);
+/// `(pid << 40) | start time` of this process, cached; reset in a forked child.
+static SELF_START: AtomicU64 = AtomicU64::new(0);
+static ATFORK: Once = Once::new();
+
+extern "C" fn after_fork_in_child() {
+    PID.store(0, Ordering::Relaxed);
+    SELF_START.store(0, Ordering::Relaxed);
+}
+
+/// This process's pid, cached without a syscall per call. A `pthread_atfork` child handler
+/// resets the cache, so a child made with `fork(3)` sees its own pid. (A child made with a raw
+/// `clone`/`SYS_fork` syscall bypasses the handler and must not use the lock; see the module
+/// docs.)
+#[inline]
+pub(crate) fn current_pid() -> u32 {
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    current_pid_slow()
+}
+
+#[cold]
+fn current_pid_slow() -> u32 {
+    ATFORK.call_once(|| {
+        // SAFETY: registering a handler that only stores to two atomics (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+    // SAFETY: getpid has no preconditions.
+    let p = unsafe { libc::getpid() } as u32;
+    PID.store(p, Ordering::Relaxed);
+    p
+}
+
+/// Bits of a participant identity that hold the pid (Linux pids are < 2^22).
+pub(crate) const PID_BITS: u32 = 24;
+const PID_MASK: u64 = (1 << PID_BITS) - 1;
+
+/// A participant identity: the pid plus the process start time (`/proc/<pid>/stat` field 22,
+/// clock ticks since boot), which tells a reused pid apart. Never 0.
+pub(crate) fn make_ident(pid: u32, start: u64) -> u64 {
+    (start << PID_BITS) | (u64::from(pid) & PID_MASK)
+}
+
+/// The pid inside an identity.
+pub(crate) fn ident_pid(ident: u64) -> u32 {
+    (ident & PID_MASK) as u32
+}
+
+fn ident_start(ident: u64) -> u64 {
+    ident >> PID_BITS
+}
+
+/// This process's identity.
+pub(crate) fn self_ident() -> u64 {
+    let pid = current_pid();
+    let cached = SELF_START.load(Ordering::Relaxed);
+    if cached != 0 && ident_pid(cached) == pid {
+        return cached;
+    }
+    let start = match read_stat(pid) {
+        Stat::Found { start, .. } => start,
+        // /proc not mounted or hidden: fall back to start time 0 (pid reuse then goes undetected
+        // for this process; documented).
+        _ => 0,
+    };
+    let id = make_ident(pid, start);
+    SELF_START.store(id, Ordering::Relaxed);
+    id
+}
+
+/// What `/proc/<pid>/stat` said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stat {
+    /// No such process.
+    NotFound,
+    /// Exists but cannot be read (e.g. `hidepid`).
+    Unreadable,
+    /// Process state letter (field 3) and start time (field 22).
+    Found { state: u8, start: u64 },
+}
+
+/// Read `/proc/<pid>/stat` without allocating.
+pub(crate) fn read_stat(pid: u32) -> Stat {
+    let mut path = [0u8; 32];
+    let prefix = b"/proc/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut n = prefix.len();
+    let mut digits = [0u8; 10];
+    let mut d = 0;
+    let mut v = pid;
+    loop {
+        digits[d] = b'0' + (v % 10) as u8;
+        d += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    while d > 0 {
+        d -= 1;
+        path[n] = digits[d];
+        n += 1;
+    }
+    let suffix = b"/stat\0";
+    path[n..n + suffix.len()].copy_from_slice(suffix);
+    // SAFETY: `path` is NUL-terminated.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ESRCH) => Stat::NotFound,
+            _ => Stat::Unreadable,
+        };
+    }
+    let mut buf = [0u8; 1024];
+    let mut len = 0usize;
+    while len < buf.len() {
+        // SAFETY: reading into the unused tail of our own buffer.
+        let r = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if r < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            break;
+        }
+        if r == 0 {
+            break;
+        }
+        len += r as usize;
+    }
+    // SAFETY: `fd` is ours and open.
+    unsafe { libc::close(fd) };
+    if len == 0 {
+        // The process went away between open and read.
+        return Stat::NotFound;
+    }
+    parse_stat(&buf[..len]).unwrap_or(Stat::Unreadable)
+}
+
+fn parse_stat(buf: &[u8]) -> Option<Stat> {
+    // comm (field 2) may contain spaces and parentheses: fields resume after the last ')'.
+    let close = buf.iter().rposition(|&b| b == b')')?;
+    let mut fields = buf[close + 1..]
+        .split(|&b| b == b' ')
+        .filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()?; // field 3
+    let start = fields.nth(18)?; // field 22
+    let mut s = 0u64;
+    for &c in start {
+        if !c.is_ascii_digit() {
+            break;
+        }
+        s = s.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(Stat::Found { state, start: s })
+}
+
+/// Is the process with this identity gone? Zombies count as gone (they run no more code);
+/// a live process whose pid matches but whose start time differs is a reused pid, so the
+/// identity is gone. A process that exists but whose `/proc` entry cannot be read is presumed
+/// alive (never steal from a process we cannot prove dead). A stopped process is alive.
+pub(crate) fn ident_dead(ident: u64) -> bool {
+    let pid = ident_pid(ident);
+    if pid == 0 {
+        return false;
+    }
+    if pid == current_pid() {
+        // Our own pid: alive if it is really us, dead if it is a predecessor with our pid.
+        return ident != self_ident();
+    }
+    // SAFETY: signal 0 only checks existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return true;
+    }
+    match read_stat(pid) {
+        Stat::NotFound => true,
+        Stat::Unreadable => false,
+        Stat::Found { state, start } => {
+            matches!(state, b'Z' | b'X' | b'x')
+                || (ident_start(ident) != 0 && start != ident_start(ident))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_comm() {
+        let line = b"1234 (a) b (c)) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 19 20\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat::Found {
+                state: b'S',
+                start: 987654
+            })
+        );
+    }
+
+    #[test]
+    fn self_is_alive_and_ident_roundtrips() {
+        let me = self_ident();
+        assert_eq!(ident_pid(me), std::process::id());
+        assert!(!ident_dead(me));
+        // Same pid, other start time: a predecessor with our pid, so dead.
+        assert!(ident_dead(make_ident(ident_pid(me), ident_start(me) + 1)));
+    }
+}
