@@ -1,0 +1,302 @@
+//! A minimal HTTP/1.1 server side: parse a request head (and skip a `Content-Length` body),
+//! answer `200 OK` with the body `ok`, honour keep-alive and `Connection: close`.
+//! Requests may arrive in pieces; pipelined requests are answered in order.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
+
+/// Longest request head accepted.
+pub const MAX_HEAD: usize = 8192;
+
+/// The response body (nginx's `return 200 "ok"` in the comparison sends the same).
+const BODY: &str = "ok";
+
+/// A parsed request head.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Bytes of the buffer the request used (head and body).
+    pub len: usize,
+    /// Keep the connection open after answering.
+    pub keep_alive: bool,
+    /// `HEAD`: answer without a body.
+    pub head: bool,
+}
+
+/// Why a request could not be parsed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Bad {
+    /// Malformed: 400.
+    Request,
+    /// Head longer than [`MAX_HEAD`]: 431.
+    TooLarge,
+    /// Not HTTP/1.x: 505.
+    Version,
+    /// `Transfer-Encoding` bodies are not supported: 501.
+    Chunked,
+}
+
+/// Parse the request at the start of `buf`: `Ok(None)` if it is not complete yet.
+pub fn parse(buf: &[u8]) -> Result<Option<Request>, Bad> {
+    let Some(end) = find_head_end(buf) else {
+        return if buf.len() > MAX_HEAD {
+            Err(Bad::TooLarge)
+        } else {
+            Ok(None)
+        };
+    };
+    if end > MAX_HEAD {
+        return Err(Bad::TooLarge);
+    }
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| Bad::Request)?;
+    let mut lines = head.split("\r\n").filter(|l| !l.is_empty());
+    let line = lines.next().ok_or(Bad::Request)?;
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Bad::Request);
+    };
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) || target.is_empty() {
+        return Err(Bad::Request);
+    }
+    let default_keep_alive = match version {
+        "HTTP/1.1" => true,
+        "HTTP/1.0" => false,
+        v if v.starts_with("HTTP/") => return Err(Bad::Version),
+        _ => return Err(Bad::Request),
+    };
+    let (mut close, mut keep) = (false, false);
+    let mut body = 0usize;
+    for l in lines {
+        let (name, value) = l.split_once(':').ok_or(Bad::Request)?;
+        if name.is_empty() || name.ends_with(' ') || name.ends_with('\t') {
+            return Err(Bad::Request);
+        }
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("connection") {
+            for token in value.split(',').map(str::trim) {
+                close |= token.eq_ignore_ascii_case("close");
+                keep |= token.eq_ignore_ascii_case("keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
+            body = value.parse().map_err(|_| Bad::Request)?;
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(Bad::Chunked);
+        }
+    }
+    // `close` wins; `keep-alive` matters for HTTP/1.0.
+    let keep_alive = !close && (keep || default_keep_alive);
+    let len = end + 4 + body;
+    if buf.len() < len {
+        return Ok(None);
+    }
+    Ok(Some(Request {
+        len,
+        keep_alive,
+        head: method == "HEAD",
+    }))
+}
+
+/// Index of the `\r\n\r\n` that ends the head.
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// Append the response to `out`.
+pub fn respond(out: &mut Vec<u8>, req: &Request) {
+    let conn = if req.keep_alive {
+        "keep-alive"
+    } else {
+        "close"
+    };
+    let _ = write!(
+        out,
+        "HTTP/1.1 200 OK\r\nServer: gomutex-prefork\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: {conn}\r\n\r\n",
+        BODY.len()
+    );
+    if !req.head {
+        out.extend_from_slice(BODY.as_bytes());
+    }
+}
+
+/// Append an error response (the connection closes after it).
+pub fn respond_error(out: &mut Vec<u8>, bad: &Bad) {
+    let status = match bad {
+        Bad::Request => "400 Bad Request",
+        Bad::TooLarge => "431 Request Header Fields Too Large",
+        Bad::Version => "505 HTTP Version Not Supported",
+        Bad::Chunked => "501 Not Implemented",
+    };
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status}\r\nServer: gomutex-prefork\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+}
+
+/// What the event loop does with a connection after an event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Wait until readable.
+    Read,
+    /// Wait until writable (a response is partly written).
+    Write,
+    /// Close it.
+    Close,
+}
+
+/// One client connection.
+pub struct Conn {
+    pub stream: TcpStream,
+    /// Bytes read and not yet consumed by a request.
+    rbuf: Vec<u8>,
+    /// Response bytes not yet written, from `wpos`.
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// Close once `wbuf` is written.
+    closing: bool,
+    /// Last activity, for the idle timeout.
+    pub last: Instant,
+    /// Generation: tells this connection apart from an earlier one on the same fd.
+    pub gen: u32,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, gen: u32) -> Self {
+        Self {
+            stream,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            wpos: 0,
+            closing: false,
+            last: Instant::now(),
+            gen,
+        }
+    }
+
+    /// Handle readiness: read what is there, answer every complete request, write. Adds the
+    /// number of requests answered to `served`.
+    pub fn on_ready(&mut self, served: &mut u64) -> Next {
+        self.last = Instant::now();
+        if self.wpos < self.wbuf.len() {
+            match self.flush() {
+                Ok(true) => {}
+                Ok(false) => return Next::Write,
+                Err(_) => return Next::Close,
+            }
+            if self.closing {
+                return Next::Close;
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let mut eof = false;
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.rbuf.extend_from_slice(&chunk[..n]);
+                    if n < chunk.len() || self.rbuf.len() > MAX_HEAD * 2 {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Next::Close,
+            }
+        }
+        // Answer every complete request in the buffer.
+        let mut used = 0;
+        while !self.closing {
+            match parse(&self.rbuf[used..]) {
+                Ok(Some(req)) => {
+                    respond(&mut self.wbuf, &req);
+                    *served += 1;
+                    used += req.len;
+                    if !req.keep_alive {
+                        self.closing = true;
+                    }
+                }
+                Ok(None) => break,
+                Err(bad) => {
+                    respond_error(&mut self.wbuf, &bad);
+                    self.closing = true;
+                }
+            }
+        }
+        self.rbuf.drain(..used);
+        if self.wpos < self.wbuf.len() {
+            match self.flush() {
+                Ok(true) => {}
+                Ok(false) => return Next::Write,
+                Err(_) => return Next::Close,
+            }
+        }
+        if self.closing || eof {
+            return Next::Close;
+        }
+        Next::Read
+    }
+
+    /// Write pending response bytes: `Ok(true)` when all are written.
+    fn flush(&mut self) -> io::Result<bool> {
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_wrk_request() {
+        let r = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n";
+        assert_eq!(
+            parse(r),
+            Ok(Some(Request {
+                len: r.len(),
+                keep_alive: true,
+                head: false
+            }))
+        );
+        let r = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        assert!(!parse(r).unwrap().unwrap().keep_alive);
+        let r = b"GET / HTTP/1.0\r\n\r\n";
+        assert!(!parse(r).unwrap().unwrap().keep_alive);
+        let r = b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n";
+        assert!(parse(r).unwrap().unwrap().keep_alive);
+    }
+
+    #[test]
+    fn partial_and_body() {
+        let full = b"POST /x HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+        for cut in 0..full.len() {
+            assert_eq!(parse(&full[..cut]), Ok(None), "cut at {cut}");
+        }
+        assert_eq!(parse(full).unwrap().unwrap().len, full.len());
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(parse(b"GARBAGE\r\n\r\n"), Err(Bad::Request));
+        assert_eq!(parse(b"GET / HTTP/2.0\r\n\r\n"), Err(Bad::Version));
+        assert_eq!(
+            parse(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Err(Bad::Chunked)
+        );
+        assert_eq!(parse(&vec![b'a'; MAX_HEAD + 1]), Err(Bad::TooLarge));
+    }
+}

@@ -1,0 +1,573 @@
+//! A prefork HTTP server in the style of nginx, to see the accept lock work.
+//!
+//! ```text
+//! cargo run --release --example prefork -- [--addr 127.0.0.1:8080] [--workers N]
+//!     [--accept mutex|blocking|none|exclusive|reuseport] [--stats-json PATH]
+//! ```
+//!
+//! The master binds the listening socket (nonblocking, `SO_REUSEADDR`), creates the shared
+//! region (the accept lock and one stats slot per worker), forks the workers, and then only
+//! supervises: it reaps dead workers with `waitpid`, releases the accept lock a dead worker held
+//! (`force_unlock(pid)`, as nginx does), respawns them, and on SIGINT/SIGTERM stops them all and
+//! prints a table of what each did. Each worker runs an epoll loop answering every HTTP/1.1
+//! request with `200 OK` and the body `ok`.
+//!
+//! Accept modes (who watches the listening socket):
+//!
+//! * `mutex` — nginx's `accept_mutex`: the worker holding the lock (taken with `try_lock` once
+//!   per loop iteration) is the only one with the socket in its epoll set; the others poll at
+//!   most `--accept-delay` (500 ms) before trying again;
+//! * `blocking` — the same, but a worker with no open connection sleeps on the lock (Go's
+//!   starvation mode hands it over in FIFO order) instead of polling;
+//! * `none` — every worker watches the shared socket: every connection wakes them all (the
+//!   thundering herd);
+//! * `exclusive` — every worker watches it with `EPOLLEXCLUSIVE` (Linux 4.5; nginx's default
+//!   since 1.11.3);
+//! * `reuseport` — one `SO_REUSEPORT` socket per worker; the kernel spreads connections by hash.
+
+mod http;
+mod lock;
+mod shared;
+mod sys;
+mod worker;
+
+use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, DEFAULT_DELAY};
+use lock::SharedLock;
+use shared::{Region, WorkerStats};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+use sys::{Exit, Forked};
+
+const USAGE: &str = "\
+usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PATH]
+               [--accept-delay MS] [--worker-connections N] [--multi-accept]
+
+  --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
+  --workers N               worker processes (default: number of CPUs)
+  --accept MODE             who accepts connections (default mutex):
+                              mutex      nginx's accept_mutex (try-lock per loop iteration)
+                              blocking   accept mutex; idle workers sleep on the lock (FIFO hand-off)
+                              none       every worker watches the shared socket (thundering herd)
+                              exclusive  every worker watches it with EPOLLEXCLUSIVE
+                              reuseport  one SO_REUSEPORT socket per worker
+  --stats-json PATH         write per-worker and total stats as JSON at shutdown
+  --accept-delay MS         nginx's accept_mutex_delay (default 500)
+  --worker-connections N    connection slots per worker (default 1024)
+  --multi-accept            accept all pending connections per wake-up (default: one)
+
+Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
+the first worker to take the accept lock hold it N ms (once).";
+
+/// Who watches the listening socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Mutex,
+    Blocking,
+    None,
+    Exclusive,
+    Reuseport,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "mutex" => Mode::Mutex,
+            "blocking" => Mode::Blocking,
+            "none" => Mode::None,
+            "exclusive" => Mode::Exclusive,
+            "reuseport" => Mode::Reuseport,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Mutex => "mutex",
+            Mode::Blocking => "blocking",
+            Mode::None => "none",
+            Mode::Exclusive => "exclusive",
+            Mode::Reuseport => "reuseport",
+        }
+    }
+
+    fn uses_lock(self) -> bool {
+        matches!(self, Mode::Mutex | Mode::Blocking)
+    }
+}
+
+#[derive(Debug)]
+struct Args {
+    addr: SocketAddr,
+    workers: usize,
+    mode: Mode,
+    stats_json: Option<PathBuf>,
+    delay: Duration,
+    connections: usize,
+    multi_accept: bool,
+}
+
+/// Parse the command line; `Err` is the message for a usage error (exit code 2).
+fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
+    let mut a = Args {
+        addr: "127.0.0.1:8080".parse().unwrap(),
+        workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        mode: Mode::Mutex,
+        stats_json: None,
+        delay: DEFAULT_DELAY,
+        connections: 1024,
+        multi_accept: false,
+    };
+    let mut it = argv.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let has_value = matches!(
+            flag.as_str(),
+            "--addr"
+                | "--workers"
+                | "--accept"
+                | "--stats-json"
+                | "--accept-delay"
+                | "--worker-connections"
+        );
+        let value = if has_value {
+            match inline.or_else(|| it.next()) {
+                Some(v) => v,
+                None => return Err(format!("{flag} needs a value")),
+            }
+        } else if inline.is_some() {
+            return Err(format!("{flag} takes no value"));
+        } else {
+            String::new()
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--addr" => {
+                a.addr = value
+                    .parse()
+                    .map_err(|_| format!("--addr: not an IP:PORT address: {value:?}"))?
+            }
+            "--workers" => {
+                a.workers = match value.parse() {
+                    Ok(n) if (1..=512).contains(&n) => n,
+                    _ => return Err(format!("--workers: expected 1..=512, got {value:?}")),
+                }
+            }
+            "--accept" => {
+                a.mode = Mode::parse(&value).ok_or_else(|| {
+                    format!(
+                        "--accept: expected mutex|blocking|none|exclusive|reuseport, got {value:?}"
+                    )
+                })?
+            }
+            "--stats-json" => a.stats_json = Some(PathBuf::from(value)),
+            "--accept-delay" => {
+                a.delay = match value.parse() {
+                    Ok(ms) if ms >= 1 => Duration::from_millis(ms),
+                    _ => {
+                        return Err(format!(
+                            "--accept-delay: expected milliseconds >= 1, got {value:?}"
+                        ))
+                    }
+                }
+            }
+            "--worker-connections" => {
+                a.connections = match value.parse() {
+                    Ok(n) if n >= 8 => n,
+                    _ => {
+                        return Err(format!(
+                            "--worker-connections: expected a number >= 8, got {value:?}"
+                        ))
+                    }
+                }
+            }
+            "--multi-accept" => a.multi_accept = true,
+            _ => return Err(format!("unknown argument {arg:?}")),
+        }
+    }
+    Ok(Some(a))
+}
+
+fn main() {
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            println!("{USAGE}");
+            return;
+        }
+        Err(msg) => {
+            eprintln!("prefork: {msg}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(msg) = run(args) {
+        eprintln!("prefork: {msg}");
+        std::process::exit(1);
+    }
+}
+
+/// The master's bookkeeping.
+struct Master<'a> {
+    args: &'a Args,
+    listeners: &'a [TcpListener],
+    lock: Option<&'a SharedLock>,
+    region: &'a Region,
+    /// Read end of the shutdown pipe (workers watch it).
+    pipe_rd: &'a OwnedFd,
+    /// Write end (the master closes it to stop the workers; each worker closes its copy).
+    pipe_wr: Option<OwnedFd>,
+    hold_ms: Option<u64>,
+    /// Running worker per slot: (pid, started).
+    running: Vec<Option<(i32, Instant)>>,
+    /// Workers that ended, with their final counters.
+    finished: Vec<WorkerStats>,
+    forced_unlocks: u64,
+}
+
+impl Master<'_> {
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        self.region.slot(i).reset(0);
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: the master never starts a thread, so it is single-threaded here.
+        match unsafe { sys::fork() }.map_err(|e| format!("fork: {e}"))? {
+            Forked::Child => sys::exit_now(self.worker_main(i)),
+            Forked::Parent(pid) => {
+                self.region.slot(i).pid.store(pid, Relaxed);
+                self.running[i] = Some((pid, Instant::now()));
+                Ok(())
+            }
+        }
+    }
+
+    /// In the forked child: become worker `i`. Returns the exit code (2 = fatal, not respawned).
+    fn worker_main(&mut self, i: usize) -> i32 {
+        let pid = sys::getpid();
+        self.region.slot(i).pid.store(pid, Relaxed);
+        // Only the master handles SIGINT (a terminal's ^C reaches the whole process group).
+        let _ = sys::block_signals(&sys::master_signals(), false);
+        sys::ignore_signal(libc::SIGINT, true);
+        sys::ignore_signal(libc::SIGPIPE, true);
+        // Our copy of the write end must go, or closing the master's would not reach us.
+        drop(self.pipe_wr.take());
+        let listeners = if self.args.mode == Mode::Reuseport {
+            vec![self.listeners[i].as_raw_fd()]
+        } else {
+            vec![self.listeners[0].as_raw_fd()]
+        };
+        let config = Config {
+            mode: if self.args.mode == Mode::Blocking {
+                LockMode::Blocking
+            } else {
+                LockMode::TryLock
+            },
+            delay: self.args.delay,
+        };
+        let w = worker::Worker {
+            mode: self.args.mode,
+            listeners,
+            lock: self.lock.map(|l| AcceptLock::new(l.handle(), config)),
+            slot: self.region.slot(i),
+            header: self.region.header(),
+            shutdown: self.pipe_rd.as_raw_fd(),
+            connections: self.args.connections,
+            multi_accept: self.args.multi_accept,
+            hold_ms: self.hold_ms,
+        };
+        match w.run() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("prefork: worker {pid}: {e}");
+                2
+            }
+        }
+    }
+
+    /// Reap every dead child: release the accept lock it may hold, record its counters, and
+    /// respawn it unless `respawn` is false or it exited with the fatal code 2.
+    fn reap(&mut self, respawn: bool) -> Result<(), String> {
+        while let Some((pid, exit)) = sys::reap_any() {
+            let Some(i) = self
+                .running
+                .iter()
+                .position(|r| matches!(r, Some((p, _)) if *p == pid))
+            else {
+                continue;
+            };
+            let (_, started) = self.running[i].take().expect("running");
+            if self.lock.is_some_and(|l| l.force_unlock(pid)) {
+                self.forced_unlocks += 1;
+                eprintln!(
+                    "prefork: worker {pid} died holding the accept lock ({exit}); released it"
+                );
+            }
+            let abnormal = exit != Exit::Code(0) || respawn;
+            self.finished
+                .push(self.region.slot(i).snapshot(i, &exit.to_string()));
+            if !respawn {
+                continue;
+            }
+            if exit == Exit::Code(2) {
+                eprintln!("prefork: worker {pid} failed ({exit}); not respawning it");
+                continue;
+            }
+            if abnormal {
+                eprintln!("prefork: worker {pid} ended ({exit}); respawning");
+            }
+            if started.elapsed() < Duration::from_secs(1) {
+                // Crash loop guard.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            self.spawn(i)?;
+        }
+        Ok(())
+    }
+
+    /// Close the pipe, give the workers 3 s to stop, then SIGKILL what is left.
+    fn shutdown(&mut self) {
+        drop(self.pipe_wr.take());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let _ = self.reap(false);
+            if self.running.iter().all(Option::is_none) {
+                return;
+            }
+            if Instant::now() > deadline {
+                for &(pid, _) in self.running.iter().flatten() {
+                    eprintln!("prefork: worker {pid} did not stop in time; killing it");
+                    sys::kill(pid, libc::SIGKILL);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                let _ = self.reap(false);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+fn bind_all(args: &Args) -> Result<Vec<TcpListener>, String> {
+    let fail = |addr: SocketAddr, e: std::io::Error| format!("cannot listen on {addr}: {e}");
+    let reuseport = args.mode == Mode::Reuseport;
+    let first = sys::listen(args.addr, reuseport).map_err(|e| fail(args.addr, e))?;
+    let mut all = vec![first];
+    if reuseport {
+        // The first bind resolved port 0; the others join its SO_REUSEPORT group.
+        let addr = all[0].local_addr().map_err(|e| fail(args.addr, e))?;
+        for _ in 1..args.workers {
+            all.push(sys::listen(addr, true).map_err(|e| fail(addr, e))?);
+        }
+    }
+    Ok(all)
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let listeners = bind_all(&args)?;
+    let local = listeners[0]
+        .local_addr()
+        .map_err(|e| format!("getsockname: {e}"))?;
+    let hold_ms = match std::env::var("PREFORK_TEST_HOLD_MS") {
+        Ok(v) => Some(
+            v.parse::<u64>()
+                .map_err(|_| format!("PREFORK_TEST_HOLD_MS: not a number: {v:?}"))?,
+        ),
+        Err(_) => None,
+    };
+    let lock = if args.mode.uses_lock() {
+        Some(
+            SharedLock::new(args.workers)
+                .map_err(|e| format!("cannot create the accept lock: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let region = Region::new(args.workers).map_err(|e| format!("mmap: {e}"))?;
+    let signals = sys::master_signals();
+    sys::block_signals(&signals, true).map_err(|e| format!("sigprocmask: {e}"))?;
+    let (rd, wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+
+    println!(
+        "prefork: listening on http://{local} ({} workers, accept {})",
+        args.workers,
+        args.mode.name()
+    );
+    let started = Instant::now();
+    let mut m = Master {
+        args: &args,
+        listeners: &listeners,
+        lock: lock.as_ref(),
+        region: &region,
+        pipe_rd: &rd,
+        pipe_wr: Some(wr),
+        hold_ms,
+        running: vec![None; args.workers],
+        finished: Vec::new(),
+        forced_unlocks: 0,
+    };
+    let mut result = Ok(());
+    for i in 0..args.workers {
+        if let Err(e) = m.spawn(i) {
+            result = Err(e);
+            break;
+        }
+    }
+    while result.is_ok() {
+        match sys::wait_signal(&signals, Duration::from_secs(1)) {
+            Some(libc::SIGINT) | Some(libc::SIGTERM) => break,
+            _ => result = m.reap(true),
+        }
+        if m.running.iter().all(Option::is_none) {
+            result = Err("every worker failed; giving up".into());
+        }
+    }
+    m.shutdown();
+    let report = Report::new(&args, &m.finished, m.forced_unlocks, started.elapsed());
+    print!("{}", report.table());
+    let _ = std::io::stdout().flush();
+    if let Some(path) = &args.stats_json {
+        std::fs::write(path, report.json())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    result
+}
+
+/// The final stats.
+struct Report<'a> {
+    args: &'a Args,
+    workers: Vec<WorkerStats>,
+    total: WorkerStats,
+    forced_unlocks: u64,
+    elapsed: Duration,
+    /// min/max of connections accepted per slot (a respawned worker continues its slot).
+    share: f64,
+}
+
+impl<'a> Report<'a> {
+    fn new(
+        args: &'a Args,
+        finished: &[WorkerStats],
+        forced_unlocks: u64,
+        elapsed: Duration,
+    ) -> Self {
+        let mut workers = finished.to_vec();
+        workers.sort_by_key(|w| w.slot);
+        let mut total = WorkerStats::default();
+        let mut per_slot = vec![0u64; args.workers];
+        for w in &workers {
+            total.accepted += w.accepted;
+            total.requests += w.requests;
+            total.wasted += w.wasted;
+            total.accept_wakeups += w.accept_wakeups;
+            total.acquisitions += w.acquisitions;
+            total.owner_died += w.owner_died;
+            per_slot[w.slot] += w.accepted;
+        }
+        let (min, max) = (
+            per_slot.iter().min().copied().unwrap_or(0),
+            per_slot.iter().max().copied().unwrap_or(0),
+        );
+        let share = if max == 0 {
+            1.0
+        } else {
+            min as f64 / max as f64
+        };
+        Self {
+            args,
+            workers,
+            total,
+            forced_unlocks,
+            elapsed,
+            share,
+        }
+    }
+
+    fn wasted_per_1000(&self) -> f64 {
+        if self.total.accepted == 0 {
+            0.0
+        } else {
+            self.total.wasted as f64 * 1000.0 / self.total.accepted as f64
+        }
+    }
+
+    fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "prefork: accept {}, {} workers, ran {:.1} s",
+            self.args.mode.name(),
+            self.args.workers,
+            self.elapsed.as_secs_f64()
+        );
+        let _ = writeln!(
+            s,
+            "{:>8} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12} {:>10}",
+            "pid", "slot", "status", "accepted", "requests", "wasted", "acquisitions", "owner_died"
+        );
+        for w in self.workers.iter().chain(std::iter::once(&self.total)) {
+            let (pid, slot) = if std::ptr::eq(w, &self.total) {
+                ("total".to_string(), String::new())
+            } else {
+                (w.pid.to_string(), w.slot.to_string())
+            };
+            let _ = writeln!(
+                s,
+                "{:>8} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12} {:>10}",
+                pid, slot, w.status, w.accepted, w.requests, w.wasted, w.acquisitions, w.owner_died
+            );
+        }
+        let _ = writeln!(
+            s,
+            "connection share (min/max per slot): {:.2}; wasted wake-ups per 1000 connections: {:.1}; \
+             accept locks force-unlocked by the master: {}",
+            self.share,
+            self.wasted_per_1000(),
+            self.forced_unlocks
+        );
+        s
+    }
+
+    fn json(&self) -> String {
+        let counters = |w: &WorkerStats| {
+            format!(
+                "\"accepted\": {}, \"requests\": {}, \"wasted_wakeups\": {}, \"accept_wakeups\": {}, \
+                 \"lock_acquisitions\": {}, \"owner_died\": {}",
+                w.accepted, w.requests, w.wasted, w.accept_wakeups, w.acquisitions, w.owner_died
+            )
+        };
+        let mut s = String::new();
+        let _ = writeln!(s, "{{");
+        let _ = writeln!(s, "  \"mode\": \"{}\",", self.args.mode.name());
+        let _ = writeln!(s, "  \"workers\": {},", self.args.workers);
+        let _ = writeln!(s, "  \"elapsed_s\": {:.3},", self.elapsed.as_secs_f64());
+        let _ = writeln!(s, "  \"per_worker\": [");
+        for (k, w) in self.workers.iter().enumerate() {
+            let comma = if k + 1 < self.workers.len() { "," } else { "" };
+            let _ = writeln!(
+                s,
+                "    {{\"pid\": {}, \"slot\": {}, \"status\": \"{}\", {}}}{comma}",
+                w.pid,
+                w.slot,
+                w.status,
+                counters(w)
+            );
+        }
+        let _ = writeln!(s, "  ],");
+        let _ = writeln!(
+            s,
+            "  \"totals\": {{{}, \"forced_unlocks\": {}, \"share_min_max\": {:.3}, \"wasted_per_1000\": {:.2}}}",
+            counters(&self.total),
+            self.forced_unlocks,
+            self.share,
+            self.wasted_per_1000()
+        );
+        let _ = writeln!(s, "}}");
+        s
+    }
+}

@@ -1,0 +1,146 @@
+//! The stats region: one slot of counters per worker in a `MAP_SHARED` anonymous mapping the
+//! master creates before forking. Workers update their slot as they go (relaxed atomics), so
+//! the counts of a worker killed with SIGKILL survive it; the master reads them when it reaps
+//! the worker and at shutdown.
+
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+/// One worker's counters. 128-byte aligned so two workers never share a cache line.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub struct Slot {
+    /// The worker's pid (0: never started).
+    pub pid: AtomicI32,
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Requests answered.
+    pub requests: AtomicU64,
+    /// Wake-ups for a listening socket whose first accept found nothing (EAGAIN).
+    pub wasted: AtomicU64,
+    /// Wake-ups for a listening socket.
+    pub accept_wakeups: AtomicU64,
+    /// Accept-lock acquisitions.
+    pub acquisitions: AtomicU64,
+    /// Acquisitions that reported a dead previous owner.
+    pub owner_died: AtomicU64,
+    /// Event-loop iterations.
+    pub iterations: AtomicU64,
+}
+
+/// The region's header.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub struct Header {
+    /// The test hook (`PREFORK_TEST_HOLD_MS`) fired (it fires once per server).
+    pub hook_taken: AtomicU32,
+    /// The pid that fired it.
+    pub hook_pid: AtomicI32,
+}
+
+/// A snapshot of one worker's counters.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerStats {
+    pub pid: i32,
+    pub slot: usize,
+    pub status: String,
+    pub accepted: u64,
+    pub requests: u64,
+    pub wasted: u64,
+    pub accept_wakeups: u64,
+    pub acquisitions: u64,
+    pub owner_died: u64,
+}
+
+impl Slot {
+    /// Zero every counter and set the pid (the master, before forking the slot's worker).
+    pub fn reset(&self, pid: i32) {
+        for c in [
+            &self.accepted,
+            &self.requests,
+            &self.wasted,
+            &self.accept_wakeups,
+            &self.acquisitions,
+            &self.owner_died,
+            &self.iterations,
+        ] {
+            c.store(0, Relaxed);
+        }
+        self.pid.store(pid, Relaxed);
+    }
+
+    /// Read the counters.
+    pub fn snapshot(&self, slot: usize, status: &str) -> WorkerStats {
+        WorkerStats {
+            pid: self.pid.load(Relaxed),
+            slot,
+            status: status.to_string(),
+            accepted: self.accepted.load(Relaxed),
+            requests: self.requests.load(Relaxed),
+            wasted: self.wasted.load(Relaxed),
+            accept_wakeups: self.accept_wakeups.load(Relaxed),
+            acquisitions: self.acquisitions.load(Relaxed),
+            owner_died: self.owner_died.load(Relaxed),
+        }
+    }
+}
+
+/// The mapping: a [`Header`] followed by `slots` [`Slot`]s.
+pub struct Region {
+    base: NonNull<u8>,
+    len: usize,
+    slots: usize,
+}
+
+impl Region {
+    /// Map a zeroed shared region for `slots` workers.
+    pub fn new(slots: usize) -> io::Result<Self> {
+        let len = size_of::<Header>() + slots * size_of::<Slot>();
+        // SAFETY: anonymous shared mapping, no fd, no fixed address; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(p.cast::<u8>()).expect("mmap returned null");
+        Ok(Self { base, len, slots })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header, page-aligned (so 128-aligned), zero-filled
+        // (a valid Header: all atomics at 0), and lives as long as `self`.
+        unsafe { &*self.base.as_ptr().cast::<Header>() }
+    }
+
+    /// Slot `i`.
+    pub fn slot(&self, i: usize) -> &Slot {
+        assert!(i < self.slots, "slot {i} out of {}", self.slots);
+        // SAFETY: slot `i` lies within the mapping (checked above), at a 128-byte multiple from
+        // a page-aligned base; zero-filled memory is a valid Slot; it lives as long as `self`.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(size_of::<Header>() + i * size_of::<Slot>())
+                .cast::<Slot>()
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` created; no reference into it outlives
+        // `self` (they all borrow it).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}

@@ -1,0 +1,260 @@
+//! A worker: one epoll loop serving HTTP on the listening socket(s) it was given, following
+//! the accept mode.
+
+use crate::http::{Conn, Next};
+use crate::shared::{Header, Slot};
+use crate::sys::{self, Epoll};
+use crate::Mode;
+use gomutex::accept::{AcceptLock, AcceptMutex};
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+const TOKEN_SHUTDOWN: u64 = u64::MAX;
+/// Listening socket `i` has token `TOKEN_LISTEN - i`.
+const TOKEN_LISTEN: u64 = u64::MAX - 1;
+const MAX_LISTENERS: u64 = 1 << 16;
+
+/// Connections idle this long are closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often idle connections are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Everything a worker needs.
+pub struct Worker<'a, L: AcceptMutex> {
+    pub mode: Mode,
+    /// This worker's listening sockets (the shared one, or its own `SO_REUSEPORT` one).
+    pub listeners: Vec<RawFd>,
+    /// The accept lock (`mutex` and `blocking` modes).
+    pub lock: Option<AcceptLock<L>>,
+    pub slot: &'a Slot,
+    pub header: &'a Header,
+    /// Read end of the master's pipe: readable (EOF) when the master wants us to stop.
+    pub shutdown: RawFd,
+    /// nginx's `worker_connections`.
+    pub connections: usize,
+    /// Accept every pending connection per wake-up (nginx's `multi_accept on`), else one.
+    pub multi_accept: bool,
+    /// Test hook: hold the accept lock this long, once per server.
+    pub hold_ms: Option<u64>,
+}
+
+struct Entry {
+    conn: Conn,
+    want_write: bool,
+}
+
+fn token(fd: RawFd, gen: u32) -> u64 {
+    ((gen as u64) << 32) | fd as u32 as u64
+}
+
+impl<L: AcceptMutex> Worker<'_, L> {
+    fn listen_events(&self) -> u32 {
+        let mut ev = libc::EPOLLIN as u32;
+        if self.mode == Mode::Exclusive {
+            ev |= libc::EPOLLEXCLUSIVE as u32;
+        }
+        ev
+    }
+
+    fn set_armed(&self, ep: &Epoll, arm: bool) -> io::Result<()> {
+        for (i, &l) in self.listeners.iter().enumerate() {
+            if arm {
+                ep.add(l, self.listen_events(), TOKEN_LISTEN - i as u64)?;
+            } else {
+                ep.delete(l)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Run until the master closes the pipe.
+    pub fn run(mut self) -> io::Result<()> {
+        assert!((self.listeners.len() as u64) < MAX_LISTENERS);
+        let pid = sys::getpid();
+        let ep = Epoll::new()?;
+        ep.add(self.shutdown, libc::EPOLLIN as u32, TOKEN_SHUTDOWN)?;
+        let mut conns: Vec<Option<Entry>> = Vec::new();
+        let mut live = 0usize;
+        let mut gen = 0u32;
+        let mut armed = false;
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut ready = Vec::with_capacity(256);
+        let mut fresh: Vec<OwnedFd> = Vec::new();
+        let mut next_sweep = Instant::now() + SWEEP_EVERY;
+        let mut stop = false;
+        let total = self.connections;
+
+        while !stop {
+            self.slot.iterations.fetch_add(1, Relaxed);
+            let (want, cap) = match &mut self.lock {
+                Some(al) => {
+                    let d = al.begin_iteration(live == 0);
+                    let s = al.stats();
+                    self.slot.acquisitions.store(s.acquisitions, Relaxed);
+                    self.slot.owner_died.store(s.owner_died, Relaxed);
+                    (d.armed, d.poll_timeout)
+                }
+                None => (live < total, None),
+            };
+            if let (Some(ms), Some(al)) = (self.hold_ms, &self.lock) {
+                if al.holds_lock()
+                    && self
+                        .header
+                        .hook_taken
+                        .compare_exchange(0, 1, Relaxed, Relaxed)
+                        .is_ok()
+                {
+                    self.header.hook_pid.store(pid, Relaxed);
+                    eprintln!("prefork: test hook: worker {pid} holds the accept lock for {ms} ms");
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
+            }
+            if want != armed {
+                self.set_armed(&ep, want)?;
+                armed = want;
+            }
+            let own = next_sweep.saturating_duration_since(Instant::now());
+            let timeout = cap.map_or(own, |c| c.min(own));
+            let n = ep.wait(&mut events, Some(timeout))?;
+
+            let mut listen_ready = false;
+            ready.clear();
+            for ev in &events[..n] {
+                let t = ev.u64; // a copy: epoll_event is packed
+                match t {
+                    TOKEN_SHUTDOWN => stop = true,
+                    t if t > TOKEN_LISTEN - MAX_LISTENERS && t <= TOKEN_LISTEN => {
+                        listen_ready = true
+                    }
+                    t => ready.push(t),
+                }
+            }
+
+            // Accept phase (under the lock in the lock modes).
+            if listen_ready && armed && !stop {
+                self.slot.accept_wakeups.fetch_add(1, Relaxed);
+                let mut got = 0u64;
+                'all: for &l in &self.listeners {
+                    loop {
+                        if live + fresh.len() >= total {
+                            break 'all;
+                        }
+                        match sys::accept(l) {
+                            Ok(fd) => {
+                                got += 1;
+                                fresh.push(fd);
+                                if let Some(al) = &mut self.lock {
+                                    al.accepted(total - live - fresh.len(), total);
+                                }
+                                if !self.multi_accept {
+                                    break 'all;
+                                }
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                            Err(e)
+                                if e.kind() == io::ErrorKind::Interrupted
+                                    || e.raw_os_error() == Some(libc::ECONNABORTED) =>
+                            {
+                                continue
+                            }
+                            Err(e) => {
+                                // EMFILE/ENFILE and friends: give the others a chance.
+                                eprintln!("prefork: worker {pid}: accept: {e}");
+                                break 'all;
+                            }
+                        }
+                    }
+                }
+                if got == 0 {
+                    self.slot.wasted.fetch_add(1, Relaxed);
+                }
+                self.slot.accepted.fetch_add(got, Relaxed);
+            }
+            if let Some(al) = &mut self.lock {
+                al.end_accept_phase();
+            }
+            if stop {
+                break;
+            }
+
+            // Request processing, with the lock released.
+            let mut served = 0u64;
+            for &t in &ready {
+                let fd = t as u32 as RawFd;
+                let g = (t >> 32) as u32;
+                let next = match conns.get_mut(fd as usize) {
+                    Some(Some(e)) if e.conn.gen == g => e.conn.on_ready(&mut served),
+                    _ => continue,
+                };
+                apply(&ep, &mut conns, &mut live, fd, next)?;
+            }
+            for fd in fresh.drain(..) {
+                gen = (gen + 1) & 0x7fff_ffff; // keeps conn tokens below the listen tokens
+                let raw = fd.as_raw_fd();
+                let mut conn = Conn::new(TcpStream::from(fd), gen);
+                ep.add(raw, libc::EPOLLIN as u32, token(raw, gen))?;
+                // Optimistic read: the request has often arrived with the connection.
+                let next = conn.on_ready(&mut served);
+                if conns.len() <= raw as usize {
+                    conns.resize_with(raw as usize + 1, || None);
+                }
+                conns[raw as usize] = Some(Entry {
+                    conn,
+                    want_write: false,
+                });
+                live += 1;
+                apply(&ep, &mut conns, &mut live, raw, next)?;
+            }
+            if served > 0 {
+                self.slot.requests.fetch_add(served, Relaxed);
+            }
+
+            let now = Instant::now();
+            if now >= next_sweep {
+                next_sweep = now + SWEEP_EVERY;
+                for fd in 0..conns.len() {
+                    if matches!(&conns[fd], Some(e) if now.duration_since(e.conn.last) > IDLE_TIMEOUT)
+                    {
+                        apply(&ep, &mut conns, &mut live, fd as RawFd, Next::Close)?;
+                    }
+                }
+            }
+        }
+        if let Some(al) = &mut self.lock {
+            al.disarm();
+        }
+        Ok(())
+    }
+}
+
+/// Act on what a connection wants next.
+fn apply(
+    ep: &Epoll,
+    conns: &mut [Option<Entry>],
+    live: &mut usize,
+    fd: RawFd,
+    next: Next,
+) -> io::Result<()> {
+    let slot = &mut conns[fd as usize];
+    let Some(e) = slot else { return Ok(()) };
+    match next {
+        Next::Read if e.want_write => {
+            ep.modify(fd, libc::EPOLLIN as u32, token(fd, e.conn.gen))?;
+            e.want_write = false;
+        }
+        Next::Write if !e.want_write => {
+            ep.modify(fd, libc::EPOLLOUT as u32, token(fd, e.conn.gen))?;
+            e.want_write = true;
+        }
+        Next::Read | Next::Write => {}
+        Next::Close => {
+            // Closing the last descriptor of the socket removes it from the epoll set.
+            *slot = None;
+            *live -= 1;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,495 @@
+//! The prefork example (`examples/prefork/`) as a black box: started as a child process on a
+//! free loopback port, driven by a small HTTP client, stopped with SIGINT, and checked through
+//! its `--stats-json` output.
+//!
+//! The example binary is the one `cargo test` builds next to the test binaries
+//! (`target/<profile>/examples/prefork`); run `cargo test` (not only `--test prefork`) after
+//! changing the example, or `cargo build --example prefork [--release]` first.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Longest any single network operation of the client may take.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/prefork-<hash> -> target/<profile>/examples/prefork
+    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = profile_dir.join("examples").join("prefork");
+    assert!(
+        bin.exists(),
+        "{} not found: build it with `cargo test` (which builds the examples) or \
+         `cargo build --example prefork` in the same profile",
+        bin.display()
+    );
+    bin
+}
+
+/// A running prefork server.
+struct Server {
+    child: Option<Child>,
+    addr: SocketAddr,
+    stats: PathBuf,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    stderr_lines: mpsc::Receiver<String>,
+}
+
+/// What a stopped server left.
+struct Stopped {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    json: String,
+}
+
+fn collect<R: Read + Send + 'static>(
+    r: R,
+    into: Arc<Mutex<String>>,
+    lines: Option<mpsc::Sender<String>>,
+) {
+    thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            into.lock().unwrap().push_str(&line);
+            into.lock().unwrap().push('\n');
+            if let Some(tx) = &lines {
+                let _ = tx.send(line);
+            }
+        }
+    });
+}
+
+impl Server {
+    fn start(mode: &str, env: &[(&str, &str)]) -> Server {
+        let stats = std::env::temp_dir().join(format!(
+            "prefork-test-{}-{mode}-{}.json",
+            std::process::id(),
+            rand_suffix()
+        ));
+        let _ = std::fs::remove_file(&stats);
+        let mut cmd = Command::new(example_binary());
+        cmd.args(["--addr", "127.0.0.1:0", "--workers", "2", "--accept", mode])
+            .arg("--stats-json")
+            .arg(&stats)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn prefork");
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (out_tx, out_rx) = mpsc::channel();
+        let (err_tx, err_rx) = mpsc::channel();
+        collect(child.stdout.take().unwrap(), stdout.clone(), Some(out_tx));
+        collect(child.stderr.take().unwrap(), stderr.clone(), Some(err_tx));
+        let line = out_rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!("no 'listening' line; stderr: {}", stderr.lock().unwrap())
+            });
+        // "prefork: listening on http://127.0.0.1:PORT (2 workers, accept MODE)"
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        Server {
+            child: Some(child),
+            addr,
+            stats,
+            stdout,
+            stderr,
+            stderr_lines: err_rx,
+        }
+    }
+
+    /// Wait (bounded) for a stderr line containing `needle`.
+    fn wait_stderr(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => return l,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no stderr line with {needle:?} within {timeout:?}; stderr: {}",
+                    self.stderr.lock().unwrap()
+                ),
+            }
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// SIGINT, then wait (bounded) for the master to exit.
+    fn stop(mut self) -> Stopped {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: plain syscall on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("prefork did not stop within 10 s of SIGINT");
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        // Let the reader threads drain the pipes.
+        thread::sleep(Duration::from_millis(50));
+        let json = std::fs::read_to_string(&self.stats).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.stats);
+        Stopped {
+            status,
+            stdout: self.stdout.lock().unwrap().clone(),
+            stderr: self.stderr.lock().unwrap().clone(),
+            json,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // A failed test: take the workers down too (they also exit when the master's pipe
+            // closes).
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+        ^ Instant::now().elapsed().as_nanos() as u64
+        ^ (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64)
+}
+
+/// Read one HTTP response (status line, headers, `Content-Length` body) from `r`.
+fn read_response(r: &mut BufReader<TcpStream>) -> std::io::Result<(u16, String, bool)> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    let mut len = 0usize;
+    let mut close = false;
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h)?;
+        if h == "\r\n" || h.is_empty() {
+            break;
+        }
+        let (name, value) = h.split_once(':').unwrap_or((&h, ""));
+        if name.eq_ignore_ascii_case("content-length") {
+            len = value.trim().parse().unwrap_or(0);
+        }
+        if name.eq_ignore_ascii_case("connection") && value.trim().eq_ignore_ascii_case("close") {
+            close = true;
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body)?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned(), close))
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    s
+}
+
+/// One request on a new connection with `Connection: close`; the request is sent in two
+/// pieces to exercise partial reads.
+fn get_close(addr: SocketAddr) {
+    let mut s = connect(addr);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n").unwrap();
+    s.write_all(b"Connection: close\r\n\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let (status, body, close) = read_response(&mut r).expect("response");
+    assert_eq!((status, body.as_str(), close), (200, "ok", true));
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).expect("server closes");
+    assert!(rest.is_empty());
+}
+
+/// `n` requests on one keep-alive connection.
+fn get_keep_alive(addr: SocketAddr, n: usize) {
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..n {
+        w.write_all(b"GET /k HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        let (status, body, close) = read_response(&mut r).expect("response");
+        assert_eq!((status, body.as_str(), close), (200, "ok", false));
+    }
+}
+
+/// `close` requests with `Connection: close` from `threads` client threads, plus `ka_conns`
+/// keep-alive connections with `ka_reqs` requests each. Returns the requests sent.
+fn load(addr: SocketAddr, threads: usize, close: usize, ka_conns: usize, ka_reqs: usize) -> u64 {
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let per = close / threads + usize::from(t < close % threads);
+            thread::spawn(move || (0..per).for_each(|_| get_close(addr)))
+        })
+        .chain((0..ka_conns).map(|_| thread::spawn(move || get_keep_alive(addr, ka_reqs))))
+        .collect();
+    for h in handles {
+        h.join().expect("client thread");
+    }
+    (close + ka_conns * ka_reqs) as u64
+}
+
+/// `"key": N` inside the object that starts at `"section"`.
+fn json_num(json: &str, section: &str, key: &str) -> u64 {
+    let s = &json[json
+        .find(&format!("\"{section}\""))
+        .unwrap_or_else(|| panic!("no {section} in {json}"))..];
+    let s = &s[s
+        .find(&format!("\"{key}\": "))
+        .unwrap_or_else(|| panic!("no {key} in {json}"))
+        + key.len()
+        + 4..];
+    s.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} not a number in {json}"))
+}
+
+/// The per-worker rows.
+fn workers(json: &str) -> Vec<&str> {
+    json.lines().filter(|l| l.contains("\"pid\":")).collect()
+}
+
+fn row_num(row: &str, key: &str) -> u64 {
+    json_num(row, "pid", key)
+}
+
+/// Checks every mode needs: clean exit, totals equal to what was sent and to the sum of the
+/// rows, and the table printed.
+fn check_totals(out: &Stopped, sent: u64, connections: u64) {
+    assert!(
+        out.status.success(),
+        "exit {:?}; stderr: {}",
+        out.status,
+        out.stderr
+    );
+    assert!(!out.stderr.contains("panicked"), "stderr: {}", out.stderr);
+    assert_eq!(
+        json_num(&out.json, "totals", "requests"),
+        sent,
+        "{}",
+        out.json
+    );
+    assert_eq!(
+        json_num(&out.json, "totals", "accepted"),
+        connections,
+        "{}",
+        out.json
+    );
+    let rows = workers(&out.json);
+    assert!(rows.len() >= 2, "{}", out.json);
+    let sum: u64 = rows.iter().map(|r| row_num(r, "requests")).sum();
+    assert_eq!(sum, sent);
+    assert!(
+        out.stdout.contains("accepted") && out.stdout.contains("total"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn mutex_mode_answers_every_request_and_stats_add_up() {
+    let t = Instant::now();
+    let srv = Server::start("mutex", &[]);
+    let sent = load(srv.addr, 4, 2000, 4, 100);
+    let out = srv.stop();
+    check_totals(&out, sent, 2000 + 4);
+    let acquisitions = json_num(&out.json, "totals", "lock_acquisitions");
+    assert!(acquisitions > 0, "{}", out.json);
+    assert_eq!(json_num(&out.json, "totals", "owner_died"), 0);
+    // One lock holder at a time: a connection never wakes a worker for nothing.
+    assert_eq!(
+        json_num(&out.json, "totals", "wasted_wakeups"),
+        0,
+        "{}",
+        out.json
+    );
+    eprintln!("mutex: {sent} requests in {:?}", t.elapsed());
+}
+
+#[test]
+fn every_other_accept_mode_serves() {
+    for mode in ["blocking", "none", "exclusive", "reuseport"] {
+        let t = Instant::now();
+        let srv = Server::start(mode, &[]);
+        let sent = load(srv.addr, 2, 300, 2, 50);
+        let out = srv.stop();
+        check_totals(&out, sent, 300 + 2);
+        let acq = json_num(&out.json, "totals", "lock_acquisitions");
+        if mode == "blocking" {
+            assert!(acq > 0);
+        } else {
+            assert_eq!(acq, 0, "{mode}: no lock in this mode");
+        }
+        if mode == "reuseport" || mode == "blocking" {
+            assert_eq!(
+                json_num(&out.json, "totals", "wasted_wakeups"),
+                0,
+                "{mode}: {}",
+                out.json
+            );
+        }
+        eprintln!("{mode}: {sent} requests in {:?}", t.elapsed());
+    }
+}
+
+/// A worker is killed with SIGKILL while it holds the accept lock (the test hook makes it hold
+/// the lock for a long time once): service must go on, the lock must be recovered (by the
+/// master's force_unlock after waitpid, or by owner-death detection), and the stats must show
+/// it.
+fn killed_holder_recovers(mode: &str) {
+    let t = Instant::now();
+    let srv = Server::start(mode, &[("PREFORK_TEST_HOLD_MS", "20000")]);
+    let line = srv.wait_stderr("test hook: worker", Duration::from_secs(10));
+    let victim: i32 = line
+        .split("worker ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    assert_ne!(victim, srv.pid());
+    // A request made while the lock is held and its holder asleep: it waits in the backlog.
+    let addr = srv.addr;
+    let stalled = thread::spawn(move || get_close(addr));
+    thread::sleep(Duration::from_millis(200));
+    // SAFETY: plain syscall; `victim` is a worker of our own child.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let killed_at = Instant::now();
+    stalled
+        .join()
+        .expect("the stalled request is answered after the kill");
+    let recovery = killed_at.elapsed();
+    assert!(
+        recovery < Duration::from_secs(5),
+        "recovery took {recovery:?}"
+    );
+    srv.wait_stderr("respawning", Duration::from_secs(5));
+    let sent = 1 + load(srv.addr, 2, 200, 1, 20);
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert_eq!(
+        json_num(&out.json, "totals", "requests"),
+        sent,
+        "{}",
+        out.json
+    );
+    // The next owner was told the previous one died.
+    assert!(
+        json_num(&out.json, "totals", "owner_died") >= 1,
+        "{}",
+        out.json
+    );
+    let rows = workers(&out.json);
+    assert!(
+        rows.iter()
+            .any(|r| r.contains(&format!("\"pid\": {victim},")) && r.contains("signal 9")),
+        "{}",
+        out.json
+    );
+    assert_eq!(
+        rows.len(),
+        3,
+        "two workers and the respawned one: {}",
+        out.json
+    );
+    eprintln!(
+        "{mode}: recovered {recovery:?} after the kill, forced unlocks {}, test took {:?}",
+        json_num(&out.json, "totals", "forced_unlocks"),
+        t.elapsed()
+    );
+}
+
+#[test]
+fn killed_lock_holder_is_recovered_mutex() {
+    killed_holder_recovers("mutex");
+}
+
+#[test]
+fn killed_lock_holder_is_recovered_blocking() {
+    killed_holder_recovers("blocking");
+}
+
+fn run_example(args: &[&str]) -> std::process::Output {
+    Command::new(example_binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run prefork")
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    for args in [
+        &["--accept", "sometimes"][..],
+        &["--workers", "0"],
+        &["--workers", "many"],
+        &["--addr", "localhost"],
+        &["--addr"],
+        &["--frobnicate"],
+        &["--multi-accept=yes"],
+    ] {
+        let out = run_example(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("usage:"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let out = run_example(&["--help"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--accept MODE"));
+}
+
+#[test]
+fn busy_port_is_a_clear_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for mode in ["mutex", "reuseport"] {
+        let out = run_example(&["--addr", &addr, "--accept", mode, "--workers", "2"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{mode}: {err}");
+        assert!(
+            err.contains(&format!("cannot listen on {addr}")),
+            "{mode}: {err}"
+        );
+        assert!(err.contains("in use"), "{mode}: {err}");
+        assert!(!err.contains("panicked"), "{mode}: {err}");
+    }
+}
