@@ -22,9 +22,14 @@
 //! the count of registered waiters: a normal-mode unlock removes *some* waiter from the count
 //! before its wake-up token reaches the queue, and a starvation-mode unlock sends a token that
 //! the receiver must consume. A waiter whose sleep timed out may therefore only remove itself
-//! while enough registered waiters remain to consume every token in flight:
-//! `waiters >= 1 + (STARVING && !LOCKED)` (see [`deregister`]). Otherwise the token in flight is
-//! its own, and it waits for it (briefly: the unlocker is between two instructions).
+//! while enough registered waiters remain to consume every token in flight. During a hand-off
+//! (`STARVING && !LOCKED`) that is not the only constraint: the receiver decides whether it is
+//! the last waiter from a plain read of the count and then applies its fix-up with a blind add
+//! (Go's code, which only had to allow for the count *growing* in between), so a waiter leaving
+//! in that window must leave both the receiver and one more waiter counted:
+//! `waiters >= 1 + 2 * (STARVING && !LOCKED)` (see [`deregister`]). Otherwise it waits for a
+//! token or for the hand-off to complete (briefly: the unlocker or receiver is a few
+//! instructions from done).
 
 use crate::clock::Clock;
 use crate::sema::WaitQueue;
@@ -304,8 +309,12 @@ fn wait_for_token_or_leave<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q) -> b
 pub(crate) fn deregister<W: StateWord>(word: &W) -> bool {
     let mut old = word.load();
     loop {
+        // A hand-off in flight: its receiver stays counted, and so does one more waiter, since
+        // the receiver may already have read "not the last waiter" and will keep STARVING in
+        // its fix-up add; leaving it alone would strand the lock in starvation mode with no
+        // waiter (found by loom: loom-tests/tests/timed.rs).
         let handoff_in_flight = old & (STARVING | LOCKED) == STARVING;
-        if waiters(old) < 1 + u32::from(handoff_in_flight) {
+        if waiters(old) < 1 + 2 * u32::from(handoff_in_flight) {
             return false;
         }
         let mut new = old - WAITER;
@@ -1004,18 +1013,43 @@ mod tests {
 
     #[test]
     fn timed_out_waiter_leaves_while_a_handoff_goes_to_another() {
-        let w = Word::new(LOCKED | STARVING | W);
+        let w = Word::new(LOCKED | STARVING | W2);
         let q = Script::new(&w).then(|w, log| {
-            other_unlocks(w, log); // hand-off in flight to the older waiter
+            other_unlocks(w, log); // hand-off in flight to the oldest of two older waiters
             false
         });
         assert!(!do_lock_until(&w, &q, far_deadline()));
         assert_eq!(
             w.get(),
-            STARVING | W,
-            "the receiver of the hand-off must stay counted"
+            STARVING | W2,
+            "the receiver of the hand-off and one more waiter must stay counted"
         );
         assert_eq!(q.calls(), [acq_timed(false), rel(true)]);
+    }
+
+    /// Found by loom (loom-tests/tests/timed.rs): the receiver reads "2 waiters, not the last",
+    /// then this waiter times out; had it left, the receiver's blind fix-up add would keep
+    /// STARVING with no waiter, and its unlock would hand off to nobody. It must wait for the
+    /// fix-up instead, then leave (ending starvation mode as the last waiter).
+    #[test]
+    fn timed_out_waiter_does_not_leave_the_receiver_alone_during_a_handoff() {
+        let w = Word::new(LOCKED | STARVING | W);
+        let q = Script::new(&w)
+            .then(|w, log| {
+                other_unlocks(w, log); // hand-off in flight to the older waiter
+                assert_eq!(w.get(), STARVING | W2);
+                false
+            })
+            .then(|w, _| {
+                assert_eq!(w.get(), STARVING | W2, "left during the hand-off");
+                // The receiver read N = 2 and stays starving: −7.
+                w.fetch_add(LOCKED.wrapping_sub(W));
+                false
+            });
+        assert!(!do_lock_until(&w, &q, far_deadline()));
+        q.assert_done();
+        assert_eq!(w.get(), LOCKED, "the last waiter left: normal mode");
+        assert_eq!(q.calls(), [acq_timed(false), rel(true), acq_timed(true)]);
     }
 
     #[test]
@@ -1148,7 +1182,10 @@ mod tests {
             (LOCKED | STARVING | W, true, LOCKED),
             (LOCKED | STARVING | W2, true, LOCKED | STARVING | W),
             (STARVING | W, false, STARVING | W),
-            (STARVING | W2, true, STARVING | W),
+            // A hand-off in flight keeps its receiver and one more waiter counted (the receiver
+            // may already have decided to stay starving).
+            (STARVING | W2, false, STARVING | W2),
+            (STARVING | W3, true, STARVING | W2),
         ];
         for (s, left, after) in cases {
             let w = Word::new(s);
