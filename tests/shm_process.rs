@@ -1,0 +1,828 @@
+//! Multi-process tests of `gomutex::shm`.
+//!
+//! `harness = false`: this binary runs its tests one after another on its main thread, so the
+//! process is single-threaded whenever it forks (threads used by a test are joined before the
+//! next fork). Children made with `fork` run ordinary Rust code and leave with `_exit`.
+//! Unrelated processes are made by re-executing this binary with `--shm-child ...`.
+//!
+//! Run one test with `cargo test --test shm_process -- <name substring>`.
+
+use gomutex::shm::{
+    Config, LockError, ShmError, ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, LAYOUT_VERSION,
+    MAGIC,
+};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+// ------------------------------------------------------------------ helpers
+
+/// Fork; the child runs `f` and exits with its code (101 if it panicked).
+fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: the test process is single-threaded when it forks (see the module docs).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = catch_unwind(AssertUnwindSafe(f)).unwrap_or(101);
+        // SAFETY: leave the child at once, without the parent's atexit work.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+/// Wait for a child; its exit code, or 128 + signal.
+fn wait(pid: libc::pid_t) -> i32 {
+    let mut st = 0;
+    // SAFETY: our own child.
+    let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+    assert_eq!(r, pid, "waitpid");
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    }
+}
+
+fn kill9(pid: libc::pid_t) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// A small anonymous shared array of counters for test bookkeeping (not the lock's region).
+struct Shared {
+    p: *mut u64,
+    n: usize,
+}
+impl Shared {
+    fn new(n: usize) -> Self {
+        // SAFETY: a fresh shared anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Self { p: p.cast(), n }
+    }
+    fn at(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(i < self.n);
+        // SAFETY: in bounds, aligned, zero-initialised shared memory.
+        unsafe { &*(self.p.add(i) as *const std::sync::atomic::AtomicU64) }
+    }
+}
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(self.p.cast(), self.n * 8) };
+    }
+}
+
+use std::sync::atomic::Ordering::SeqCst;
+
+fn ok<G>(r: Result<G, LockError<G>>) -> G {
+    match r {
+        Ok(g) => g,
+        Err(e) => panic!("unexpected lock error: {e}"),
+    }
+}
+
+/// Assert the lock is quiescent: no waiters, nothing queued, no tokens, no accounting.
+fn assert_quiescent<T: ShmSafe>(m: &ShmMutex<T>) {
+    let d = m.diagnostics();
+    assert_eq!(d.waiters, 0, "{d:?}");
+    assert_eq!(d.queued_slots, 0, "{d:?}");
+    assert_eq!(d.stored_tokens, 0, "{d:?}");
+    assert_eq!(d.registered_waiters, 0, "{d:?}");
+    assert_eq!(d.in_flight, 0, "{d:?}");
+    assert_eq!(d.state & 7, 0, "{d:?}");
+}
+
+fn uniq(tag: &str) -> String {
+    format!("/gomutex-test-{tag}-{}", std::process::id())
+}
+
+// ------------------------------------------------------------------ tests
+
+/// Exact shared counter across 8 processes, mixing lock, try_lock and try_lock_for, with a
+/// two-step update that would tear without mutual exclusion.
+fn exclusion_8_processes() {
+    const PROCS: usize = 8;
+    const ITERS: u64 = 20_000;
+    let m = ShmMutex::anonymous([0u64; 2]).unwrap();
+    let kids: Vec<_> = (0..PROCS)
+        .map(|k| {
+            let m = &m;
+            fork(move || {
+                let mut done = 0;
+                let mut i = 0u64;
+                while done < ITERS {
+                    i += 1;
+                    let g = match i % 5 {
+                        0 => match m.try_lock() {
+                            Ok(g) => g,
+                            Err(TryLockError::WouldBlock) => continue,
+                            Err(e) => panic!("{e}"),
+                        },
+                        1 => match m.try_lock_for(Duration::from_micros(50 * (k as u64 + 1))) {
+                            Ok(g) => g,
+                            Err(TryLockError::WouldBlock) => continue,
+                            Err(e) => panic!("{e}"),
+                        },
+                        _ => ok(m.lock()),
+                    };
+                    let mut g = g;
+                    let a = g[0];
+                    assert_eq!(a, g[1], "torn state seen");
+                    g[0] = a + 1;
+                    std::hint::black_box(&mut g);
+                    g[1] = a + 1;
+                    drop(g);
+                    done += 1;
+                }
+                0
+            })
+        })
+        .collect();
+    for pid in kids {
+        assert_eq!(wait(pid), 0);
+    }
+    let g = ok(m.lock());
+    assert_eq!(*g, [PROCS as u64 * ITERS; 2]);
+    drop(g);
+    assert_quiescent(&m);
+}
+
+/// Go's TestMutexFairness across two processes: a greedy process holds the lock almost all the
+/// time (sleeping 100 µs inside); the victim must still get it 10 times in a bounded time.
+fn fairness_two_processes() {
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    let flags = Shared::new(4); // 0: stop, 1: victim worst wait ns, 2: victim total ns
+    let greedy = fork(|| {
+        while flags.at(0).load(SeqCst) == 0 {
+            let g = ok(m.lock());
+            std::thread::sleep(Duration::from_micros(100));
+            drop(g);
+        }
+        0
+    });
+    std::thread::sleep(Duration::from_millis(5));
+    let victim = fork(|| {
+        let start = Instant::now();
+        let mut worst = Duration::ZERO;
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_micros(100));
+            let t = Instant::now();
+            let mut g = ok(m.lock());
+            worst = worst.max(t.elapsed());
+            *g += 1;
+        }
+        flags.at(1).store(worst.as_nanos() as u64, SeqCst);
+        flags.at(2).store(start.elapsed().as_nanos() as u64, SeqCst);
+        0
+    });
+    let t = Instant::now();
+    let code = wait(victim);
+    flags.at(0).store(1, SeqCst);
+    assert_eq!(wait(greedy), 0);
+    assert_eq!(code, 0);
+    let worst = Duration::from_nanos(flags.at(1).load(SeqCst));
+    let total = Duration::from_nanos(flags.at(2).load(SeqCst));
+    println!("    victim: 10 locks in {total:?}, worst single wait {worst:?}");
+    // Go allows 10 s; starvation mode makes it milliseconds.
+    assert!(t.elapsed() < Duration::from_secs(10), "victim starved");
+    assert_eq!(*ok(m.lock()), 10);
+    assert_quiescent(&m);
+}
+
+/// Unrelated processes: children re-exec this binary and open the region by name.
+fn named_unrelated_processes() {
+    const PROCS: usize = 4;
+    const ITERS: u64 = 2_000;
+    let name = uniq("named");
+    let _ = ShmMutex::<[u64; 2]>::unlink(&name);
+    let m = ShmMutex::create(&name, [0u64; 2], Config::default()).unwrap();
+    assert!(matches!(
+        ShmMutex::create(&name, [0u64; 2], Config::default()),
+        Err(ShmError::Io(ref e)) if e.kind() == std::io::ErrorKind::AlreadyExists
+    ));
+    let exe = std::env::current_exe().unwrap();
+    let kids: Vec<_> = (0..PROCS)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--shm-child", "count", &name, &ITERS.to_string()])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut k in kids {
+        assert!(k.wait().unwrap().success());
+    }
+    assert_eq!(*ok(m.lock()), [PROCS as u64 * ITERS; 2]);
+    assert_quiescent(&m);
+    ShmMutex::<[u64; 2]>::unlink(&name).unwrap();
+    assert!(matches!(
+        ShmMutex::<[u64; 2]>::open(&name),
+        Err(ShmError::Io(ref e)) if e.kind() == std::io::ErrorKind::NotFound
+    ));
+}
+
+/// Several unrelated processes race `open_or_create` on a fresh name: exactly one creates,
+/// all share the same lock.
+fn named_open_or_create_race() {
+    const PROCS: usize = 4;
+    let name = uniq("race");
+    let _ = ShmMutex::<[u64; 2]>::unlink(&name);
+    let exe = std::env::current_exe().unwrap();
+    let kids: Vec<_> = (0..PROCS)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--shm-child", "open_or_create", &name, "500"])
+                .output_spawn()
+        })
+        .collect();
+    let mut created = 0;
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        if String::from_utf8_lossy(&out.stdout).contains("created") {
+            created += 1;
+        }
+    }
+    assert_eq!(created, 1, "exactly one process must create");
+    let m = ShmMutex::<[u64; 2]>::open(&name).unwrap();
+    assert_eq!(*ok(m.lock()), [PROCS as u64 * 500; 2]);
+    ShmMutex::<[u64; 2]>::unlink(&name).unwrap();
+}
+
+trait OutputSpawn {
+    fn output_spawn(&mut self) -> std::process::Child;
+}
+impl OutputSpawn for Command {
+    fn output_spawn(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped()).spawn().unwrap()
+    }
+}
+
+/// Child side of the named tests.
+fn child_main(args: &[String]) -> i32 {
+    let (role, name, iters) = (&args[0], &args[1], args[2].parse::<u64>().unwrap());
+    let (m, created) = match role.as_str() {
+        "count" => (ShmMutex::<[u64; 2]>::open(name).unwrap(), false),
+        "open_or_create" => {
+            ShmMutex::open_or_create(name, [0u64; 2], Config::default()).unwrap()
+        }
+        r => panic!("unknown child role {r}"),
+    };
+    for _ in 0..iters {
+        let mut g = ok(m.lock());
+        assert_eq!(g[0], g[1]);
+        g[0] += 1;
+        g[1] += 1;
+    }
+    if created {
+        println!("created");
+    }
+    0
+}
+
+/// A region to attach to, as raw shared memory, plus a byte snapshot helper.
+struct Raw {
+    p: *mut u8,
+    len: usize,
+}
+impl Raw {
+    fn new(len: usize) -> Self {
+        // SAFETY: a fresh shared anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Self { p: p.cast(), len }
+    }
+    fn bytes(&self) -> Vec<u8> {
+        // SAFETY: our mapping, no concurrent writers in these tests.
+        unsafe { std::slice::from_raw_parts(self.p, self.len) }.to_vec()
+    }
+    fn put_u64(&self, off: usize, v: u64) {
+        // SAFETY: in bounds of our mapping.
+        unsafe { (self.p.add(off) as *mut u64).write_unaligned(v) }
+    }
+    fn put_u32(&self, off: usize, v: u32) {
+        // SAFETY: in bounds of our mapping.
+        unsafe { (self.p.add(off) as *mut u32).write_unaligned(v) }
+    }
+}
+impl Drop for Raw {
+    fn drop(&mut self) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(self.p.cast(), self.len) };
+    }
+}
+
+/// Attach `T` at `p+off` over `len` bytes; assert `pred` on the error and that no byte of
+/// the whole mapping changed.
+fn attach_fails<T: ShmSafe>(
+    raw: &Raw,
+    off: usize,
+    len: usize,
+    what: &str,
+    pred: impl Fn(&ShmError) -> bool,
+) {
+    let before = raw.bytes();
+    // SAFETY: shared memory we own and keep mapped; on error nothing is kept.
+    let r = unsafe { ShmMutex::<T>::attach(raw.p.add(off), len) };
+    match r {
+        Ok(_) => panic!("{what}: attach succeeded"),
+        Err(e) => {
+            assert!(pred(&e), "{what}: unexpected error {e:?}");
+            // The Display is a clear message.
+            assert!(!e.to_string().is_empty());
+            println!("    {what}: {e}");
+        }
+    }
+    assert!(raw.bytes() == before, "{what}: attach wrote to the region");
+}
+
+/// Every bad attach is a clear error and writes nothing.
+fn bad_attach_writes_nothing() {
+    let cfg = Config::default();
+    let size = ShmMutex::<u64>::required_size(cfg).unwrap();
+    let raw = Raw::new(size + 4096);
+    // Zeroed memory: uninitialised.
+    attach_fails::<u64>(&raw, 0, size, "zeroed", |e| {
+        matches!(e, ShmError::Uninitialised)
+    });
+    // Garbage: wrong magic.
+    // SAFETY: in bounds.
+    unsafe { std::ptr::write_bytes(raw.p, 0xa5, size) };
+    attach_fails::<u64>(&raw, 0, size, "garbage", |e| {
+        matches!(e, ShmError::BadMagic { found } if *found == 0xa5a5_a5a5_a5a5_a5a5)
+    });
+    // Too small for a header.
+    attach_fails::<u64>(&raw, 0, 100, "shorter than a header", |e| {
+        matches!(e, ShmError::TooSmall { .. })
+    });
+    // Misaligned.
+    attach_fails::<u64>(&raw, 8, size, "misaligned", |e| {
+        matches!(e, ShmError::Misaligned { required: 64, .. })
+    });
+    // A real region, then damage one field at a time.
+    // SAFETY: our mapping, nobody else uses it.
+    let m = unsafe { ShmMutex::init_in_place(raw.p, size, 42u64, cfg) }.unwrap();
+    drop(m);
+    let pristine = raw.bytes();
+    // SAFETY: as above.
+    let ok_attach = unsafe { ShmMutex::<u64>::attach(raw.p, size) }.unwrap();
+    assert_eq!(*ok(ok_attach.lock()), 42);
+    drop(ok_attach);
+    let restore = |raw: &Raw| {
+        // SAFETY: in bounds.
+        unsafe { std::ptr::copy_nonoverlapping(pristine.as_ptr(), raw.p, pristine.len()) };
+    };
+    restore(&raw);
+    attach_fails::<u64>(&raw, 0, size - 64, "shorter than total", |e| {
+        matches!(e, ShmError::TooSmall { needed, .. } if *needed == size)
+    });
+    attach_fails::<u32>(&raw, 0, size, "wrong T size", |e| {
+        matches!(e, ShmError::ValueMismatch { expected_size: 4, found_size: 8, .. })
+    });
+    attach_fails::<[u32; 2]>(&raw, 0, size, "wrong T align", |e| {
+        matches!(e, ShmError::ValueMismatch { expected_align: 4, found_align: 8, .. })
+    });
+    raw.put_u64(0, MAGIC ^ 1);
+    attach_fails::<u64>(&raw, 0, size, "wrong magic", |e| {
+        matches!(e, ShmError::BadMagic { .. })
+    });
+    restore(&raw);
+    raw.put_u32(8, LAYOUT_VERSION + 1);
+    attach_fails::<u64>(&raw, 0, size, "wrong version", |e| {
+        matches!(e, ShmError::VersionMismatch { found, .. } if *found == LAYOUT_VERSION + 1)
+    });
+    restore(&raw);
+    raw.put_u32(24, 5000); // participants: sizes no longer add up
+    attach_fails::<u64>(&raw, 0, size, "inconsistent slot count", |e| {
+        matches!(e, ShmError::Corrupt(_))
+    });
+    restore(&raw);
+    // In-place init checks too, writing nothing.
+    let before = raw.bytes();
+    // SAFETY: our mapping.
+    let r = unsafe { ShmMutex::init_in_place(raw.p.add(8), size, 1u64, cfg) };
+    assert!(matches!(r, Err(ShmError::Misaligned { .. })));
+    // SAFETY: our mapping.
+    let r = unsafe { ShmMutex::init_in_place(raw.p, size - 64, 1u64, cfg) };
+    assert!(matches!(r, Err(ShmError::TooSmall { .. })));
+    assert!(raw.bytes() == before, "failed init wrote");
+
+    // Named: an object nobody initialises times out; one with garbage is refused. Neither
+    // is written.
+    let name = uniq("bad");
+    let _ = ShmMutex::<u64>::unlink(&name);
+    let cname = std::ffi::CString::new(name.clone()).unwrap();
+    // SAFETY: creating a plain shm object for the test.
+    let fd = unsafe {
+        libc::shm_open(
+            cname.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+            0o600,
+        )
+    };
+    assert!(fd >= 0);
+    // SAFETY: our fd.
+    assert_eq!(unsafe { libc::ftruncate(fd, size as libc::off_t) }, 0);
+    let t = Instant::now();
+    let r = ShmMutex::<u64>::open_timeout(&name, Duration::from_millis(50));
+    assert!(matches!(r, Err(ShmError::InitTimeout)), "{r:?}");
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    let garbage = vec![0x5au8; size];
+    // SAFETY: writing our buffer to our fd.
+    assert_eq!(
+        unsafe { libc::pwrite(fd, garbage.as_ptr().cast(), size, 0) },
+        size as isize
+    );
+    let r = ShmMutex::<u64>::open_timeout(&name, Duration::from_millis(50));
+    assert!(matches!(r, Err(ShmError::BadMagic { .. })), "{r:?}");
+    let mut back = vec![0u8; size];
+    // SAFETY: reading into our buffer.
+    unsafe { libc::pread(fd, back.as_mut_ptr().cast(), size, 0) };
+    assert!(back == garbage, "open wrote to a foreign object");
+    // SAFETY: our fd.
+    unsafe { libc::close(fd) };
+    ShmMutex::<u64>::unlink(&name).unwrap();
+    assert!(matches!(
+        ShmMutex::<u64>::open("bad/name"),
+        Err(ShmError::InvalidName)
+    ));
+}
+
+/// The holder is SIGKILLed mid-update; a waiter (no supervisor) takes over within a bounded
+/// time and is told, and keeps being told until it marks the data consistent.
+fn owner_death_detected_by_waiter() {
+    let m = ShmMutex::anonymous([0u64; 2]).unwrap();
+    let flags = Shared::new(2);
+    let victim = fork(|| {
+        let mut g = ok(m.lock());
+        g[0] += 1; // torn: b not updated
+        flags.at(0).store(1, SeqCst);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    while flags.at(0).load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(m.diagnostics().owner_pid, Some(victim as u32));
+    // A waiter in another process blocks on the lock, then the holder dies.
+    let waiter = fork(|| match m.lock() {
+        Err(LockError::OwnerDied(g)) => {
+            assert_eq!(g[0], g[1] + 1, "saw the torn update");
+            // Do not repair: the next owner must be told too.
+            drop(g);
+            0
+        }
+        Ok(_) => 2,
+        Err(LockError::Poisoned(_)) => 3,
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    let t = Instant::now();
+    kill9(victim);
+    assert_eq!(wait(waiter), 0, "waiter was not told the owner died");
+    let took = t.elapsed();
+    println!("    waiter took over {took:?} after the kill (no supervisor)");
+    assert!(took < Duration::from_secs(2), "detection took {took:?}");
+    assert_eq!(wait(victim), 128 + libc::SIGKILL);
+    // Still reported to the next owner (the flag persists until mark_consistent).
+    match m.lock() {
+        Err(LockError::OwnerDied(mut g)) => {
+            g[1] = g[0];
+            g.mark_consistent();
+        }
+        other => panic!("not reported again: {:?}", other.map(|_| ())),
+    }
+    assert!(ok(m.lock())[0] == 1);
+    let d = m.diagnostics();
+    assert_eq!(d.owner_deaths, 1);
+    assert!(!d.owner_died);
+    m.recover();
+    assert_quiescent(&m);
+}
+
+/// A supervisor that reaped the owner calls force_unlock: the lock is free at once, the next
+/// owner is told. force_unlock of a pid that did not hold it returns false.
+fn force_unlock_after_waitpid() {
+    let m = ShmMutex::anonymous(7u32).unwrap();
+    let flags = Shared::new(1);
+    let victim = fork(|| {
+        let g = ok(m.lock());
+        flags.at(0).store(1, SeqCst);
+        std::thread::sleep(Duration::from_secs(60));
+        drop(g);
+        0
+    });
+    while flags.at(0).load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert!(!m.force_unlock(victim as u32), "alive: must be left alone");
+    assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
+    kill9(victim);
+    assert_eq!(wait(victim), 128 + libc::SIGKILL);
+    let t = Instant::now();
+    assert!(m.force_unlock(victim as u32), "it held the lock");
+    match m.try_lock() {
+        Err(TryLockError::OwnerDied(g)) => g.mark_consistent(),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    println!("    force_unlock + try_lock took {:?}", t.elapsed());
+    assert!(!m.force_unlock(victim as u32), "already recovered");
+    let idle = fork(|| 0);
+    assert_eq!(wait(idle), 0);
+    assert!(!m.force_unlock(idle as u32), "never held it");
+    assert!(matches!(m.try_lock(), Ok(g) if *g == 7));
+    assert_quiescent(&m);
+}
+
+/// Polling users (try_lock only, like an accept lock) recover from a dead owner too.
+fn try_lock_polling_detects_dead_owner() {
+    let m = ShmMutex::anonymous(0u32).unwrap();
+    let victim = fork(|| {
+        std::mem::forget(ok(m.lock()));
+        // SAFETY: die holding the lock.
+        unsafe { libc::raise(libc::SIGKILL) };
+        0
+    });
+    assert_eq!(wait(victim), 128 + libc::SIGKILL);
+    let t = Instant::now();
+    loop {
+        match m.try_lock() {
+            Err(TryLockError::OwnerDied(g)) => {
+                g.mark_consistent();
+                break;
+            }
+            Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_micros(200)),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "never recovered");
+    }
+    println!("    polling try_lock recovered after {:?}", t.elapsed());
+}
+
+/// Waiters killed while queued leave the count and the queue; the survivor still gets the
+/// lock.
+fn queued_waiters_killed() {
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    let g = ok(m.lock());
+    let kids: Vec<_> = (0..4)
+        .map(|_| {
+            fork(|| {
+                *ok(m.lock()) += 1;
+                0
+            })
+        })
+        .collect();
+    let t = Instant::now();
+    while m.diagnostics().queued_slots < 4 {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", m.diagnostics());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(m.diagnostics().waiters, 4);
+    for &k in &kids[..3] {
+        kill9(k);
+        assert_eq!(wait(k), 128 + libc::SIGKILL);
+    }
+    // Recovery by the scan every waiter runs (no supervisor): wait for it.
+    let t = Instant::now();
+    loop {
+        let d = m.diagnostics();
+        if d.waiters == 1 && d.queued_slots == 1 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "phantom waiters: {d:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("    dead waiters removed after {:?}", t.elapsed());
+    drop(g);
+    assert_eq!(wait(kids[3]), 0);
+    assert_eq!(*ok(m.lock()), 1);
+    assert_quiescent(&m);
+    // The survivor left with _exit, keeping its participant slot: a scan reclaims it.
+    assert_eq!(m.recover(), 1);
+    assert_eq!(m.diagnostics().participants, 1);
+}
+
+/// A panic while holding the lock poisons it, across processes too.
+fn panic_poisons() {
+    let m = ShmMutex::anonymous(0u32).unwrap();
+    let child = fork(|| {
+        let _g = ok(m.lock());
+        panic!("poison it");
+    });
+    assert_eq!(wait(child), 101);
+    assert!(m.is_poisoned());
+    match m.lock() {
+        Err(LockError::Poisoned(g)) => g.mark_consistent(),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    assert!(!m.is_poisoned());
+    // Same process, another thread.
+    std::thread::scope(|s| {
+        let _ = s
+            .spawn(|| {
+                let _g = ok(m.lock());
+                panic!("poison again");
+            })
+            .join();
+    });
+    assert!(matches!(m.try_lock(), Err(TryLockError::Poisoned(_))));
+    m.clear_poison();
+    assert!(m.try_lock().is_ok());
+}
+
+/// Fork while holding: the child does not own the lock, cannot take it, and dropping its copy
+/// of the guard does not release the parent's lock.
+fn fork_while_holding() {
+    let m = ShmMutex::anonymous(1u32).unwrap();
+    let g = ok(m.lock());
+    let parent = std::process::id();
+    let child = fork(|| {
+        assert!(!g.is_owner(), "child believes it owns the lock");
+        assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
+        assert!(m
+            .try_lock_for(Duration::from_millis(30))
+            .is_err_and(|e| matches!(e, TryLockError::WouldBlock)));
+        assert_eq!(m.diagnostics().owner_pid, Some(parent));
+        // Drop the child's copy of the guard: must not release the parent's lock.
+        // SAFETY: a bitwise copy in the child's own memory; the original is never dropped
+        // here (the child leaves with _exit).
+        drop(unsafe { std::ptr::read(&g) });
+        assert!(m.is_locked(), "dropping the inherited guard unlocked");
+        0
+    });
+    assert_eq!(wait(child), 0);
+    assert!(g.is_owner());
+    assert!(m.is_locked(), "the child released the parent's lock");
+    assert_eq!(m.diagnostics().owner_pid, Some(parent));
+    drop(g);
+    assert!(!m.is_locked());
+    assert!(m.try_lock().is_ok());
+    m.recover();
+    assert_quiescent(&m);
+}
+
+/// With one waiter slot (and with none), contention still works: waiters without a slot wait
+/// outside the queue.
+fn slot_exhaustion() {
+    for slots in [0, 1] {
+        let cfg = Config {
+            participants: 8,
+            waiter_slots: slots,
+        };
+        let m = ShmMutex::anonymous_with([0u64; 2], cfg).unwrap();
+        let kids: Vec<_> = (0..4)
+            .map(|_| {
+                fork(|| {
+                    for _ in 0..1_000 {
+                        let mut g = ok(m.lock());
+                        assert_eq!(g[0], g[1]);
+                        g[0] += 1;
+                        std::hint::black_box(&mut g);
+                        g[1] += 1;
+                    }
+                    0
+                })
+            })
+            .collect();
+        for k in kids {
+            assert_eq!(wait(k), 0);
+        }
+        assert_eq!(*ok(m.lock()), [4_000; 2]);
+        assert_quiescent(&m);
+    }
+}
+
+/// Participant table: processes beyond its size wait for dead ones to be reclaimed.
+fn participants_reclaimed() {
+    let cfg = Config {
+        participants: 2,
+        waiter_slots: 4,
+    };
+    let m = ShmMutex::anonymous_with(0u64, cfg).unwrap();
+    *ok(m.lock()) += 1; // the parent takes one participant slot
+    for _ in 0..5 {
+        // Each child takes the other slot and dies with it; the next must reclaim it.
+        let k = fork(|| {
+            *ok(m.lock()) += 1;
+            // SAFETY: die without dropping the handle.
+            unsafe { libc::raise(libc::SIGKILL) };
+            0
+        });
+        assert_eq!(wait(k), 128 + libc::SIGKILL);
+    }
+    assert_eq!(*ok(m.lock()), 6);
+    m.recover();
+    assert_eq!(m.diagnostics().participants, 1);
+}
+
+/// Timed locks across processes.
+fn timed_lock_cross_process() {
+    let m = ShmMutex::anonymous(0u32).unwrap();
+    let flags = Shared::new(1);
+    let holder = fork(|| {
+        let g = ok(m.lock());
+        flags.at(0).store(1, SeqCst);
+        std::thread::sleep(Duration::from_millis(150));
+        drop(g);
+        0
+    });
+    while flags.at(0).load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let t = Instant::now();
+    assert!(matches!(
+        m.try_lock_for(Duration::from_millis(20)),
+        Err(TryLockError::WouldBlock)
+    ));
+    let e = t.elapsed();
+    assert!(e >= Duration::from_millis(20) && e < Duration::from_millis(140), "{e:?}");
+    let g = m.try_lock_until(Instant::now() + Duration::from_secs(5));
+    assert!(g.is_ok());
+    drop(g);
+    assert_eq!(wait(holder), 0);
+    m.recover();
+    assert_quiescent(&m);
+}
+
+/// Debug output and guard access.
+fn debug_and_guard() {
+    let m = ShmMutex::anonymous([1u16, 2, 3]).unwrap();
+    let s = format!("{m:?}");
+    assert!(s.contains("data: [1, 2, 3]"), "{s}");
+    let g: ShmMutexGuard<'_, [u16; 3]> = ok(m.lock());
+    assert!(format!("{m:?}").contains("<locked>"));
+    assert_eq!(format!("{g:?}"), "[1, 2, 3]");
+}
+
+// ------------------------------------------------------------------ runner
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--shm-child") {
+        std::process::exit(child_main(&args[1..]));
+    }
+    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+    let tests: &[(&str, fn())] = &[
+        ("exclusion_8_processes", exclusion_8_processes),
+        ("fairness_two_processes", fairness_two_processes),
+        ("named_unrelated_processes", named_unrelated_processes),
+        ("named_open_or_create_race", named_open_or_create_race),
+        ("bad_attach_writes_nothing", bad_attach_writes_nothing),
+        ("owner_death_detected_by_waiter", owner_death_detected_by_waiter),
+        ("force_unlock_after_waitpid", force_unlock_after_waitpid),
+        (
+            "try_lock_polling_detects_dead_owner",
+            try_lock_polling_detects_dead_owner,
+        ),
+        ("queued_waiters_killed", queued_waiters_killed),
+        ("panic_poisons", panic_poisons),
+        ("fork_while_holding", fork_while_holding),
+        ("slot_exhaustion", slot_exhaustion),
+        ("participants_reclaimed", participants_reclaimed),
+        ("timed_lock_cross_process", timed_lock_cross_process),
+        ("debug_and_guard", debug_and_guard),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    let mut skipped = 0;
+    for (name, f) in tests {
+        if filter.as_ref().is_some_and(|p| !name.contains(p.as_str())) {
+            skipped += 1;
+            continue;
+        }
+        let t = Instant::now();
+        println!("test {name} ...");
+        match catch_unwind(f) {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.2?})", t.elapsed());
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED ({:.2?})", t.elapsed());
+            }
+        }
+    }
+    println!("\nshm_process: {passed} passed, {failed} failed, {skipped} skipped");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
