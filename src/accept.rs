@@ -62,8 +62,8 @@
 //!
 //! # What does not belong here
 //!
-//! The lock itself is any [`AcceptMutex`]: `gomutex::RawMutex` for workers that are threads of
-//! one process, or a cross-process lock in shared memory for forked workers. Recovering a lock
+//! The lock itself is any [`AcceptMutex`]: [`crate::RawMutex`] for workers that are threads of
+//! one process, or [`ShmAcceptMutex`] over a [`crate::shm::ShmMutex`] for forked workers. Recovering a lock
 //! whose holder died is the supervisor's job ([`ForceUnlock`], after `waitpid`), or the lock's
 //! (owner-death detection); the next holder is told through [`Acquired::OwnerDied`] and
 //! [`AcceptStats::owner_died`]. The accept lock protects no data, so nothing needs repair.
@@ -73,7 +73,9 @@
 //! A worker inside its back-off (`accept_disabled > 0`) also disarms its listening sockets
 //! (nginx leaves them armed, so two workers may accept at once: trac #612).
 
+use crate::shm::{ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, TryLockResult};
 use core::fmt;
+use std::cell::RefCell;
 use std::time::Duration;
 
 /// nginx's default `accept_mutex_delay`.
@@ -92,8 +94,9 @@ pub enum Acquired {
 
 /// A lock shared by the workers: what [`AcceptLock`] needs from it.
 ///
-/// Implemented for [`crate::RawMutex`] (workers that are threads of one process) and for
-/// references and smart pointers to implementors. A cross-process implementation must report a
+/// Implemented for [`crate::RawMutex`] (workers that are threads of one process), for
+/// [`ShmAcceptMutex`] (worker processes), and for references and smart pointers to
+/// implementors. A cross-process implementation must report a
 /// dead previous owner as [`Acquired::OwnerDied`] and leave the lock usable (consistent) again.
 pub trait AcceptMutex {
     /// Take the lock if it is free now (never blocks). `None` if it is held by someone else.
@@ -174,6 +177,98 @@ impl<M: AcceptMutex + ?Sized> AcceptMutex for std::sync::Arc<M> {
 impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
     fn force_unlock(&self, pid: i32) -> bool {
         (**self).force_unlock(pid)
+    }
+}
+
+/// [`AcceptMutex`] over a cross-process [`ShmMutex`] (usually `ShmMutex<()>`: the accept lock
+/// protects no data): one handle per worker process, which keeps the guard between the
+/// acquisition and [`AcceptMutex::unlock`].
+///
+/// A dead previous owner (released by the supervisor's [`ForceUnlock::force_unlock`] or by the
+/// lock's own owner-death detection) is reported as [`Acquired::OwnerDied`]; the handle then
+/// marks the lock consistent (there is no data to repair), so the next owner is told nothing
+/// new. A poisoned lock is treated the same way and reported as [`Acquired::Clean`].
+///
+/// ```
+/// use gomutex::accept::{AcceptLock, Config, ShmAcceptMutex};
+/// use gomutex::shm::ShmMutex;
+///
+/// // The master, before forking: the lock in an anonymous shared mapping.
+/// let lock = ShmMutex::anonymous(())?;
+/// // Each worker (after fork; here two in one process for the demo):
+/// let mut a = AcceptLock::new(ShmAcceptMutex::new(&lock), Config::blocking());
+/// let mut b = AcceptLock::new(ShmAcceptMutex::new(&lock), Config::nginx());
+/// assert!(a.begin_iteration(false).armed);
+/// assert!(!b.begin_iteration(false).armed);
+/// a.end_accept_phase();
+/// assert!(b.begin_iteration(false).armed);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+pub struct ShmAcceptMutex<'a, T: ShmSafe = ()> {
+    m: &'a ShmMutex<T>,
+    guard: RefCell<Option<ShmMutexGuard<'a, T>>>,
+}
+
+impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
+    /// A worker's handle on `m`.
+    pub fn new(m: &'a ShmMutex<T>) -> Self {
+        Self {
+            m,
+            guard: RefCell::new(None),
+        }
+    }
+
+    /// The shared mutex.
+    pub fn shm(&self) -> &'a ShmMutex<T> {
+        self.m
+    }
+
+    fn keep(&self, r: TryLockResult<ShmMutexGuard<'a, T>>) -> Option<Acquired> {
+        let (g, how) = match r {
+            Ok(g) => (g, Acquired::Clean),
+            Err(TryLockError::WouldBlock) => return None,
+            Err(TryLockError::OwnerDied(g)) => {
+                g.mark_consistent();
+                (g, Acquired::OwnerDied)
+            }
+            Err(TryLockError::Poisoned(g)) => {
+                g.mark_consistent();
+                (g, Acquired::Clean)
+            }
+        };
+        let old = self.guard.borrow_mut().replace(g);
+        assert!(
+            old.is_none(),
+            "accept lock acquired twice through one handle"
+        );
+        Some(how)
+    }
+}
+
+impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShmAcceptMutex")
+            .field("held", &self.guard.borrow().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
+    fn try_lock(&self) -> Option<Acquired> {
+        self.keep(self.m.try_lock())
+    }
+    fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
+        self.keep(self.m.try_lock_for(timeout))
+    }
+    unsafe fn unlock(&self) {
+        // Dropping the guard releases the lock.
+        drop(self.guard.borrow_mut().take());
+    }
+}
+
+impl<T: ShmSafe> ForceUnlock for ShmMutex<T> {
+    fn force_unlock(&self, pid: i32) -> bool {
+        pid > 0 && ShmMutex::force_unlock(self, pid as u32)
     }
 }
 
@@ -872,5 +967,37 @@ mod tests {
         });
         assert!(!m.is_locked());
         assert!(got[0].load(Ordering::Relaxed) + got[1].load(Ordering::Relaxed) > 0);
+    }
+
+    /// Across processes: a child takes the shm accept lock and dies holding it; the parent, as
+    /// a supervisor, reaps it and force-unlocks; the next holder is told the owner died.
+    #[test]
+    fn shm_force_unlock_after_death_reports_owner_died() {
+        let lock = ShmMutex::anonymous(()).unwrap();
+        // SAFETY: the child only takes the lock and leaves with _exit (no allocation-heavy or
+        // lock-taking std code of other threads runs in it).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let mut a = AcceptLock::new(ShmAcceptMutex::new(&lock), Config::nginx());
+            let code = if a.begin_iteration(false).armed { 0 } else { 1 };
+            std::mem::forget(a); // die holding it
+                                 // SAFETY: leaving the child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert!(lock.is_locked(), "the dead child still holds it");
+        assert!(ForceUnlock::force_unlock(&lock, pid));
+        assert!(!ForceUnlock::force_unlock(&lock, pid), "only once");
+        let mut b = AcceptLock::new(ShmAcceptMutex::new(&lock), Config::nginx());
+        assert!(b.begin_iteration(false).armed);
+        b.end_accept_phase();
+        assert!(b.begin_iteration(false).armed);
+        b.end_accept_phase();
+        assert_eq!(b.stats().owner_died, 1, "told once, then marked consistent");
+        assert_eq!(b.stats().acquisitions, 2);
     }
 }

@@ -251,10 +251,11 @@ impl Master<'_> {
     fn worker_main(&mut self, i: usize) -> i32 {
         let pid = sys::getpid();
         self.region.slot(i).pid.store(pid, Relaxed);
-        // Only the master handles SIGINT (a terminal's ^C reaches the whole process group).
-        let _ = sys::block_signals(&sys::master_signals(), false);
+        // Only the master handles SIGINT (a terminal's ^C reaches the whole process group):
+        // ignore it before unblocking what the master blocked.
         sys::ignore_signal(libc::SIGINT, true);
         sys::ignore_signal(libc::SIGPIPE, true);
+        let _ = sys::block_signals(&sys::master_signals(), false);
         // Our copy of the write end must go, or closing the master's would not reach us.
         drop(self.pipe_wr.take());
         let listeners = if self.args.mode == Mode::Reuseport {
