@@ -1,0 +1,387 @@
+//! Kill torture test for `gomutex::shm`: workers are SIGKILLed at random points (holding,
+//! waiting, spinning, inside lock/unlock), a supervisor respawns them, and the lock must
+//! never deadlock, never lose a completed update, and tell the next owner about every death.
+//!
+//! `GOMUTEX_TORTURE_SECS` sets the duration (default 20). `harness = false`: the supervisor is
+//! single-threaded, so forking workers is safe.
+//!
+//! Protected data: `[a, b, marker, _]`. A critical section sets `marker = pid`, does
+//! `a += 1; b += 1`, adds one to its worker's count of completed sections (`done[w]`, in a
+//! side mapping, written only under the lock) and clears `marker`. A section killed half-way
+//! leaves `marker != 0` (and maybe `a != b`): the next owner must get `OwnerDied`, and repairs
+//! with `a = b = Σ done`. An owner that gets `Ok` checks `marker == 0 && a == b == Σ done`:
+//! a lost update or an unreported death would break it.
+
+use gomutex::shm::{Config, ShmMutex, TryLockError};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+const WORKERS: usize = 6;
+/// Threads per worker process (odd workers run two, to exercise per-process accounting).
+fn threads(w: usize) -> usize {
+    1 + w % 2
+}
+const MAX_THREADS: usize = 2;
+
+// Side mapping indices.
+const STOP: usize = 0;
+const LAST_KILL_NS: usize = 1;
+const REPORTS: usize = 2;
+const VIOLATIONS: usize = 3;
+const REC_SUM: usize = 4;
+const REC_MAX: usize = 5;
+const REC_N: usize = 6;
+const POISONED: usize = 7;
+const PHASE: usize = 16; // + w * MAX_THREADS + t
+const DONE: usize = 64; // + w
+const SIDE_LEN: usize = 128;
+
+/// Phases a worker thread announces (read by the supervisor after it reaped the worker).
+const IDLE: u64 = 0;
+const LOCKING: u64 = 1;
+const IN_CS: u64 = 2;
+const UNLOCKING: u64 = 3;
+
+struct Side(*mut AtomicU64);
+// SAFETY: shared memory of atomics.
+unsafe impl Sync for Side {}
+impl Side {
+    fn new() -> Self {
+        // SAFETY: a fresh shared anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SIDE_LEN * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Side(p.cast())
+    }
+    fn at(&self, i: usize) -> &AtomicU64 {
+        assert!(i < SIDE_LEN);
+        // SAFETY: in bounds of a zeroed shared mapping of AtomicU64s.
+        unsafe { &*self.0.add(i) }
+    }
+    fn done_sum(&self) -> u64 {
+        (0..WORKERS).map(|w| self.at(DONE + w).load(SeqCst)).sum()
+    }
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+type Data = [u64; 4];
+
+fn worker_thread(m: &ShmMutex<Data>, side: &Side, w: usize, t: usize) {
+    let pid = u64::from(std::process::id());
+    let phase = side.at(PHASE + w * MAX_THREADS + t);
+    let mut rng = Rng(pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ mono_ns() ^ (t as u64 + 1));
+    while side.at(STOP).load(SeqCst) == 0 {
+        let op = rng.below(100);
+        phase.store(LOCKING, SeqCst);
+        let r = if op < 70 {
+            m.lock().map_err(TryLockError::from)
+        } else if op < 85 {
+            m.try_lock()
+        } else {
+            m.try_lock_for(Duration::from_micros(rng.below(2_000)))
+        };
+        let mut g = match r {
+            Ok(g) => {
+                phase.store(IN_CS, SeqCst);
+                let sum = side.done_sum();
+                if g[2] != 0 || g[0] != g[1] || g[0] != sum {
+                    eprintln!(
+                        "VIOLATION: clean acquisition saw marker {} a {} b {} done {}",
+                        g[2], g[0], g[1], sum
+                    );
+                    side.at(VIOLATIONS).fetch_add(1, SeqCst);
+                }
+                g
+            }
+            Err(TryLockError::OwnerDied(mut g)) => {
+                phase.store(IN_CS, SeqCst);
+                side.at(REPORTS).fetch_add(1, SeqCst);
+                let dt = mono_ns().saturating_sub(side.at(LAST_KILL_NS).load(SeqCst));
+                side.at(REC_SUM).fetch_add(dt, SeqCst);
+                side.at(REC_MAX).fetch_max(dt, SeqCst);
+                side.at(REC_N).fetch_add(1, SeqCst);
+                let sum = side.done_sum();
+                g[0] = sum;
+                g[1] = sum;
+                g[2] = 0;
+                g.mark_consistent();
+                g
+            }
+            Err(TryLockError::Poisoned(g)) => {
+                phase.store(IN_CS, SeqCst);
+                side.at(POISONED).fetch_add(1, SeqCst);
+                g.mark_consistent();
+                g
+            }
+            Err(TryLockError::WouldBlock) => {
+                phase.store(IDLE, SeqCst);
+                continue;
+            }
+        };
+        g[2] = pid;
+        g[0] += 1;
+        match rng.below(20) {
+            0 => std::thread::sleep(Duration::from_micros(100)),
+            1..=4 => {
+                for _ in 0..rng.below(2_000) {
+                    std::hint::spin_loop();
+                }
+            }
+            _ => {}
+        }
+        g[1] += 1;
+        side.at(DONE + w).fetch_add(1, SeqCst);
+        g[2] = 0;
+        phase.store(UNLOCKING, SeqCst);
+        drop(g);
+        phase.store(IDLE, SeqCst);
+        if rng.below(8) == 0 {
+            std::thread::sleep(Duration::from_micros(rng.below(50)));
+        } else {
+            for _ in 0..rng.below(500) {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    phase.store(IDLE, SeqCst);
+}
+
+fn spawn_worker(m: &ShmMutex<Data>, side: &Side, w: usize) -> libc::pid_t {
+    // SAFETY: the supervisor is single-threaded.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::thread::scope(|s| {
+                for t in 1..threads(w) {
+                    s.spawn(move || worker_thread(m, side, w, t));
+                }
+                worker_thread(m, side, w, 0);
+            })
+        }));
+        // SAFETY: leave the child at once.
+        unsafe { libc::_exit(if r.is_ok() { 0 } else { 101 }) };
+    }
+    pid
+}
+
+fn wait_blocking(pid: libc::pid_t) -> i32 {
+    let mut st = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+    st
+}
+
+fn dump(m: &ShmMutex<Data>, side: &Side, why: &str) -> ! {
+    eprintln!("FAILED: {why}");
+    eprintln!("diagnostics: {:?}", m.diagnostics());
+    eprintln!(
+        "done {} reports {} violations {}",
+        side.done_sum(),
+        side.at(REPORTS).load(SeqCst),
+        side.at(VIOLATIONS).load(SeqCst)
+    );
+    std::process::exit(1);
+}
+
+fn main() {
+    let secs: u64 = std::env::var("GOMUTEX_TORTURE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter.is_some_and(|f| !"kill_torture".contains(f.as_str())) {
+        println!("shm_torture: 0 passed, 0 failed, 1 skipped");
+        return;
+    }
+    println!("test kill_torture ({secs} s, {WORKERS} workers) ...");
+    let cfg = Config {
+        participants: 32,
+        waiter_slots: 8, // fewer than the 9 worker threads: slot exhaustion happens too
+    };
+    let m = ShmMutex::anonymous_with([0u64; 4], cfg).unwrap();
+    let side = Side::new();
+    let mut pids: Vec<libc::pid_t> = (0..WORKERS).map(|w| spawn_worker(&m, &side, w)).collect();
+    let mut rng = Rng(0x1234_5678_9abc_def1 ^ mono_ns());
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    let (mut kills, mut by_phase) = (0u64, [0u64; 4]);
+    let (mut holding_kills, mut forced, mut forced_true) = (0u64, 0u64, 0u64);
+    let mut last_progress = (Instant::now(), side.done_sum());
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_micros(500 + rng.below(10_000)));
+        let w = rng.below(WORKERS as u64) as usize;
+        side.at(LAST_KILL_NS).store(mono_ns(), SeqCst);
+        // SAFETY: our child.
+        unsafe { libc::kill(pids[w], libc::SIGKILL) };
+        let st = wait_blocking(pids[w]);
+        assert!(
+            libc::WIFSIGNALED(st),
+            "worker {w} exited on its own: status {st:#x}"
+        );
+        kills += 1;
+        // Phases the victim's threads were in when it died (they cannot change any more).
+        let mut holding = false;
+        for t in 0..threads(w) {
+            let p = side.at(PHASE + w * MAX_THREADS + t).load(SeqCst) as usize;
+            by_phase[p] += 1;
+            holding |= p == IN_CS as usize;
+            side.at(PHASE + w * MAX_THREADS + t).store(IDLE, SeqCst);
+        }
+        holding_kills += u64::from(holding);
+        if rng.below(2) == 0 {
+            forced += 1;
+            forced_true += u64::from(m.force_unlock(pids[w] as u32));
+        }
+        pids[w] = spawn_worker(&m, &side, w);
+        let done = side.done_sum();
+        if done != last_progress.1 {
+            last_progress = (Instant::now(), done);
+        } else if last_progress.0.elapsed() > Duration::from_secs(5) {
+            for &p in &pids {
+                // SAFETY: our children.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+            dump(&m, &side, "no progress for 5 s: deadlock");
+        }
+    }
+    // Stop: workers leave on their own; a watchdog catches a deadlock.
+    side.at(STOP).store(1, SeqCst);
+    let stop_at = Instant::now();
+    for &p in &pids {
+        loop {
+            let mut st = 0;
+            // SAFETY: our child.
+            let r = unsafe { libc::waitpid(p, &mut st, libc::WNOHANG) };
+            if r == p {
+                if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
+                    dump(&m, &side, &format!("worker exited with status {st:#x}"));
+                }
+                break;
+            }
+            if stop_at.elapsed() > Duration::from_secs(10) {
+                for &q in &pids {
+                    // SAFETY: our children.
+                    unsafe { libc::kill(q, libc::SIGKILL) };
+                }
+                dump(&m, &side, "workers did not finish within 10 s: deadlock");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Workers exited with _exit, keeping their participant slots: reclaim them.
+    m.recover();
+    let mut final_report = false;
+    let g = match m.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::OwnerDied(g)) => {
+            final_report = true;
+            g
+        }
+        Err(e) => dump(&m, &side, &format!("final lock: {e:?}")),
+    };
+    let done = side.done_sum();
+    let (a, b, marker) = (g[0], g[1], g[2]);
+    g.mark_consistent();
+    drop(g);
+    let d = m.diagnostics();
+    let reports = side.at(REPORTS).load(SeqCst);
+    let violations = side.at(VIOLATIONS).load(SeqCst);
+    let rec_n = side.at(REC_N).load(SeqCst).max(1);
+    let elapsed = start.elapsed();
+    println!("    duration            {elapsed:.1?}");
+    println!("    completed sections  {done} ({:.0}/s)", done as f64 / elapsed.as_secs_f64());
+    println!("    kills               {kills} (thread phases: idle {}, locking {}, in section {}, unlocking {})",
+        by_phase[0], by_phase[1], by_phase[2], by_phase[3]);
+    println!("    kills in section    {holding_kills}");
+    println!("    force_unlock calls  {forced} (returned true: {forced_true})");
+    println!("    owner deaths        {} (recovered by the lock)", d.owner_deaths);
+    println!("    OwnerDied reports   {reports} (+{} at the end)", u64::from(final_report));
+    println!(
+        "    recovery time       mean {:.2?}, max {:.2?} (kill -> next owner told)",
+        Duration::from_nanos(side.at(REC_SUM).load(SeqCst) / rec_n),
+        Duration::from_nanos(side.at(REC_MAX).load(SeqCst))
+    );
+    println!("    final state         {d:?}");
+    let mut fails = Vec::new();
+    if violations != 0 {
+        fails.push(format!("{violations} violations (torn state without OwnerDied, or lost update)"));
+    }
+    if side.at(POISONED).load(SeqCst) != 0 {
+        fails.push("poisoned without a panic".into());
+    }
+    if marker != 0 && !final_report {
+        fails.push("final owner not told of a death".into());
+    }
+    if !(final_report || marker == 0) || (!final_report && (a != done || b != done)) {
+        fails.push(format!("final data a {a} b {b} done {done}"));
+    }
+    if d.owner_deaths < holding_kills {
+        fails.push(format!(
+            "{holding_kills} kills inside the section but only {} owner deaths recovered",
+            d.owner_deaths
+        ));
+    }
+    if d.owner_deaths > by_phase[1] + by_phase[2] + by_phase[3] {
+        fails.push("more owner deaths than kills of possible holders".into());
+    }
+    if reports + u64::from(final_report) < holding_kills.min(1) {
+        fails.push("no OwnerDied report at all".into());
+    }
+    if d.waiters != 0
+        || d.queued_slots != 0
+        || d.stored_tokens != 0
+        || d.registered_waiters != 0
+        || d.in_flight != 0
+        || d.state != 0
+    {
+        fails.push(format!("not quiescent at the end: {d:?}"));
+    }
+    if d.participants != 1 {
+        fails.push(format!("{} participants left (expected only the supervisor)", d.participants));
+    }
+    if done == 0 || kills == 0 {
+        fails.push("no work or no kills".into());
+    }
+    if fails.is_empty() {
+        println!("test kill_torture ... ok");
+        println!("\nshm_torture: 1 passed, 0 failed");
+    } else {
+        for f in &fails {
+            println!("    FAIL: {f}");
+        }
+        println!("test kill_torture ... FAILED");
+        println!("\nshm_torture: 0 passed, 1 failed");
+        std::process::exit(1);
+    }
+}
