@@ -54,7 +54,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(g) => *g,
         Err(e) => *e.into_guard(),
     };
-    println!("total = {total} (expected {}), child held the lock at exit: {child_held_it}", 2 * ROUNDS);
+    println!(
+        "total = {total} (expected {}), child held the lock at exit: {child_held_it}",
+        2 * ROUNDS
+    );
     assert_eq!(total, 2 * ROUNDS);
     Ok(())
 }

@@ -273,9 +273,7 @@ fn child_main(args: &[String]) -> i32 {
     let (role, name, iters) = (&args[0], &args[1], args[2].parse::<u64>().unwrap());
     let (m, created) = match role.as_str() {
         "count" => (ShmMutex::<[u64; 2]>::open(name).unwrap(), false),
-        "open_or_create" => {
-            ShmMutex::open_or_create(name, [0u64; 2], Config::default()).unwrap()
-        }
+        "open_or_create" => ShmMutex::open_or_create(name, [0u64; 2], Config::default()).unwrap(),
         r => panic!("unknown child role {r}"),
     };
     for _ in 0..iters {
@@ -367,9 +365,13 @@ fn bad_attach_writes_nothing() {
     // Garbage: wrong magic.
     // SAFETY: in bounds.
     unsafe { std::ptr::write_bytes(raw.p, 0xa5, size) };
-    attach_fails::<u64>(&raw, 0, size, "garbage", |e| {
-        matches!(e, ShmError::BadMagic { found } if *found == 0xa5a5_a5a5_a5a5_a5a5)
-    });
+    attach_fails::<u64>(
+        &raw,
+        0,
+        size,
+        "garbage",
+        |e| matches!(e, ShmError::BadMagic { found } if *found == 0xa5a5_a5a5_a5a5_a5a5),
+    );
     // Too small for a header.
     attach_fails::<u64>(&raw, 0, 100, "shorter than a header", |e| {
         matches!(e, ShmError::TooSmall { .. })
@@ -392,14 +394,32 @@ fn bad_attach_writes_nothing() {
         unsafe { std::ptr::copy_nonoverlapping(pristine.as_ptr(), raw.p, pristine.len()) };
     };
     restore(&raw);
-    attach_fails::<u64>(&raw, 0, size - 64, "shorter than total", |e| {
-        matches!(e, ShmError::TooSmall { needed, .. } if *needed == size)
-    });
+    attach_fails::<u64>(
+        &raw,
+        0,
+        size - 64,
+        "shorter than total",
+        |e| matches!(e, ShmError::TooSmall { needed, .. } if *needed == size),
+    );
     attach_fails::<u32>(&raw, 0, size, "wrong T size", |e| {
-        matches!(e, ShmError::ValueMismatch { expected_size: 4, found_size: 8, .. })
+        matches!(
+            e,
+            ShmError::ValueMismatch {
+                expected_size: 4,
+                found_size: 8,
+                ..
+            }
+        )
     });
     attach_fails::<[u32; 2]>(&raw, 0, size, "wrong T align", |e| {
-        matches!(e, ShmError::ValueMismatch { expected_align: 4, found_align: 8, .. })
+        matches!(
+            e,
+            ShmError::ValueMismatch {
+                expected_align: 4,
+                found_align: 8,
+                ..
+            }
+        )
     });
     raw.put_u64(0, MAGIC ^ 1);
     attach_fails::<u64>(&raw, 0, size, "wrong magic", |e| {
@@ -407,9 +427,13 @@ fn bad_attach_writes_nothing() {
     });
     restore(&raw);
     raw.put_u32(8, LAYOUT_VERSION + 1);
-    attach_fails::<u64>(&raw, 0, size, "wrong version", |e| {
-        matches!(e, ShmError::VersionMismatch { found, .. } if *found == LAYOUT_VERSION + 1)
-    });
+    attach_fails::<u64>(
+        &raw,
+        0,
+        size,
+        "wrong version",
+        |e| matches!(e, ShmError::VersionMismatch { found, .. } if *found == LAYOUT_VERSION + 1),
+    );
     restore(&raw);
     raw.put_u32(24, 5000); // participants: sizes no longer add up
     attach_fails::<u64>(&raw, 0, size, "inconsistent slot count", |e| {
@@ -593,7 +617,11 @@ fn queued_waiters_killed() {
         .collect();
     let t = Instant::now();
     while m.diagnostics().queued_slots < 4 {
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", m.diagnostics());
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            m.diagnostics()
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(m.diagnostics().waiters, 4);
@@ -608,7 +636,10 @@ fn queued_waiters_killed() {
         if d.waiters == 1 && d.queued_slots == 1 {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(2), "phantom waiters: {d:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "phantom waiters: {d:?}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     println!("    dead waiters removed after {:?}", t.elapsed());
@@ -754,7 +785,10 @@ fn timed_lock_cross_process() {
         Err(TryLockError::WouldBlock)
     ));
     let e = t.elapsed();
-    assert!(e >= Duration::from_millis(20) && e < Duration::from_millis(140), "{e:?}");
+    assert!(
+        e >= Duration::from_millis(20) && e < Duration::from_millis(140),
+        "{e:?}"
+    );
     let g = m.try_lock_until(Instant::now() + Duration::from_secs(5));
     assert!(g.is_ok());
     drop(g);
@@ -787,7 +821,10 @@ fn main() {
         ("named_unrelated_processes", named_unrelated_processes),
         ("named_open_or_create_race", named_open_or_create_race),
         ("bad_attach_writes_nothing", bad_attach_writes_nothing),
-        ("owner_death_detected_by_waiter", owner_death_detected_by_waiter),
+        (
+            "owner_death_detected_by_waiter",
+            owner_death_detected_by_waiter,
+        ),
         ("force_unlock_after_waitpid", force_unlock_after_waitpid),
         (
             "try_lock_polling_detects_dead_owner",

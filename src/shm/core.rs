@@ -960,8 +960,7 @@ impl WaitQueue for Ctx<'_> {
                         s.proc.store(self.me, SeqCst);
                         s.class
                             .store(if lifo { CLASS_FRONT } else { CLASS_BACK }, SeqCst);
-                        s.ticket
-                            .store(h.next_ticket.fetch_add(1, SeqCst), SeqCst);
+                        s.ticket.store(h.next_ticket.fetch_add(1, SeqCst), SeqCst);
                         s.state.store(SLOT_QUEUED, SeqCst);
                         (Some(i), 0)
                     }

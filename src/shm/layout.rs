@@ -172,7 +172,7 @@ pub(crate) struct Layout {
 }
 
 const fn align_up(x: usize, a: usize) -> usize {
-    (x + a - 1) / a * a
+    x.div_ceil(a) * a
 }
 
 impl Layout {

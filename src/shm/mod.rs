@@ -268,7 +268,10 @@ impl fmt::Display for ShmError {
             ShmError::InvalidConfig(what) => write!(f, "invalid shared mutex config: {what}"),
             ShmError::InvalidName => write!(f, "invalid shared memory name"),
             ShmError::InitTimeout => {
-                write!(f, "timed out waiting for the shared region to be initialised")
+                write!(
+                    f,
+                    "timed out waiting for the shared region to be initialised"
+                )
             }
             ShmError::Io(e) => write!(f, "shared memory: {e}"),
         }
@@ -453,7 +456,7 @@ unsafe impl<T: ShmSafe> Send for ShmMutex<T> {}
 unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
 fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
-    if base.is_null() || base as usize % REGION_ALIGN != 0 {
+    if base.is_null() || !(base as usize).is_multiple_of(REGION_ALIGN) {
         return Err(ShmError::Misaligned {
             addr: base as usize,
             required: REGION_ALIGN,
@@ -526,7 +529,9 @@ fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
         size_of::<T>(),
         align_of::<T>(),
     )
-    .ok_or(ShmError::InvalidConfig("waiter_slots must be at most 65536"))
+    .ok_or(ShmError::InvalidConfig(
+        "waiter_slots must be at most 65536",
+    ))
 }
 
 /// Initialise a region at `base` (checked: aligned, big enough).
@@ -540,7 +545,7 @@ unsafe fn init_region<T: ShmSafe>(
     cfg: Config,
 ) -> Result<Region, ShmError> {
     let layout = layout_for::<T>(cfg)?;
-    if base.is_null() || base as usize % REGION_ALIGN != 0 {
+    if base.is_null() || !(base as usize).is_multiple_of(REGION_ALIGN) {
         return Err(ShmError::Misaligned {
             addr: base as usize,
             required: REGION_ALIGN,
@@ -862,7 +867,8 @@ impl<T: ShmSafe> ShmMutex<T> {
         let started = Instant::now();
         loop {
             if let Some(i) = claim_participant(r, ident, guest) {
-                self.me.store((u64::from(pid) << 32) | u64::from(i + 1), Relaxed);
+                self.me
+                    .store((u64::from(pid) << 32) | u64::from(i + 1), Relaxed);
                 return Ctx { r, me: i };
             }
             // Full: borrow the spare "guest" slot to reclaim dead participants.
@@ -958,10 +964,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         self.try_lock_until_opt(Some(deadline))
     }
 
-    fn try_lock_until_opt(
-        &self,
-        deadline: Option<Instant>,
-    ) -> TryLockResult<ShmMutexGuard<'_, T>> {
+    fn try_lock_until_opt(&self, deadline: Option<Instant>) -> TryLockResult<ShmMutexGuard<'_, T>> {
         let ctx = self.ctx();
         if algo::lock_until::<_, _, Monotonic>(&ctx, &ctx, deadline) {
             Ok(self.guard(sys::current_pid())?)

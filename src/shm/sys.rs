@@ -61,8 +61,11 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, deadline: Option<Insta
                 return Wait::TimedOut;
             }
             let now = mono_now();
-            let mut sec = now.tv_sec as i64 + remaining.as_secs() as i64;
-            let mut nsec = now.tv_nsec as i64 + i64::from(remaining.subsec_nanos());
+            // (`time_t`/`c_long` are i64 on 64-bit targets and i32 on some 32-bit ones.)
+            #[allow(clippy::useless_conversion)]
+            let mut sec = i64::from(now.tv_sec) + remaining.as_secs() as i64;
+            #[allow(clippy::useless_conversion)]
+            let mut nsec = i64::from(now.tv_nsec) + i64::from(remaining.subsec_nanos());
             if nsec >= 1_000_000_000 {
                 sec += 1;
                 nsec -= 1_000_000_000;
