@@ -654,6 +654,18 @@ fn queued_waiters_killed() {
 
 /// A panic while holding the lock poisons it, across processes too.
 fn panic_poisons() {
+    // The panics below are intended: keep their messages out of the test output.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    struct Restore(Option<Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(h) = self.0.take() {
+                std::panic::set_hook(h);
+            }
+        }
+    }
+    let _restore = Restore(Some(hook));
     let m = ShmMutex::anonymous(0u32).unwrap();
     let child = fork(|| {
         let _g = ok(m.lock());
@@ -709,6 +721,36 @@ fn fork_while_holding() {
     assert!(m.try_lock().is_ok());
     m.recover();
     assert_quiescent(&m);
+}
+
+/// A stopped (SIGSTOP) owner is alive: never taken over, force_unlock leaves it alone.
+fn stopped_owner_not_taken_over() {
+    let m = ShmMutex::anonymous(0u32).unwrap();
+    let flags = Shared::new(1);
+    let holder = fork(|| {
+        let mut g = ok(m.lock());
+        flags.at(0).store(1, SeqCst);
+        std::thread::sleep(Duration::from_millis(20));
+        *g += 1;
+        0
+    });
+    while flags.at(0).load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(holder, libc::SIGSTOP) };
+    assert!(matches!(
+        m.try_lock_for(Duration::from_millis(100)),
+        Err(TryLockError::WouldBlock)
+    ));
+    assert!(!m.force_unlock(holder as u32));
+    assert_eq!(m.recover(), 0);
+    assert_eq!(m.diagnostics().owner_pid, Some(holder as u32));
+    // SAFETY: as above.
+    unsafe { libc::kill(holder, libc::SIGCONT) };
+    assert_eq!(wait(holder), 0);
+    assert_eq!(*ok(m.lock()), 1, "the stopped owner finished its section");
+    assert!(!m.diagnostics().owner_died);
 }
 
 /// With one waiter slot (and with none), contention still works: waiters without a slot wait
@@ -833,6 +875,7 @@ fn main() {
         ("queued_waiters_killed", queued_waiters_killed),
         ("panic_poisons", panic_poisons),
         ("fork_while_holding", fork_while_holding),
+        ("stopped_owner_not_taken_over", stopped_owner_not_taken_over),
         ("slot_exhaustion", slot_exhaustion),
         ("participants_reclaimed", participants_reclaimed),
         ("timed_lock_cross_process", timed_lock_cross_process),

@@ -606,23 +606,36 @@ impl<'a> Ctx<'a> {
 
     /// Recover every dead participant (or only those with this pid). Returns
     /// `(recovered, any of them owned the lock)`.
+    ///
+    /// One dead participant's cleanup may wait on another's (a hand-off owed by a dead unlocker
+    /// scanned later), so passes repeat while some dead participant is left and the previous
+    /// pass freed one.
     pub(crate) fn scan(&self, pid: Option<u32>) -> (usize, bool) {
-        let mut n = 0;
+        let mut found = 0;
         let mut owned = false;
-        for i in 0..self.r.layout.participants {
-            if i == self.me {
-                continue;
+        let mut left_before = usize::MAX;
+        loop {
+            let (mut dead, mut left) = (0, 0);
+            for i in 0..self.r.layout.participants {
+                if i == self.me {
+                    continue;
+                }
+                let ident = self.r.proc(i).ident.load(SeqCst);
+                if ident == 0 || pid.is_some_and(|p| p != sys::ident_pid(ident)) {
+                    continue;
+                }
+                if sys::ident_dead(ident) {
+                    dead += 1;
+                    owned |= self.recover(i, ident);
+                    left += usize::from(self.r.proc(i).ident.load(SeqCst) == ident);
+                }
             }
-            let ident = self.r.proc(i).ident.load(SeqCst);
-            if ident == 0 || pid.is_some_and(|p| p != sys::ident_pid(ident)) {
-                continue;
+            found = found.max(dead);
+            if left == 0 || left >= left_before {
+                return (found, owned);
             }
-            if sys::ident_dead(ident) {
-                n += 1;
-                owned |= self.recover(i, ident);
-            }
+            left_before = left;
         }
-        (n, owned)
     }
 
     /// The lock is free, not starving, nobody is awake and waiters sleep: in Go that is only
@@ -738,8 +751,11 @@ impl<'a> Ctx<'a> {
                 }
             } else if p.registered.load(SeqCst) > 0 {
                 // A waiter of its is still counted: a token in flight to nobody in particular
-                // is as good as its own; otherwise leave the count, if that leaves enough
-                // waiters for the hand-off in flight (as `algo::deregister`).
+                // is as good as its own; otherwise leave the count under `algo::deregister`'s
+                // rule: during a hand-off (STARVING && !LOCKED) the receiver may already have
+                // read "not the last waiter" and will keep STARVING in its blind fix-up add,
+                // so the receiver and one more waiter must stay counted; if not, retry at a
+                // later scan (the fix-up is a few instructions away).
                 let mut tx = Txn::new();
                 if h.stored_handoff.load(SeqCst) > 0 {
                     tx.add(r, Target::StoredHandoff, -1);
@@ -752,8 +768,9 @@ impl<'a> Ctx<'a> {
                     let cur = h.state.load(SeqCst);
                     let l = low(cur);
                     let in_flight = u32::from(l & (STARVING | LOCKED) == STARVING);
-                    if algo::waiters(l) < 1 + in_flight {
-                        // The token it waits for is owed by a live unlocker: finish later.
+                    if algo::waiters(l) < 1 + 2 * in_flight {
+                        // A token it could take is owed by a live unlocker, or a live hand-off
+                        // receiver has not taken ownership yet: finish later.
                         break;
                     }
                     let mut new_low = l - WAITER;
