@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Load comparison: the prefork example in every --accept mode against nginx, on loopback.
+#
+#   bash scripts/load-compare.sh            # prints one markdown table on stdout
+#
+# What it does:
+#   * installs wrk and nginx from Debian if they are missing (apt-get update once, then
+#     apt-get install -y wrk nginx);
+#   * builds the example (cargo build --release --example prefork);
+#   * runs nginx (2 workers, `location / { return 200 "ok"; }`) with accept_mutex on, then off,
+#     under its own temporary prefix (config, pid, logs, temp dirs in a mktemp directory, not
+#     the system service), and the example in each mode: mutex, blocking, none, exclusive,
+#     reuseport;
+#   * loads each with wrk for DURATION seconds, twice: a new connection per request
+#     (-H "Connection: close") and keep-alive;
+#   * prints one markdown table: requests/s, its ratio to the best nginx of the same workload in
+#     this run, latency p50/p99 (wrk --latency), the per-worker share of connections (min/max;
+#     for nginx counted from an access log of $pid, buffered), and wasted wake-ups (a worker
+#     woken for a listening socket whose accept found nothing) per 1000 connections (n/a for
+#     nginx).
+#
+# Every server it starts is stopped when it exits (trap), also on ^C. Progress goes to stderr.
+#
+# Environment (defaults in brackets): DURATION [5] seconds per run, THREADS [2] and CONNS [50]
+# for wrk, WORKERS [2], PORT [18480] (the example; nginx uses PORT+1), MODES [all five],
+# ROUNDS [1] (repeat the whole matrix; the table keeps the median req/s run of each row, and
+# the ratio is to the better nginx median), RAW [unset] (a file to keep every run's raw line),
+# NGINX [nginx from PATH or /usr/sbin/nginx].
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-5}
+THREADS=${THREADS:-2}
+CONNS=${CONNS:-50}
+WORKERS=${WORKERS:-2}
+PORT=${PORT:-18480}
+NGX_PORT=$((PORT + 1))
+MODES=${MODES:-"mutex blocking none exclusive reuseport"}
+ROUNDS=${ROUNDS:-1}
+
+log() { echo "load-compare: $*" >&2; }
+
+# --- tools -------------------------------------------------------------------------------
+if ! command -v wrk >/dev/null || ! { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; }; then
+    log "installing wrk and nginx from Debian"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y wrk nginx
+fi
+NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+
+log "building the example"
+cargo build --release --example prefork >&2
+BIN="${CARGO_TARGET_DIR:-target}/release/examples/prefork"
+[ -x "$BIN" ] || { log "no $BIN"; exit 1; }
+
+TMP=$(mktemp -d /tmp/load-compare.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do
+        kill -TERM "$p" 2>/dev/null || true
+    done
+    for p in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for p in "$PORT" "$NGX_PORT"; do
+    port_free "$p" || { log "port $p is in use (set PORT=...)"; exit 1; }
+done
+
+# Stop a server by pid (bounded), and forget it.
+stop() {
+    local pid=$1 sig=$2
+    kill "-$sig" "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    local keep=()
+    for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
+    PIDS=("${keep[@]}")
+}
+
+wait_port() {
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    log "nothing listening on port $1"
+    return 1
+}
+
+# run_wrk URL WORKLOAD -> "req/s p50 p99" (latencies as wrk prints them)
+run_wrk() {
+    local url=$1 workload=$2 out
+    local hdr=()
+    [ "$workload" = close ] && hdr=(-H "Connection: close")
+    out=$(timeout $((DURATION + 30)) wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${hdr[@]}" "$url")
+    echo "$out" >>"$TMP/wrk.log"
+    local rps p50 p99
+    rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<<"$out")
+    p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
+    p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+    echo "${rps:-0} ${p50:-?} ${p99:-?}"
+}
+
+nginx_conf() { # accept_mutex on|off
+    mkdir -p "$TMP/nginx/logs" "$TMP/nginx/tmp"
+    cat >"$TMP/nginx/nginx.conf" <<EOF
+worker_processes $WORKERS;
+daemon off;
+master_process on;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/logs/error.log;
+events { worker_connections 1024; accept_mutex $1; }
+http {
+    log_format pidonly '\$pid';
+    access_log $TMP/nginx/logs/access.log pidonly buffer=256k flush=1s;
+    client_body_temp_path $TMP/nginx/tmp/body;
+    proxy_temp_path $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path $TMP/nginx/tmp/scgi;
+    server {
+        listen 127.0.0.1:$NGX_PORT;
+        location / { return 200 "ok"; }
+    }
+}
+EOF
+}
+
+# One measurement: prints "server accept workload rps p50 p99 share wasted"
+measure_nginx() { # accept_mutex workload
+    local am=$1 wl=$2
+    nginx_conf "$am"
+    : >"$TMP/nginx/logs/access.log"
+    "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" 2>>"$TMP/nginx/logs/stderr" &
+    local pid=$!
+    PIDS+=("$pid")
+    wait_port "$NGX_PORT"
+    read -r rps p50 p99 < <(run_wrk "http://127.0.0.1:$NGX_PORT/" "$wl")
+    stop "$pid" QUIT # graceful: flushes the access log
+    local share
+    share=$(sort "$TMP/nginx/logs/access.log" | uniq -c | awk -v n="$WORKERS" '
+        { c[NR] = $1; if (min == "" || $1 < min) min = $1; if ($1 > max) max = $1 }
+        END { if (NR < n) min = 0; if (max > 0) printf "%.2f", min / max; else print "n/a" }')
+    echo "nginx accept_mutex=$am $wl $rps $p50 $p99 $share n/a"
+}
+
+measure_prefork() { # mode workload
+    local mode=$1 wl=$2 json="$TMP/prefork-$1-$2.json"
+    "$BIN" --addr "127.0.0.1:$PORT" --workers "$WORKERS" --accept "$mode" --stats-json "$json" \
+        >"$TMP/prefork.log" 2>&1 &
+    local pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 100); do grep -q "listening on" "$TMP/prefork.log" && break; sleep 0.05; done
+    read -r rps p50 p99 < <(run_wrk "http://127.0.0.1:$PORT/" "$wl")
+    stop "$pid" INT
+    local share wasted
+    share=$(sed -n 's/.*"share_min_max": \([0-9.]*\).*/\1/p' "$json")
+    wasted=$(sed -n 's/.*"wasted_per_1000": \([0-9.]*\).*/\1/p' "$json")
+    echo "prefork --accept=$mode $wl $rps $p50 $p99 ${share:-?} ${wasted:-?}"
+}
+
+RESULTS="$TMP/results"
+: >"$RESULTS"
+for round in $(seq "$ROUNDS"); do
+    for wl in close keepalive; do
+        for am in on off; do
+            log "round $round: nginx accept_mutex $am, $wl"
+            measure_nginx "$am" "$wl" >>"$RESULTS"
+        done
+        for mode in $MODES; do
+            log "round $round: prefork --accept $mode, $wl"
+            measure_prefork "$mode" "$wl" >>"$RESULTS"
+        done
+    done
+done
+
+[ -n "${RAW:-}" ] && cp "$RESULTS" "$RAW"
+
+# --- the table ---------------------------------------------------------------------------
+echo
+echo "wrk -t$THREADS -c$CONNS -d${DURATION}s --latency, $WORKERS workers, $(nproc) CPUs, loopback;" \
+    "\"close\" = -H \"Connection: close\" (a new connection per request). $ROUNDS round(s)."
+echo
+echo "| server | accept | workload | req/s | × best nginx | p50 | p99 | worker share min/max | wasted wake-ups / 1000 conn |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
+awk '
+    { key = $1 " " $2 " " $3; n[key]++; row[key, n[key]] = $0; rps[key, n[key]] = $4
+      if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
+    END {
+        # the median run (by req/s) of each row
+        for (i = 1; i <= k; i++) {
+            key = order[i]; m = n[key]
+            for (a = 1; a <= m; a++) idx[a] = a
+            for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++)
+                if (rps[key, idx[b]] < rps[key, idx[a]]) { t = idx[a]; idx[a] = idx[b]; idx[b] = t }
+            med[key] = row[key, idx[int((m + 1) / 2)]]
+            split(med[key], f, " ")
+            if (f[1] == "nginx" && f[4] > best[f[3]]) best[f[3]] = f[4]
+        }
+        for (i = 1; i <= k; i++) {
+            split(med[order[i]], f, " ")
+            ratio = best[f[3]] > 0 ? sprintf("%.2f", f[4] / best[f[3]]) : "n/a"
+            share = f[7] ~ /^[0-9.]+$/ ? sprintf("%.2f", f[7]) : f[7]
+            wasted = f[8] ~ /^[0-9.]+$/ ? sprintf("%.1f", f[8]) : f[8]
+            printf "| %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], ratio, f[5], f[6], share, wasted
+        }
+    }' "$RESULTS"
