@@ -657,7 +657,8 @@ fn panic_poisons() {
     // The panics below are intended: keep their messages out of the test output.
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    struct Restore(Option<Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send>>);
+    type Hook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send>;
+    struct Restore(Option<Hook>);
     impl Drop for Restore {
         fn drop(&mut self) {
             if let Some(h) = self.0.take() {
