@@ -23,10 +23,16 @@
 //!   trip Go does not pay), so the 100-step loop costs somewhat more than Go's.
 //! * `Uncontended` gives each thread its own heap-allocated `#[repr(align(128))]` mutex.
 //!
-//! Knobs (environment): `GOMUTEX_FAIRNESS_ROUNDS` (default 5), `GOMUTEX_FAIRNESS_CAP_MS`
-//! (default 10 000: the greedy thread gives up after this long, so a starving lock cannot hang
-//! the run; Go's test fails at 10 s). A filter argument skips the fairness table unless
-//! "fairness" contains it; `cargo test --benches` runs one short round.
+//! Knobs (environment):
+//! * `GOMUTEX_BENCH_PLOTS=1`: criterion's HTML/SVG report (off by default: plotting costs
+//!   more than measuring);
+//! * `GOMUTEX_FAIRNESS_ROUNDS` (default 5);
+//! * `GOMUTEX_FAIRNESS_CAP_MS` (default 10 000): the greedy thread gives up after this long,
+//!   so a starving lock cannot hang the run (Go's test fails at 10 s); a lock that hits the
+//!   cap skips its remaining rounds.
+//!
+//! A filter argument skips the fairness table unless "fairness" contains it;
+//! `cargo test --benches` runs one short round (cap 1 s).
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -260,8 +266,10 @@ fn procs() -> usize {
 }
 
 fn line<L: Lock>(g: &mut BenchmarkGroup<'_, WallTime>, id: &str, w: Workload, threads: usize) {
+    // Outside the closure: criterion calls it afresh for every sample, and the grain must be
+    // sized from the previous sample (as Go sizes it from the previous b.N run).
+    let mut prev = None;
     g.bench_function(id, |b| {
-        let mut prev = None;
         b.iter_custom(|iters| {
             let d = run_workload::<L>(w, threads, iters, grain(prev));
             prev = Some((iters, d));
@@ -523,7 +531,14 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 fn main() {
     let args = args();
-    let mut c = Criterion::default().configure_from_args();
+    let mut c = Criterion::default();
+    // Plotting (plotters backend, no gnuplot) costs far more than measuring here: ~20 s per
+    // line on a loaded 2-core machine against 2.5 s of measurement. The numbers live in
+    // estimates.json (see scripts/bench_summary.py); GOMUTEX_BENCH_PLOTS=1 brings plots back.
+    if std::env::var_os("GOMUTEX_BENCH_PLOTS").is_none() {
+        c = c.without_plots();
+    }
+    let mut c = c.configure_from_args();
     go_workloads(&mut c);
     c.final_summary();
 
