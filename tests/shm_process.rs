@@ -754,6 +754,115 @@ fn stopped_owner_not_taken_over() {
     assert!(!m.diagnostics().owner_died);
 }
 
+/// Wait for a child at most `limit`; kill it and fail if it takes longer (a deadlock).
+fn wait_limit(pid: libc::pid_t, limit: Duration, what: &str) -> i32 {
+    let t = Instant::now();
+    loop {
+        let mut st = 0;
+        // SAFETY: our own child.
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+        if r == pid {
+            return if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                128 + libc::WTERMSIG(st)
+            };
+        }
+        if t.elapsed() > limit {
+            kill9(pid);
+            wait(pid);
+            panic!("{what}: child {pid} still running after {limit:?} (deadlock?)");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Deaths in windows too narrow for random kills to hit, made deterministic with the
+/// test-only crash points: a contending process SIGKILLs itself (1) with the journal lock held
+/// and its redo log committed before the state-word CAS, (2) after the CAS, (3) after applying,
+/// (4) owing a normal-mode wake-up, (5) owing a hand-off, (6) right after taking its token.
+/// The others must finish, the data must be exact, the lock quiescent, and the recovery
+/// counters must show the window was repaired.
+fn crash_points() {
+    for point in 1..=6u32 {
+        let m = ShmMutex::anonymous([0u64; 2]).unwrap();
+        let done = Shared::new(1);
+        let work = |armed: bool, iters: u64| -> i32 {
+            if armed {
+                gomutex::shm::__crash_at(point);
+            }
+            for i in 0..iters {
+                let mut g = match m.lock() {
+                    Ok(g) => g,
+                    Err(LockError::OwnerDied(mut g)) => {
+                        // The dead process died inside the lock code, not in a section: the
+                        // data is intact, but we must be told anyway.
+                        g.mark_consistent();
+                        let d = done.at(0).load(SeqCst);
+                        g[0] = d;
+                        g[1] = d;
+                        g
+                    }
+                    Err(LockError::Poisoned(_)) => return 7,
+                };
+                if g[0] != g[1] || g[0] != done.at(0).load(SeqCst) {
+                    return 8;
+                }
+                g[0] += 1;
+                if i % 4 == 0 {
+                    // Hold it a while: queueing, and starvation mode.
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                g[1] += 1;
+                done.at(0).fetch_add(1, SeqCst);
+            }
+            if armed {
+                3
+            } else {
+                0
+            }
+        };
+        let others: Vec<_> = (0..2).map(|_| fork(|| work(false, 1_500))).collect();
+        let armed = fork(|| work(true, 50_000));
+        let what = format!("crash point {point}");
+        assert_eq!(
+            wait_limit(armed, Duration::from_secs(20), &what),
+            128 + libc::SIGKILL,
+            "{what}: never reached"
+        );
+        for o in others {
+            assert_eq!(wait_limit(o, Duration::from_secs(20), &what), 0, "{what}");
+        }
+        m.recover();
+        let g = match m.lock() {
+            Ok(g) => g,
+            Err(LockError::OwnerDied(g)) => {
+                g.mark_consistent();
+                g
+            }
+            Err(e) => panic!("{what}: {e}"),
+        };
+        let d = done.at(0).load(SeqCst);
+        assert!(g[0] == d && g[1] == d, "{what}: data {:?} done {d}", *g);
+        drop(g);
+        assert_quiescent(&m);
+        let diag = m.diagnostics();
+        assert_eq!(diag.participants, 1, "{what}: {diag:?}");
+        let rc = diag.recovery;
+        println!(
+            "    point {point}: {rc:?}, owner deaths {}",
+            diag.owner_deaths
+        );
+        let exercised = match point {
+            1 => rc.journal_takeovers >= 1,
+            2 | 3 => rc.journal_takeovers >= 1 && rc.journal_replays >= 1,
+            4 | 5 => rc.owed_wakeups_delivered >= 1,
+            _ => rc.dead_woken_cleared + rc.handoffs_passed_on >= 1,
+        };
+        assert!(exercised, "{what}: window not exercised: {rc:?}");
+    }
+}
+
 /// With one waiter slot (and with none), contention still works: waiters without a slot wait
 /// outside the queue.
 fn slot_exhaustion() {
@@ -877,6 +986,7 @@ fn main() {
         ("panic_poisons", panic_poisons),
         ("fork_while_holding", fork_while_holding),
         ("stopped_owner_not_taken_over", stopped_owner_not_taken_over),
+        ("crash_points", crash_points),
         ("slot_exhaustion", slot_exhaustion),
         ("participants_reclaimed", participants_reclaimed),
         ("timed_lock_cross_process", timed_lock_cross_process),

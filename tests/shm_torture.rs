@@ -341,6 +341,17 @@ fn main() {
         Duration::from_nanos(side.at(REC_SUM).load(SeqCst) / rec_n),
         Duration::from_nanos(side.at(REC_MAX).load(SeqCst))
     );
+    let rc = d.recovery;
+    println!(
+        "    windows recovered   journal-lock takeovers {} (replayed {}), dead waiters removed {}, \
+         dead WOKEN owners {}, owed wake-ups/hand-offs {}, hand-offs passed on {}",
+        rc.journal_takeovers,
+        rc.journal_replays,
+        rc.dead_waiters_removed,
+        rc.dead_woken_cleared,
+        rc.owed_wakeups_delivered,
+        rc.handoffs_passed_on
+    );
     println!("    final state         {d:?}");
     let mut fails = Vec::new();
     if violations != 0 {

@@ -42,6 +42,22 @@ use core::ptr::NonNull;
 use core::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
+/// Crash points for tests (`shm::__crash_at`): where a process may be made to die.
+pub(crate) mod crash {
+    /// Journal lock held, redo log committed, state word not changed yet.
+    pub const LOG_COMMITTED: u32 = 1;
+    /// Journal lock held, state word changed, accounting not applied yet.
+    pub const WORD_CHANGED: u32 = 2;
+    /// Journal lock held, everything applied, log not cleared yet.
+    pub const APPLIED: u32 = 3;
+    /// Normal-mode unlock: waiter removed and `WOKEN` set, wake-up not delivered yet.
+    pub const OWES_WAKEUP: u32 = 4;
+    /// Starving unlock: lock released, hand-off not delivered yet.
+    pub const OWES_HANDOFF: u32 = 5;
+    /// A sleeper picked up its token (normal: owns `WOKEN`; hand-off: owns the lock-to-be).
+    pub const TOKEN_TAKEN: u32 = 6;
+}
+
 /// A sleeping waiter wakes at least this often to look for dead participants.
 pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Owner probes (one `/proc` read) happen at most this often, machine-wide per region.
@@ -53,6 +69,13 @@ const J_CONTENDED: u32 = 1 << 31;
 /// Log states.
 const LOG_EMPTY: u32 = 0;
 const LOG_COMMITTED: u32 = 1;
+/// Indices of `Header::rec`.
+pub(crate) const REC_STEALS: usize = 0;
+pub(crate) const REC_REPLAYS: usize = 1;
+pub(crate) const REC_REGISTRATIONS: usize = 2;
+pub(crate) const REC_WOKEN: usize = 3;
+pub(crate) const REC_OWED: usize = 4;
+pub(crate) const REC_HANDOFFS: usize = 5;
 /// Bits of the word that change only under the journal lock (Go's state without `LOCKED`).
 const NONLOCK: u64 = 0xffff_fffe;
 
@@ -361,6 +384,7 @@ impl<'a> Ctx<'a> {
                     {
                         // Taken from a dead holder: finish or drop its transaction, and have
                         // the next probe clean up the rest of what it left.
+                        self.r.hdr().rec[REC_STEALS].fetch_add(1, Relaxed);
                         self.replay();
                         self.r.hdr().scan_at.store(0, SeqCst);
                         return JGuard { r: self.r };
@@ -392,6 +416,7 @@ impl<'a> Ctx<'a> {
             true
         };
         if apply {
+            self.r.hdr().rec[REC_REPLAYS].fetch_add(1, Relaxed);
             let n = (log.n.load(SeqCst) as usize).min(LOG_ENTRIES);
             for e in &log.entries[..n] {
                 if let Some(t) = Target::decode(e.target.load(SeqCst)) {
@@ -434,6 +459,7 @@ impl<'a> Ctx<'a> {
             log.has_word.store(0, Relaxed);
         }
         log.state.store(LOG_COMMITTED, SeqCst);
+        sys::crash_point(crash::LOG_COMMITTED);
         if let Some((old, new)) = tx.word {
             if self
                 .r
@@ -445,10 +471,12 @@ impl<'a> Ctx<'a> {
                 log.state.store(LOG_EMPTY, SeqCst);
                 return false;
             }
+            sys::crash_point(crash::WORD_CHANGED);
         }
         for &(t, v) in &tx.ents[..tx.n] {
             apply_target(self.r, t, v);
         }
+        sys::crash_point(crash::APPLIED);
         log.state.store(LOG_EMPTY, Release);
         true
     }
@@ -553,6 +581,7 @@ impl<'a> Ctx<'a> {
             let v = s.state.load(Acquire);
             if v >= SLOT_TOKEN_NORMAL {
                 s.state.store(SLOT_FREE, Release);
+                sys::crash_point(crash::TOKEN_TAKEN);
                 return true;
             }
             let now = Instant::now();
@@ -704,6 +733,7 @@ impl<'a> Ctx<'a> {
         }
         // 3. Wake-ups it owed.
         while p.owes_normal.load(SeqCst) > 0 {
+            h.rec[REC_OWED].fetch_add(1, Relaxed);
             let mut tx = Txn::new();
             tx.add(r, Target::OwesNormal(d), -1);
             self.deliver(&mut tx, false);
@@ -711,6 +741,7 @@ impl<'a> Ctx<'a> {
             post.absorb(self, &tx);
         }
         while p.owes_handoff.load(SeqCst) > 0 {
+            h.rec[REC_OWED].fetch_add(1, Relaxed);
             let mut tx = Txn::new();
             tx.add(r, Target::OwesHandoff(d), -1);
             self.deliver(&mut tx, true);
@@ -736,6 +767,7 @@ impl<'a> Ctx<'a> {
                     tx.word = Some((cur, word(new_low, owner_of(cur))));
                 }
                 if self.commit(&tx) {
+                    h.rec[REC_HANDOFFS].fetch_add(1, Relaxed);
                     post.absorb(self, &tx);
                 }
             } else if p.woken.load(SeqCst) > 0 {
@@ -747,6 +779,7 @@ impl<'a> Ctx<'a> {
                     tx.word = Some((cur, cur & !u64::from(WOKEN)));
                 }
                 if self.commit(&tx) {
+                    h.rec[REC_WOKEN].fetch_add(1, Relaxed);
                     post.kick = true;
                 }
             } else if p.registered.load(SeqCst) > 0 {
@@ -779,6 +812,7 @@ impl<'a> Ctx<'a> {
                     }
                     tx.word = Some((cur, word(new_low, owner_of(cur))));
                     tx.add(r, Target::Registered(d), -1);
+                    h.rec[REC_REGISTRATIONS].fetch_add(1, Relaxed);
                 }
                 self.commit(&tx);
             } else {
@@ -1007,6 +1041,11 @@ impl WaitQueue for Ctx<'_> {
     }
 
     fn release(&self, handoff: bool) {
+        sys::crash_point(if handoff {
+            crash::OWES_HANDOFF
+        } else {
+            crash::OWES_WAKEUP
+        });
         let mut post = Post::default();
         {
             let _g = self.jlock();

@@ -103,7 +103,11 @@ pub(crate) struct Header {
     pub probe_at: AtomicU64,
     /// Last full participant scan (`CLOCK_MONOTONIC` ns).
     pub scan_at: AtomicU64,
-    pub _pad2: [u64; 7],
+    /// Recovery counters (diagnostics only): journal-lock takeovers, redo logs replayed,
+    /// dead waiter registrations removed, dead `WOKEN` owners cleared, owed wake-ups and
+    /// hand-offs delivered for the dead, hand-offs passed on from dead receivers.
+    pub rec: [AtomicU64; 6],
+    pub _pad2: u64,
     // --- offset 192 ---
     pub log: Log,
 }

@@ -108,6 +108,23 @@ pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
     }
 }
 
+/// A crash point armed in this process (0 = none); see `shm::__crash_at`.
+static CRASH_AT: AtomicU32 = AtomicU32::new(0);
+
+/// Arm a crash point: the process SIGKILLs itself when it reaches it (tests only).
+pub(crate) fn arm_crash(point: u32) {
+    CRASH_AT.store(point, Ordering::Relaxed);
+}
+
+/// Die here if this point is armed (one relaxed load; only on slow paths).
+#[inline]
+pub(crate) fn crash_point(point: u32) {
+    if CRASH_AT.load(Ordering::Relaxed) == point {
+        // SAFETY: raising a signal at ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+}
+
 /// The cached pid of this process; 0 = not known yet (or reset in a forked child).
 static PID: AtomicU32 = AtomicU32::new(0);
 /// `(pid << 40) | start time` of this process, cached; reset in a forked child.
