@@ -157,6 +157,41 @@ fn exclusion_8_processes() {
     assert_quiescent(&m);
 }
 
+/// Threads and processes at once: 3 forked processes × 4 threads each, starting together in
+/// fresh children (so the threads race to register their process), on an exact counter. Each
+/// process must end up with one participant slot.
+fn threads_and_processes() {
+    const ITERS: u64 = 2_000;
+    let m = ShmMutex::anonymous([0u64; 2]).unwrap();
+    let kids: Vec<_> = (0..3)
+        .map(|_| {
+            fork(|| {
+                std::thread::scope(|s| {
+                    for _ in 0..4 {
+                        s.spawn(|| {
+                            for _ in 0..ITERS {
+                                let mut g = ok(m.lock());
+                                assert_eq!(g[0], g[1]);
+                                g[0] += 1;
+                                std::hint::black_box(&mut g);
+                                g[1] += 1;
+                            }
+                        });
+                    }
+                });
+                // Three processes and the parent are registered (the parent has not used the
+                // lock yet: only the children).
+                i32::from(m.diagnostics().participants > 3) * 9
+            })
+        })
+        .collect();
+    for k in kids {
+        assert_eq!(wait(k), 0, "a process took more than one participant slot");
+    }
+    assert_eq!(*ok(m.lock()), [3 * 4 * ITERS; 2]);
+    assert_quiescent(&m);
+}
+
 /// Go's TestMutexFairness across two processes: a greedy process holds the lock almost all the
 /// time (sleeping 100 µs inside); the victim must still get it 10 times in a bounded time.
 fn fairness_two_processes() {
@@ -969,6 +1004,7 @@ fn main() {
     let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
     let tests: &[(&str, fn())] = &[
         ("exclusion_8_processes", exclusion_8_processes),
+        ("threads_and_processes", threads_and_processes),
         ("fairness_two_processes", fairness_two_processes),
         ("named_unrelated_processes", named_unrelated_processes),
         ("named_open_or_create_race", named_open_or_create_race),

@@ -888,9 +888,23 @@ impl<T: ShmSafe> ShmMutex<T> {
         let started = Instant::now();
         loop {
             if let Some(i) = claim_participant(r, ident, guest) {
-                self.me
-                    .store((u64::from(pid) << 32) | u64::from(i + 1), Relaxed);
-                return Ctx { r, me: i };
+                let mine = (u64::from(pid) << 32) | u64::from(i + 1);
+                let seen = self.me.load(Relaxed);
+                if (seen >> 32) as u32 != pid
+                    && self
+                        .me
+                        .compare_exchange(seen, mine, Relaxed, Relaxed)
+                        .is_ok()
+                {
+                    return Ctx { r, me: i };
+                }
+                // Another thread of this process registered meanwhile: use its slot.
+                r.proc(i).ident.store(0, SeqCst);
+                let c = self.me.load(Relaxed);
+                return Ctx {
+                    r,
+                    me: (c as u32) - 1,
+                };
             }
             // Full: borrow the spare "guest" slot to reclaim dead participants.
             let g = r.proc(guest);
