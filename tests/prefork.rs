@@ -6,6 +6,12 @@
 //! (`target/<profile>/examples/prefork`); run `cargo test` (not only `--test prefork`) after
 //! changing the example, or `cargo build --example prefork [--release]` first.
 
+/// The example's HTTP parser, compiled here too so its unit tests run with `cargo test`
+/// (examples' own tests do not run by default).
+#[allow(dead_code)]
+#[path = "../examples/prefork/http.rs"]
+mod http;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -492,4 +498,44 @@ fn busy_port_is_a_clear_error() {
         assert!(err.contains("in use"), "{mode}: {err}");
         assert!(!err.contains("panicked"), "{mode}: {err}");
     }
+}
+
+#[test]
+fn pipelined_head_and_malformed_requests() {
+    let srv = Server::start("reuseport", &[]);
+    // Two pipelined requests in one write, the second closing.
+    let s = connect(srv.addr);
+    let mut w = s.try_clone().unwrap();
+    w.write_all(b"GET /a HTTP/1.1\r\nHost: t\r\n\r\nHEAD /b HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(s);
+    let (status, body, close) = read_response(&mut r).unwrap();
+    assert_eq!((status, body.as_str(), close), (200, "ok", false));
+    // HEAD: headers only (Content-Length 2 but no body), then the server closes.
+    let mut head = String::new();
+    r.read_to_string(&mut head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head:?}");
+    assert!(
+        head.contains("Connection: close\r\n") && head.ends_with("\r\n\r\n"),
+        "{head:?}"
+    );
+    // Garbage: 400 and close.
+    let mut s = connect(srv.addr);
+    s.write_all(b"NOT HTTP AT ALL\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 400 "), "{resp:?}");
+    // HTTP/1.0 without keep-alive closes after one response.
+    let mut s = connect(srv.addr);
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(
+        resp.starts_with("HTTP/1.1 200 OK\r\n") && resp.ends_with("\r\n\r\nok"),
+        "{resp:?}"
+    );
+    let out = srv.stop();
+    assert!(out.status.success());
+    assert_eq!(json_num(&out.json, "totals", "requests"), 3, "{}", out.json);
+    assert_eq!(json_num(&out.json, "totals", "accepted"), 3, "{}", out.json);
 }
