@@ -954,7 +954,26 @@ impl StateWord for Ctx<'_> {
         }
     }
 
+    #[inline]
     fn release_locked(&self) -> u32 {
+        // Fast path: held, normal mode: one CAS clears LOCKED and the owner.
+        let st = &self.r.hdr().state;
+        let cur = st.load(Relaxed);
+        let l = low(cur);
+        if l & (LOCKED | STARVING) == LOCKED
+            && st
+                .compare_exchange(cur, word(l - LOCKED, 0), Release, Relaxed)
+                .is_ok()
+        {
+            return l - LOCKED;
+        }
+        self.release_locked_slow()
+    }
+}
+
+impl Ctx<'_> {
+    #[cold]
+    fn release_locked_slow(&self) -> u32 {
         let st = &self.r.hdr().state;
         let mut cur = st.load(Relaxed);
         loop {

@@ -925,6 +925,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         }
     }
 
+    #[inline]
     fn guard(&self, pid: u32) -> LockResult<ShmMutexGuard<'_, T>> {
         let g = ShmMutexGuard {
             m: self,
@@ -951,6 +952,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// assert_eq!(m.lock().unwrap()[0], 7);
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
+    #[inline]
     pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
         let ctx = self.ctx();
         algo::lock::<_, _, Monotonic>(&ctx, &ctx);
@@ -970,6 +972,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// assert!(m.try_lock().is_ok());
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
+    #[inline]
     pub fn try_lock(&self) -> TryLockResult<ShmMutexGuard<'_, T>> {
         let ctx = self.ctx();
         if algo::try_lock(&ctx) {
@@ -1204,6 +1207,7 @@ impl<T: ShmSafe> DerefMut for ShmMutexGuard<'_, T> {
 }
 
 impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         if self.pid != sys::current_pid() {
             return; // inherited across fork: the lock is the parent's
