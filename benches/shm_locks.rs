@@ -23,6 +23,7 @@
 //! The timing stamps add about two `clock_gettime` vDSO calls per op, one of them inside the
 //! critical section; they cost every lock the same.
 
+use gomutex::shm::{LockError, ShmMutex};
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -461,6 +462,41 @@ impl RawLock for Fcntl {
     }
     fn unlock(&self) {
         self.set(libc::F_SETLK, libc::F_UNLCK);
+    }
+}
+
+/// gomutex's shared-memory mutex (`gomutex::shm::ShmMutex`) in its own anonymous `MAP_SHARED`
+/// mapping, created before fork. It guards `()`: the counter lives in the bench's region, as
+/// for every other lock.
+struct GoShm(ShmMutex<()>);
+
+impl GoShm {
+    fn new() -> io::Result<Self> {
+        ShmMutex::anonymous(()).map(Self).map_err(io::Error::other)
+    }
+}
+
+impl ProcLock for GoShm {
+    fn attach(&mut self) -> io::Result<()> {
+        // A process registers as a participant on its first lock: do that before the clock
+        // starts, so the first timed wait is not a registration.
+        self.with_lock(|| {});
+        Ok(())
+    }
+    #[inline]
+    fn with_lock(&self, f: impl FnOnce()) {
+        let guard = match self.0.lock() {
+            Ok(g) => g,
+            // Nobody dies here, but the owner-died state must never be swallowed: clear it
+            // explicitly, as a real user would after repairing the data.
+            Err(LockError::OwnerDied(g)) => {
+                g.mark_consistent();
+                g
+            }
+            Err(e) => panic!("gomutex shm lock: {e}"),
+        };
+        f();
+        drop(guard);
     }
 }
 
@@ -954,6 +990,7 @@ fn main() {
     let mut rows = Vec::new();
     let rows = &mut rows;
     use PthreadKind::*;
+    bench_lock("gomutex-shm", GoShm::new, &cfg, rows);
     bench_lock("pthread", || PthreadMutex::new(Plain), &cfg, rows);
     bench_lock("pthread-robust", || PthreadMutex::new(Robust), &cfg, rows);
     bench_lock(
