@@ -32,6 +32,10 @@ const REC_SUM: usize = 4;
 const REC_MAX: usize = 5;
 const REC_N: usize = 6;
 const POISONED: usize = 7;
+/// 1 if the supervisor will call force_unlock for the last kill (recovery times are kept
+/// apart: [REC_SUM, REC_MAX, REC_N] for waiter-side detection, +8 for force_unlock).
+const LAST_KILL_FORCED: usize = 8;
+const FORCED_OFS: usize = 8;
 const PHASE: usize = 16; // + w * MAX_THREADS + t
 const DONE: usize = 64; // + w
 const SIDE_LEN: usize = 128;
@@ -127,9 +131,10 @@ fn worker_thread(m: &ShmMutex<Data>, side: &Side, w: usize, t: usize) {
                 phase.store(IN_CS, SeqCst);
                 side.at(REPORTS).fetch_add(1, SeqCst);
                 let dt = mono_ns().saturating_sub(side.at(LAST_KILL_NS).load(SeqCst));
-                side.at(REC_SUM).fetch_add(dt, SeqCst);
-                side.at(REC_MAX).fetch_max(dt, SeqCst);
-                side.at(REC_N).fetch_add(1, SeqCst);
+                let o = FORCED_OFS * side.at(LAST_KILL_FORCED).load(SeqCst) as usize;
+                side.at(REC_SUM + o).fetch_add(dt, SeqCst);
+                side.at(REC_MAX + o).fetch_max(dt, SeqCst);
+                side.at(REC_N + o).fetch_add(1, SeqCst);
                 let sum = side.done_sum();
                 g[0] = sum;
                 g[1] = sum;
@@ -241,6 +246,8 @@ fn main() {
     while Instant::now() < end {
         std::thread::sleep(Duration::from_micros(500 + rng.below(10_000)));
         let w = rng.below(WORKERS as u64) as usize;
+        let force = rng.below(2) == 0;
+        side.at(LAST_KILL_FORCED).store(u64::from(force), SeqCst);
         side.at(LAST_KILL_NS).store(mono_ns(), SeqCst);
         // SAFETY: our child.
         unsafe { libc::kill(pids[w], libc::SIGKILL) };
@@ -259,7 +266,7 @@ fn main() {
             side.at(PHASE + w * MAX_THREADS + t).store(IDLE, SeqCst);
         }
         holding_kills += u64::from(holding);
-        if rng.below(2) == 0 {
+        if force {
             forced += 1;
             forced_true += u64::from(m.force_unlock(pids[w] as u32));
         }
@@ -317,7 +324,6 @@ fn main() {
     let d = m.diagnostics();
     let reports = side.at(REPORTS).load(SeqCst);
     let violations = side.at(VIOLATIONS).load(SeqCst);
-    let rec_n = side.at(REC_N).load(SeqCst).max(1);
     let elapsed = start.elapsed();
     println!("    duration            {elapsed:.1?}");
     println!(
@@ -336,11 +342,14 @@ fn main() {
         "    OwnerDied reports   {reports} (+{} at the end)",
         u64::from(final_report)
     );
-    println!(
-        "    recovery time       mean {:.2?}, max {:.2?} (kill -> next owner told)",
-        Duration::from_nanos(side.at(REC_SUM).load(SeqCst) / rec_n),
-        Duration::from_nanos(side.at(REC_MAX).load(SeqCst))
-    );
+    for (o, how) in [(0, "waiter detection"), (FORCED_OFS, "force_unlock")] {
+        let n = side.at(REC_N + o).load(SeqCst);
+        println!(
+            "    recovery time       {how}: {n} deaths, mean {:.2?}, max {:.2?} (kill -> next owner told)",
+            Duration::from_nanos(side.at(REC_SUM + o).load(SeqCst) / n.max(1)),
+            Duration::from_nanos(side.at(REC_MAX + o).load(SeqCst))
+        );
+    }
     let rc = d.recovery;
     println!(
         "    windows recovered   journal-lock takeovers {} (replayed {}), dead waiters removed {}, \
