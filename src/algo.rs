@@ -115,9 +115,18 @@ pub(crate) fn fatal(msg: &str) -> ! {
 /// Go's `Lock` fast path.
 #[inline]
 pub fn lock<W: StateWord, Q: WaitQueue, C: Clock>(word: &W, queue: &Q) {
-    if !word.try_acquire_fast() {
+    if !word.try_acquire_fast() && !barge(word) {
         lock_slow::<W, Q, C>(word, queue, None);
     }
+}
+
+/// `lockSlow`'s first step, inline: take a lock that is free in normal mode even though
+/// waiters are counted (the word is then non-zero, so the fast path failed). Under contention
+/// this is the common case, and it spares the call into the outlined slow path.
+#[inline]
+fn barge<W: StateWord>(word: &W) -> bool {
+    let old = word.load();
+    old & (LOCKED | STARVING) == 0 && word.cas(old, old | LOCKED).is_ok()
 }
 
 /// Like [`lock`], giving up at `deadline`; `true` if the lock was acquired.
@@ -127,7 +136,7 @@ pub fn lock_until<W: StateWord, Q: WaitQueue, C: Clock>(
     queue: &Q,
     deadline: Option<Instant>,
 ) -> bool {
-    word.try_acquire_fast() || lock_slow::<W, Q, C>(word, queue, deadline)
+    word.try_acquire_fast() || barge(word) || lock_slow::<W, Q, C>(word, queue, deadline)
 }
 
 /// Go's `TryLock`: never spins, never queues, never changes the waiter count or `WOKEN`.
@@ -155,7 +164,9 @@ pub fn try_lock<W: StateWord>(word: &W) -> bool {
 #[inline]
 pub fn unlock<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q) {
     let new = word.release_locked();
-    if new != 0 {
+    // `unlockSlow` would return at once when a contender is already awake (WOKEN, normal mode):
+    // decide that inline. A misuse (LOCKED was clear) leaves bit 0 set and still goes below.
+    if new != 0 && new & (LOCKED | WOKEN | STARVING) != WOKEN {
         unlock_slow(word, queue, new);
     }
 }
@@ -203,10 +214,7 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
         // to the front waiter, so spinning cannot win it.
         if old & (LOCKED | STARVING) == LOCKED && can_spin(iter) {
             // Announce ourselves with WOKEN so unlock does not wake a sleeper needlessly.
-            if !awoke
-                && old & WOKEN == 0
-                && waiters(old) != 0
-                && word.cas(old, old | WOKEN).is_ok()
+            if !awoke && old & WOKEN == 0 && waiters(old) != 0 && word.cas(old, old | WOKEN).is_ok()
             {
                 awoke = true;
             }

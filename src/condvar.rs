@@ -161,7 +161,10 @@ impl Condvar {
             }
             self.wait_raw(&guard, deadline);
             if guard.mutex().poisoned() {
-                return Err(std::sync::PoisonError::new((guard, WaitTimeoutResult(false))));
+                return Err(std::sync::PoisonError::new((
+                    guard,
+                    WaitTimeoutResult(false),
+                )));
             }
         }
     }

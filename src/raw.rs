@@ -74,18 +74,17 @@ impl RawMutex {
     /// ```
     #[inline]
     pub fn try_lock_for(&self, timeout: Duration) -> bool {
-        self.state.try_acquire_fast() || self.try_lock_until_slow(crate::park::deadline_after(timeout))
+        algo::lock_until::<_, _, Monotonic>(
+            &self.state,
+            &self.queue,
+            crate::park::deadline_after(timeout),
+        )
     }
 
     /// Acquire the lock, giving up at `deadline`. Returns whether it was acquired.
     #[inline]
     pub fn try_lock_until(&self, deadline: Instant) -> bool {
-        self.state.try_acquire_fast() || self.try_lock_until_slow(Some(deadline))
-    }
-
-    #[cold]
-    fn try_lock_until_slow(&self, deadline: Option<Instant>) -> bool {
-        algo::lock_slow::<_, _, Monotonic>(&self.state, &self.queue, deadline)
+        algo::lock_until::<_, _, Monotonic>(&self.state, &self.queue, Some(deadline))
     }
 
     /// Release the lock.

@@ -146,7 +146,12 @@ pub(crate) mod imp {
 
     /// Number of threads parked on `key` right now (for quiescence checks in models).
     pub(crate) fn parked(key: usize) -> usize {
-        QUEUE.lock().unwrap().iter().filter(|w| w.key == key).count()
+        QUEUE
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| w.key == key)
+            .count()
     }
 
     pub(crate) unsafe fn park(
