@@ -1,27 +1,36 @@
 //! Cross-process lock benchmark: lock/unlock across forked processes, every lock in one run.
 //!
-//! Each lock lives in (or is named from) memory mapped `MAP_SHARED | MAP_ANONYMOUS` before
-//! `fork`, or is a temp file that every child opens on its own after `fork`. Each of N children
-//! loops for a fixed duration: take the lock (timed with [`Instant`]), increment a shared
-//! non-atomic counter, release, then optionally do Go's `MutexWork` work (100 × `foo *= 2;
-//! foo /= 2`) outside the lock. At the end the counter must equal the sum of the per-process op
-//! counts: a lock that loses updates fails the run.
+//! Locks: gomutex's `shm::ShmMutex`, pthread mutexes with PTHREAD_PROCESS_SHARED (plain,
+//! robust, robust + priority inheritance), a POSIX unnamed semaphore, a SysV semaphore
+//! (SEM_UNDO), `flock` and `fcntl(F_SETLKW)`. Each lives in (or is named from) memory mapped
+//! `MAP_SHARED | MAP_ANONYMOUS` before `fork`, or is a temp file that every child opens on its
+//! own after `fork`. Each of N children loops for a fixed duration: take the lock, increment a
+//! shared non-atomic counter, release, then optionally do Go's `MutexWork` work (100 ×
+//! `foo *= 2; foo /= 2`) outside the lock. At the end the counter must equal the sum of the
+//! per-process op counts: a lock that loses updates fails the run.
 //!
-//! Reported per lock, process count and workload:
-//! * ns/op — wall time (start signal to the last child's last op) / all ops of all children;
-//! * min/max share — the smallest and largest per-process fraction of all ops (fair: 1/N);
-//! * worst wait — the longest single `lock()` call any child saw, minus the cost of one
-//!   `Instant::now()`.
+//! Each configuration (lock, process count, workload) runs twice, on a fresh lock each time:
+//! * an **untimed** run, no clock read in the loop, gives
+//!   * ns/op — wall time (start signal to the last child's last op) / all ops of all children,
+//!   * min/max share — the smallest and largest per-process fraction of all ops (fair: 1/N);
+//! * a **timed** run gives the worst wait — the longest lock() + critical section + unlock()
+//!   any child saw, minus the cost of one `Instant::now()`.
+//!
+//! Why two runs: on this VM an `Instant::now()` costs 20–80 ns, as much as a whole
+//! uncontended lock/unlock. The first version stamped around every `lock()` in the one run;
+//! its ns/op were mostly clock reads (over half of the profile's samples were in
+//! `clock_gettime`) and one read sat inside every critical section, lengthening it. The timed
+//! run now reads the clock once per op (twice with work), never inside the critical section:
+//! each op's interval runs from just before `lock()` to just after `unlock()`. Its ns/op goes
+//! to the JSON only.
 //!
 //! `cargo bench --bench shm_locks [-- FILTER…] [--duration-ms N] [--procs 2,8]
-//! [--workloads none,work]` runs the full bench (cargo passes `--bench`); without `--bench`
-//! (`cargo test --benches`) it does a short smoke run that still checks every counter.
-//! Environment: `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_PROCS`, `SHM_LOCKS_WORKLOADS`,
-//! `SHM_LOCKS_FILTER` (comma-separated substrings of `lock/Np/workload`), and
-//! `SHM_LOCKS_JSON=path` to also write the results as JSON.
-//!
-//! The timing stamps add about two `clock_gettime` vDSO calls per op, one of them inside the
-//! critical section; they cost every lock the same.
+//! [--workloads none,work] [--no-timing]` runs the full bench (cargo passes `--bench`);
+//! without `--bench` (`cargo test --benches`) it does a short smoke run that still checks
+//! every counter. Environment: `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_PROCS`,
+//! `SHM_LOCKS_WORKLOADS`, `SHM_LOCKS_FILTER` (comma-separated substrings of
+//! `lock/Np/workload`), `SHM_LOCKS_TIMING=0`, and `SHM_LOCKS_JSON=path` to also write the
+//! results as JSON.
 
 use gomutex::shm::{LockError, ShmMutex};
 use std::ffi::{c_int, c_void, CString};
@@ -537,6 +546,9 @@ struct Config {
     /// process contend; bench: 0).
     min_ops: u64,
     json: Option<PathBuf>,
+    /// After the untimed run of each configuration, do a timed run (one `Instant::now()` per
+    /// op, two with work) for the worst wait. Off: untimed runs only.
+    timing: bool,
     /// Cost of one `Instant::now()`, subtracted from the worst wait.
     clock_overhead: Duration,
 }
@@ -572,6 +584,7 @@ impl Config {
             filters: Vec::new(),
             min_ops: if smoke { 200 } else { 0 },
             json: std::env::var_os("SHM_LOCKS_JSON").map(PathBuf::from),
+            timing: true,
             clock_overhead: Duration::ZERO,
         };
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -587,6 +600,9 @@ impl Config {
         if let Some(v) = env("SHM_LOCKS_FILTER") {
             cfg.filters = list(&v, str::to_owned);
         }
+        if let Some(v) = env("SHM_LOCKS_TIMING") {
+            cfg.timing = v != "0";
+        }
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
             let mut value =
@@ -600,10 +616,11 @@ impl Config {
                 "--procs" => cfg.procs = parse_procs(&value(&a)),
                 "--workloads" => cfg.workloads = list(&value(&a), Workload::parse),
                 "--json" => cfg.json = Some(PathBuf::from(value(&a))),
+                "--no-timing" => cfg.timing = false,
                 "-h" | "--help" => {
                     println!(
                         "shm_locks [FILTER…] [--duration-ms N] [--procs 2,8] \
-                         [--workloads none,work] [--json PATH]\n\
+                         [--workloads none,work] [--json PATH] [--no-timing]\n\
                          FILTER: substring of lock/Np/workload, e.g. pthread/8p or fcntl"
                     );
                     std::process::exit(0);
@@ -663,6 +680,7 @@ fn child<L: ProcLock>(
     idx: usize,
     work: Workload,
     min_ops: u64,
+    timing: bool,
 ) -> ! {
     let res = panic::catch_unwind(AssertUnwindSafe(|| {
         lock.attach().expect("attach after fork");
@@ -676,20 +694,29 @@ fn child<L: ProcLock>(
         let mut worst = Duration::ZERO;
         let mut over_1ms = 0u64;
         let mut x = 1u64;
+        // One clock read per op, never inside the critical section: an op's interval runs
+        // from just before lock() (the previous op's end, or the end of its work) to just
+        // after unlock().
+        let mut t0 = timing.then(Instant::now);
         loop {
-            let mut waited = Duration::ZERO;
-            let t0 = Instant::now();
             lock.with_lock(|| {
-                waited = t0.elapsed();
                 // SAFETY: the lock under test serialises every access to the counter (that
                 // is what the final count checks); the mapping outlives the child.
                 unsafe { *counter += 1 };
             });
             ops += 1;
-            worst = worst.max(waited);
-            over_1ms += u64::from(waited > Duration::from_millis(1));
+            if let Some(start) = t0 {
+                let now = Instant::now();
+                let took = now - start;
+                worst = worst.max(took);
+                over_1ms += u64::from(took > Duration::from_millis(1));
+                t0 = Some(now);
+            }
             if work == Workload::Work {
                 x = go_work(x);
+                if t0.is_some() {
+                    t0 = Some(Instant::now());
+                }
             }
             if ops >= min_ops && stop.load(Ordering::Relaxed) != 0 {
                 break;
@@ -745,19 +772,19 @@ impl Drop for Children {
     }
 }
 
+/// What one fixed-duration run measured.
 #[derive(Debug)]
-struct Row {
-    lock: &'static str,
-    procs: usize,
-    work: Workload,
+struct Run {
     wall_ns: u64,
     total_ops: u64,
     per_proc: Vec<u64>,
-    worst_wait_ns: u64,
-    waits_over_1ms: u64,
+    /// Longest lock() + critical section + unlock(), clock cost subtracted (timed runs only).
+    worst_wait_ns: Option<u64>,
+    /// Ops whose interval exceeded 1 ms (timed runs only).
+    waits_over_1ms: Option<u64>,
 }
 
-impl Row {
+impl Run {
     fn ns_per_op(&self) -> f64 {
         self.wall_ns as f64 / self.total_ops as f64
     }
@@ -769,6 +796,23 @@ impl Row {
     }
 }
 
+/// One line of the table: ns/op and shares from the untimed run, the worst wait from the timed
+/// one.
+struct Row {
+    lock: &'static str,
+    procs: usize,
+    work: Workload,
+    plain: Run,
+    timed: Option<Run>,
+}
+
+impl Row {
+    fn worst_wait_us(&self) -> Option<f64> {
+        let ns = self.timed.as_ref()?.worst_wait_ns?;
+        Some(ns as f64 / 1e3)
+    }
+}
+
 /// One run: fork `procs` children on `lock`, let them go for the configured duration, check
 /// the counter, and collect the figures.
 fn run_one<L: ProcLock>(
@@ -777,7 +821,8 @@ fn run_one<L: ProcLock>(
     cfg: &Config,
     procs: usize,
     work: Workload,
-) -> Row {
+    timing: bool,
+) -> Run {
     // SAFETY: Region is atomics, an UnsafeCell<u64> and padding: all-zero is valid.
     let region = unsafe { ShmBox::<Region>::zeroed() }.expect("mmap");
     io::stdout().flush().ok();
@@ -788,7 +833,7 @@ fn run_one<L: ProcLock>(
         // arbitrary code; it leaves only through `_exit`.
         match unsafe { libc::fork() } {
             -1 => panic!("fork: {}", io::Error::last_os_error()),
-            0 => child(lock, &region, idx, work, cfg.min_ops),
+            0 => child(lock, &region, idx, work, cfg.min_ops, timing),
             pid => kids.pids.push(pid),
         }
     }
@@ -840,18 +885,17 @@ fn run_one<L: ProcLock>(
         .map(|s| s.0.worst_wait_ns.load(Ordering::Relaxed))
         .max()
         .unwrap();
-    Row {
-        lock: name,
-        procs,
-        work,
+    Run {
         wall_ns: end_ns.saturating_sub(start_ns),
         total_ops,
         per_proc,
-        worst_wait_ns: worst.saturating_sub(cfg.clock_overhead.as_nanos() as u64),
-        waits_over_1ms: slots
-            .iter()
-            .map(|s| s.0.waits_over_1ms.load(Ordering::Relaxed))
-            .sum(),
+        worst_wait_ns: timing.then(|| worst.saturating_sub(cfg.clock_overhead.as_nanos() as u64)),
+        waits_over_1ms: timing.then(|| {
+            slots
+                .iter()
+                .map(|s| s.0.waits_over_1ms.load(Ordering::Relaxed))
+                .sum()
+        }),
     }
 }
 
@@ -869,19 +913,30 @@ fn bench_lock<L: ProcLock>(
             if !cfg.selected(&id) {
                 continue;
             }
-            let mut lock = match make() {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("{id}: skipped, cannot create the lock: {e}");
-                    continue;
+            let run = |timing: bool| -> Option<Run> {
+                match make() {
+                    Ok(mut lock) => Some(run_one(name, &mut lock, cfg, procs, work, timing)),
+                    Err(e) => {
+                        eprintln!("{id}: skipped, cannot create the lock: {e}");
+                        None
+                    }
                 }
             };
-            let row = run_one(name, &mut lock, cfg, procs, work);
+            let Some(plain) = run(false) else { continue };
+            let timed = if cfg.timing { run(true) } else { None };
+            let row = Row {
+                lock: name,
+                procs,
+                work,
+                plain,
+                timed,
+            };
             eprintln!(
-                "{id}: {:.1} ns/op, {} ops, worst wait {:.1} µs",
-                row.ns_per_op(),
-                row.total_ops,
-                row.worst_wait_ns as f64 / 1e3
+                "{id}: {:.1} ns/op ({} ops), timed run: {} ns/op, worst wait {} µs",
+                row.plain.ns_per_op(),
+                row.plain.total_ops,
+                fmt_opt(row.timed.as_ref().map(Run::ns_per_op), "-"),
+                fmt_opt(row.worst_wait_us(), "-")
             );
             rows.push(row);
         }
@@ -918,60 +973,83 @@ fn check_pthread_robust_recovery() {
     m.unlock();
 }
 
+/// `v` with one decimal, or `none` when there is no value.
+fn fmt_opt(v: Option<f64>, none: &str) -> String {
+    v.map_or_else(|| none.to_owned(), |v| format!("{v:.1}"))
+}
+
 fn print_table(cfg: &Config, rows: &[Row]) {
     println!();
     println!(
-        "shm_locks: {} ms per run, {} CPUs, Instant::now() ≈ {} ns (subtracted from worst wait); \
-         work = 100 × (foo *= 2; foo /= 2) outside the lock",
+        "shm_locks: {} ms per run, {} CPUs; work = 100 × (foo *= 2; foo /= 2) outside the lock; \
+         ns/op and shares from an untimed run",
         cfg.duration.as_millis(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        cfg.clock_overhead.as_nanos()
     );
+    if cfg.timing {
+        println!(
+            "worst wait: from a second, timed run: longest lock() + critical section + unlock() \
+             of any process, one Instant::now() per op outside the lock (≈ {} ns, subtracted)",
+            cfg.clock_overhead.as_nanos()
+        );
+    } else {
+        println!("--no-timing: no timed runs, so no worst wait");
+    }
     println!();
     println!("| lock | procs | work | ns/op | min/max share | worst wait µs |");
     println!("|---|---:|---|---:|---:|---:|");
     for r in rows {
-        let (min, max) = r.share();
+        let (min, max) = r.plain.share();
         println!(
-            "| {} | {} | {} | {:.1} | {:.1}% / {:.1}% | {:.1} |",
+            "| {} | {} | {} | {:.1} | {:.1}% / {:.1}% | {} |",
             r.lock,
             r.procs,
             r.work.name(),
-            r.ns_per_op(),
+            r.plain.ns_per_op(),
             min * 100.0,
             max * 100.0,
-            r.worst_wait_ns as f64 / 1e3
+            fmt_opt(r.worst_wait_us(), "–")
         );
     }
+}
+
+fn run_json(r: &Run) -> String {
+    let (min, max) = r.share();
+    let per: Vec<String> = r.per_proc.iter().map(u64::to_string).collect();
+    format!(
+        "{{\"wall_ns\": {}, \"total_ops\": {}, \"ns_per_op\": {:.2}, \"per_process_ops\": [{}], \
+         \"min_share\": {:.4}, \"max_share\": {:.4}, \"worst_wait_us\": {}, \
+         \"waits_over_1ms\": {}}}",
+        r.wall_ns,
+        r.total_ops,
+        r.ns_per_op(),
+        per.join(", "),
+        min,
+        max,
+        fmt_opt(r.worst_wait_ns.map(|ns| ns as f64 / 1e3), "null"),
+        r.waits_over_1ms
+            .map_or_else(|| "null".to_owned(), |n| n.to_string()),
+    )
 }
 
 fn write_json(cfg: &Config, rows: &[Row], path: &Path) -> io::Result<()> {
     let mut out = String::from("{\n");
     out += &format!(
-        "  \"duration_ms\": {},\n  \"cpus\": {},\n  \"clock_overhead_ns\": {},\n  \"runs\": [\n",
+        "  \"duration_ms\": {},\n  \"cpus\": {},\n  \"timing\": {},\n  \"clock_overhead_ns\": {},\n  \"runs\": [\n",
         cfg.duration.as_millis(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cfg.timing,
         cfg.clock_overhead.as_nanos()
     );
     for (i, r) in rows.iter().enumerate() {
-        let (min, max) = r.share();
-        let per: Vec<String> = r.per_proc.iter().map(u64::to_string).collect();
         out += &format!(
-            "    {{\"lock\": \"{}\", \"procs\": {}, \"work\": \"{}\", \"wall_ns\": {}, \
-             \"total_ops\": {}, \"ns_per_op\": {:.2}, \"per_process_ops\": [{}], \
-             \"min_share\": {:.4}, \"max_share\": {:.4}, \"worst_wait_us\": {:.1}, \
-             \"waits_over_1ms\": {}}}{}\n",
+            "    {{\"lock\": \"{}\", \"procs\": {}, \"work\": \"{}\", \"untimed\": {}, \
+             \"timed\": {}}}{}\n",
             r.lock,
             r.procs,
             r.work.name(),
-            r.wall_ns,
-            r.total_ops,
-            r.ns_per_op(),
-            per.join(", "),
-            min,
-            max,
-            r.worst_wait_ns as f64 / 1e3,
-            r.waits_over_1ms,
+            run_json(&r.plain),
+            r.timed.as_ref().map_or_else(|| "null".to_owned(), run_json),
             if i + 1 < rows.len() { "," } else { "" }
         );
     }
