@@ -578,7 +578,7 @@ impl Config {
         let smoke = !args.iter().any(|a| a == "--bench");
         let mut cfg = Config {
             smoke,
-            duration: Duration::from_millis(if smoke { 10 } else { 2000 }),
+            duration: Duration::from_millis(if smoke { 10 } else { 1500 }),
             procs: if smoke { vec![2, 3] } else { vec![2, 8] },
             workloads: vec![Workload::None, Workload::Work],
             filters: Vec::new(),
