@@ -81,6 +81,9 @@
 //!   `/proc`. Without a readable `/proc/<pid>/stat` (e.g. `hidepid`) a process that exists is
 //!   presumed alive.
 //! * A stopped (SIGSTOP) or hung owner is alive: it is never taken over.
+//! * Death is per process: a thread ending without unwinding (`pthread_exit`) while holding
+//!   the lock is not detected, and a process whose main thread called `pthread_exit` looks
+//!   like a zombie (dead).
 //! * Fork while holding the lock: the child does **not** own it (the owner recorded is the
 //!   parent's participant); dropping the inherited guard in the child does nothing. Use
 //!   `fork(3)` (libc's `fork`, which runs `pthread_atfork` handlers); a raw `clone`/`SYS_fork`
