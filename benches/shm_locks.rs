@@ -638,8 +638,8 @@ impl Config {
     }
 }
 
-/// The cheapest observed `Instant::now()` (so what a `now(); lock(); now()` pair adds on top of
-/// the lock call itself).
+/// The cheapest observed `Instant::now()`: what each timed interval (from one clock read to
+/// the next) carries on top of lock() + critical section + unlock().
 fn clock_overhead() -> Duration {
     (0..10_000)
         .map(|_| {
@@ -741,8 +741,10 @@ struct Children {
 }
 
 impl Children {
-    /// Reap exited children without blocking; panic if one failed.
+    /// Reap exited children without blocking; panic if one failed (after taking every reaped
+    /// pid off the list, so `drop` never signals a pid that may have been reused).
     fn reap(&mut self, lock: &str) {
+        let mut failed = None;
         self.pids.retain(|&pid| {
             let mut status = 0;
             // SAFETY: `pid` is our own child; `status` is a valid out-pointer.
@@ -750,13 +752,16 @@ impl Children {
             if r == 0 {
                 return true;
             }
-            assert_eq!(r, pid, "waitpid: {}", io::Error::last_os_error());
-            assert!(
-                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                "{lock}: child {pid} failed (wait status {status:#x})"
-            );
+            if r != pid {
+                failed = Some(format!("waitpid({pid}): {}", io::Error::last_os_error()));
+            } else if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+                failed = Some(format!("child {pid} failed (wait status {status:#x})"));
+            }
             false
         });
+        if let Some(msg) = failed {
+            panic!("{lock}: {msg}");
+        }
     }
 }
 
