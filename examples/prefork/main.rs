@@ -238,7 +238,13 @@ impl Master<'_> {
         let _ = std::io::stderr().flush();
         // SAFETY: the master never starts a thread, so it is single-threaded here.
         match unsafe { sys::fork() }.map_err(|e| format!("fork: {e}"))? {
-            Forked::Child => sys::exit_now(self.worker_main(i)),
+            Forked::Child => {
+                // A panic must not unwind into the master's code in the child: leave with a
+                // non-fatal code (the master respawns the worker).
+                let code =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.worker_main(i)));
+                sys::exit_now(code.unwrap_or(3))
+            }
             Forked::Parent(pid) => {
                 self.region.slot(i).pid.store(pid, Relaxed);
                 self.running[i] = Some((pid, Instant::now()));
@@ -247,7 +253,8 @@ impl Master<'_> {
         }
     }
 
-    /// In the forked child: become worker `i`. Returns the exit code (2 = fatal, not respawned).
+    /// In the forked child: become worker `i`. Returns the exit code (0 = stopped, 1 = failed
+    /// while serving, 2 = could not start: fatal, not respawned).
     fn worker_main(&mut self, i: usize) -> i32 {
         let pid = sys::getpid();
         self.region.slot(i).pid.store(pid, Relaxed);
@@ -284,9 +291,13 @@ impl Master<'_> {
         };
         match w.run() {
             Ok(()) => 0,
-            Err(e) => {
+            Err((e, fatal)) => {
                 eprintln!("prefork: worker {pid}: {e}");
-                2
+                if fatal {
+                    2
+                } else {
+                    1
+                }
             }
         }
     }

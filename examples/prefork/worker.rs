@@ -70,12 +70,18 @@ impl<L: AcceptMutex> Worker<'_, L> {
         Ok(())
     }
 
-    /// Run until the master closes the pipe.
-    pub fn run(mut self) -> io::Result<()> {
+    /// Run until the master closes the pipe. An error while setting up is fatal (`Err(e,
+    /// true)`: the master does not respawn the worker); a later one is not.
+    pub fn run(self) -> Result<(), (io::Error, bool)> {
         assert!((self.listeners.len() as u64) < MAX_LISTENERS);
+        let ep = Epoll::new().map_err(|e| (e, true))?;
+        ep.add(self.shutdown, libc::EPOLLIN as u32, TOKEN_SHUTDOWN)
+            .map_err(|e| (e, true))?;
+        self.serve(ep).map_err(|e| (e, false))
+    }
+
+    fn serve(mut self, ep: Epoll) -> io::Result<()> {
         let pid = sys::getpid();
-        let ep = Epoll::new()?;
-        ep.add(self.shutdown, libc::EPOLLIN as u32, TOKEN_SHUTDOWN)?;
         let mut conns: Vec<Option<Entry>> = Vec::new();
         let mut live = 0usize;
         let mut gen = 0u32;
