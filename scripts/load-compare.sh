@@ -17,7 +17,8 @@
 #     this run, latency p50/p99 (wrk --latency), the per-worker share of connections (min/max;
 #     for nginx counted from an access log of $pid, buffered), and wasted wake-ups (a worker
 #     woken for a listening socket whose accept found nothing) per 1000 connections (n/a for
-#     nginx).
+#     nginx), and the workers' CPU time (user + system, from /proc) per request: less sensitive
+#     than req/s to other load on the machine.
 #
 # Every server it starts is stopped when it exits (trap), also on ^C. Progress goes to stderr.
 #
@@ -94,18 +95,36 @@ wait_port() {
     return 1
 }
 
-# run_wrk URL WORKLOAD -> "req/s p50 p99" (latencies as wrk prints them)
+# CPU time (clock ticks, user + system) used so far by the children (workers) of a master.
+worker_ticks() {
+    local t=0 c v
+    for c in $(cat "/proc/$1/task/$1/children" 2>/dev/null); do
+        # fields after the ")" that ends the command name: utime and stime are the 12th and 13th
+        v=$(sed 's/.*) //' "/proc/$c/stat" 2>/dev/null | awk '{print $12 + $13}')
+        t=$((t + ${v:-0}))
+    done
+    echo "$t"
+}
+
+# run_wrk URL WORKLOAD -> "req/s p50 p99 requests" (latencies as wrk prints them)
 run_wrk() {
     local url=$1 workload=$2 out
     local hdr=()
     [ "$workload" = close ] && hdr=(-H "Connection: close")
     out=$(timeout $((DURATION + 30)) wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${hdr[@]}" "$url")
     echo "$out" >>"$TMP/wrk.log"
-    local rps p50 p99
+    local rps p50 p99 requests
     rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<<"$out")
+    requests=$(awk '/ requests in / {print $1}' <<<"$out")
     p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
     p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
-    echo "${rps:-0} ${p50:-?} ${p99:-?}"
+    echo "${rps:-0} ${p50:-?} ${p99:-?} ${requests:-0}"
+}
+
+# microseconds of worker CPU per request, from tick counts before/after and the request count
+cpu_per_request() {
+    awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (n > 0) printf "%.0f", (b - a) * 1e6 / hz / n; else print "?" }'
 }
 
 nginx_conf() { # accept_mutex on|off
@@ -142,13 +161,17 @@ measure_nginx() { # accept_mutex workload
     local pid=$!
     PIDS+=("$pid")
     wait_port "$NGX_PORT"
-    read -r rps p50 p99 < <(run_wrk "http://127.0.0.1:$NGX_PORT/" "$wl")
+    local t0 t1 cpu
+    t0=$(worker_ticks "$pid")
+    read -r rps p50 p99 n < <(run_wrk "http://127.0.0.1:$NGX_PORT/" "$wl")
+    t1=$(worker_ticks "$pid")
+    cpu=$(cpu_per_request "$t0" "$t1" "$n")
     stop "$pid" QUIT # graceful: flushes the access log
     local share
     share=$(sort "$TMP/nginx/logs/access.log" | uniq -c | awk -v n="$WORKERS" '
         { c[NR] = $1; if (min == "" || $1 < min) min = $1; if ($1 > max) max = $1 }
         END { if (NR < n) min = 0; if (max > 0) printf "%.2f", min / max; else print "n/a" }')
-    echo "nginx accept_mutex=$am $wl $rps $p50 $p99 $share n/a"
+    echo "nginx accept_mutex=$am $wl $rps $p50 $p99 $share n/a $cpu"
 }
 
 measure_prefork() { # mode workload
@@ -158,12 +181,16 @@ measure_prefork() { # mode workload
     local pid=$!
     PIDS+=("$pid")
     for _ in $(seq 100); do grep -q "listening on" "$TMP/prefork.log" && break; sleep 0.05; done
-    read -r rps p50 p99 < <(run_wrk "http://127.0.0.1:$PORT/" "$wl")
+    local t0 t1 cpu
+    t0=$(worker_ticks "$pid")
+    read -r rps p50 p99 n < <(run_wrk "http://127.0.0.1:$PORT/" "$wl")
+    t1=$(worker_ticks "$pid")
+    cpu=$(cpu_per_request "$t0" "$t1" "$n")
     stop "$pid" INT
     local share wasted
     share=$(sed -n 's/.*"share_min_max": \([0-9.]*\).*/\1/p' "$json")
     wasted=$(sed -n 's/.*"wasted_per_1000": \([0-9.]*\).*/\1/p' "$json")
-    echo "prefork --accept=$mode $wl $rps $p50 $p99 ${share:-?} ${wasted:-?}"
+    echo "prefork --accept=$mode $wl $rps $p50 $p99 ${share:-?} ${wasted:-?} $cpu"
 }
 
 RESULTS="$TMP/results"
@@ -188,8 +215,8 @@ echo
 echo "wrk -t$THREADS -c$CONNS -d${DURATION}s --latency, $WORKERS workers, $(nproc) CPUs, loopback;" \
     "\"close\" = -H \"Connection: close\" (a new connection per request). $ROUNDS round(s)."
 echo
-echo "| server | accept | workload | req/s | × best nginx | p50 | p99 | worker share min/max | wasted wake-ups / 1000 conn |"
-echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
+echo "| server | accept | workload | req/s | × best nginx | p50 | p99 | worker share min/max | wasted wake-ups / 1000 conn | worker CPU µs / request |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
 awk '
     { key = $1 " " $2 " " $3; n[key]++; row[key, n[key]] = $0; rps[key, n[key]] = $4
       if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
@@ -209,6 +236,6 @@ awk '
             ratio = best[f[3]] > 0 ? sprintf("%.2f", f[4] / best[f[3]]) : "n/a"
             share = f[7] ~ /^[0-9.]+$/ ? sprintf("%.2f", f[7]) : f[7]
             wasted = f[8] ~ /^[0-9.]+$/ ? sprintf("%.1f", f[8]) : f[8]
-            printf "| %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], ratio, f[5], f[6], share, wasted
+            printf "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], ratio, f[5], f[6], share, wasted, f[9]
         }
     }' "$RESULTS"

@@ -60,13 +60,18 @@
 //! out. Busy workers still only try-lock, so their connections are never stalled behind the
 //! lock. A waiting worker gives up after `delay` so it can notice shutdown requests.
 //!
+//! This spreads a steady stream of short connections evenly. Between *busy* workers it is
+//! still nginx's race (the holder keeps the lock across its poll), so a burst of connections
+//! that arrives while every worker is busy mostly goes to the holder.
+//!
 //! # What does not belong here
 //!
 //! The lock itself is any [`AcceptMutex`]: [`crate::RawMutex`] for workers that are threads of
-//! one process, or [`ShmAcceptMutex`] over a [`crate::shm::ShmMutex`] for forked workers. Recovering a lock
-//! whose holder died is the supervisor's job ([`ForceUnlock`], after `waitpid`), or the lock's
-//! (owner-death detection); the next holder is told through [`Acquired::OwnerDied`] and
-//! [`AcceptStats::owner_died`]. The accept lock protects no data, so nothing needs repair.
+//! one process, or [`ShmAcceptMutex`] over a [`crate::shm::ShmMutex`] for forked workers.
+//! Recovering a lock whose holder died is the supervisor's job ([`ForceUnlock`], after
+//! `waitpid`), or the lock's (owner-death detection); the next holder is told through
+//! [`Acquired::OwnerDied`] and [`AcceptStats::owner_died`]. The accept lock protects no data,
+//! so nothing needs repair.
 //!
 //! # nginx differences
 //!
