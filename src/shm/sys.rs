@@ -127,7 +127,7 @@ pub(crate) fn crash_point(point: u32) {
 
 /// The cached pid of this process; 0 = not known yet (or reset in a forked child).
 static PID: AtomicU32 = AtomicU32::new(0);
-/// `(pid << 40) | start time` of this process, cached; reset in a forked child.
+/// This process's identity (`make_ident(pid, start time)`), cached; reset in a forked child.
 static SELF_START: AtomicU64 = AtomicU64::new(0);
 static ATFORK: Once = Once::new();
 
@@ -205,8 +205,9 @@ pub(crate) enum Stat {
     NotFound,
     /// Exists but cannot be read (e.g. `hidepid`).
     Unreadable,
-    /// Process state letter (field 3) and start time (field 22).
-    Found { state: u8, start: u64 },
+    /// Process state letter (field 3), number of threads (field 20) and start time
+    /// (field 22).
+    Found { state: u8, threads: u64, start: u64 },
 }
 
 /// Read `/proc/<pid>/stat` without allocating.
@@ -243,13 +244,16 @@ pub(crate) fn read_stat(pid: u32) -> Stat {
     }
     let mut buf = [0u8; 1024];
     let mut len = 0usize;
+    let mut err = None;
     while len < buf.len() {
         // SAFETY: reading into the unused tail of our own buffer.
         let r = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
         if r < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            let e = std::io::Error::last_os_error().raw_os_error();
+            if e == Some(libc::EINTR) {
                 continue;
             }
+            err = e;
             break;
         }
         if r == 0 {
@@ -260,8 +264,12 @@ pub(crate) fn read_stat(pid: u32) -> Stat {
     // SAFETY: `fd` is ours and open.
     unsafe { libc::close(fd) };
     if len == 0 {
-        // The process went away between open and read.
-        return Stat::NotFound;
+        // ESRCH (or EOF): the process went away between open and read. Any other error
+        // (ENOMEM, EIO, ...) proves nothing: presume alive.
+        return match err {
+            None | Some(libc::ESRCH) => Stat::NotFound,
+            Some(_) => Stat::Unreadable,
+        };
     }
     parse_stat(&buf[..len]).unwrap_or(Stat::Unreadable)
 }
@@ -273,21 +281,41 @@ fn parse_stat(buf: &[u8]) -> Option<Stat> {
         .split(|&b| b == b' ')
         .filter(|f| !f.is_empty());
     let state = *fields.next()?.first()?; // field 3
-    let start = fields.nth(18)?; // field 22
-    let mut s = 0u64;
-    for &c in start {
-        if !c.is_ascii_digit() {
-            break;
-        }
-        s = s.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    let threads = number(fields.nth(16)?)?; // field 20
+    let start = number(fields.nth(1)?)?; // field 22
+    Some(Stat::Found {
+        state,
+        threads,
+        start,
+    })
+}
+
+/// A decimal field of `/proc/<pid>/stat` (`None` if it is not one).
+fn number(field: &[u8]) -> Option<u64> {
+    let digits = field.strip_suffix(b"\n").unwrap_or(field);
+    if digits.is_empty() {
+        return None;
     }
-    Some(Stat::Found { state, start: s })
+    let mut v = 0u64;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(v)
 }
 
 /// Is the process with this identity gone? Zombies count as gone (they run no more code);
 /// a live process whose pid matches but whose start time differs is a reused pid, so the
-/// identity is gone. A process that exists but whose `/proc` entry cannot be read is presumed
-/// alive (never steal from a process we cannot prove dead). A stopped process is alive.
+/// identity is gone. A process that exists but whose `/proc` entry cannot be read (or is not
+/// visible: `hidepid=2` answers `ENOENT` for another user's process) is presumed alive (never
+/// steal from a process we cannot prove dead). A stopped process is alive.
+///
+/// `/proc/<pid>/stat` describes the thread-group leader: a leader that ended alone (the main
+/// thread called `pthread_exit` or `SYS_exit`) shows `Z` while the other threads still run,
+/// so a zombie is dead only when it has no other thread left (field 20 is then 1, or 0 once
+/// it is being reaped).
 pub(crate) fn ident_dead(ident: u64) -> bool {
     let pid = ident_pid(ident);
     if pid == 0 {
@@ -302,11 +330,16 @@ pub(crate) fn ident_dead(ident: u64) -> bool {
     if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
         return true;
     }
+    // It existed just now (0 or EPERM): a missing /proc entry is hidden, or the process has
+    // gone since, which the next probe's kill() will tell.
     match read_stat(pid) {
-        Stat::NotFound => true,
-        Stat::Unreadable => false,
-        Stat::Found { state, start } => {
-            matches!(state, b'Z' | b'X' | b'x')
+        Stat::NotFound | Stat::Unreadable => false,
+        Stat::Found {
+            state,
+            threads,
+            start,
+        } => {
+            (matches!(state, b'Z' | b'X' | b'x') && threads <= 1)
                 || (ident_start(ident) != 0 && start != ident_start(ident))
         }
     }
@@ -323,9 +356,87 @@ mod tests {
             parse_stat(line),
             Some(Stat::Found {
                 state: b'S',
+                threads: 17,
                 start: 987654
             })
         );
+        // A comm that imitates the fields: only the last ')' counts.
+        let line = b"7 (x) Z 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 1 18 5) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 3 18 42 19\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat::Found {
+                state: b'R',
+                threads: 3,
+                start: 42
+            })
+        );
+        // Truncated or non-numeric: unreadable, never a made-up start time.
+        assert_eq!(parse_stat(b"1 (a) S 1 2 3"), None);
+        assert_eq!(
+            parse_stat(b"1 (a) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 ? 19"),
+            None
+        );
+    }
+
+    #[test]
+    fn zombie_leader_with_live_threads_is_alive() {
+        // The child's main thread leaves with SYS_exit (no unwinding) while another thread
+        // keeps running: /proc shows the leader as `Z`, but the process is alive.
+        extern "C" fn linger(_: *mut libc::c_void) -> *mut libc::c_void {
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 300_000_000,
+            };
+            // SAFETY: a valid timespec; then end the whole child process.
+            unsafe {
+                libc::nanosleep(&ts, core::ptr::null_mut());
+                libc::_exit(0)
+            }
+        }
+        // SAFETY: the child (of a possibly multi-threaded test process) only makes raw libc
+        // calls: pthread_create, then SYS_exit of its main thread.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: a plain thread running `linger`; SYS_exit ends only the calling thread,
+            // without unwinding.
+            unsafe {
+                let mut t: libc::pthread_t = core::mem::zeroed();
+                if libc::pthread_create(&mut t, core::ptr::null(), linger, core::ptr::null_mut())
+                    != 0
+                {
+                    libc::_exit(1);
+                }
+                libc::syscall(libc::SYS_exit, 0);
+            }
+            unreachable!();
+        }
+        let pid = pid as u32;
+        let start = match read_stat(pid) {
+            Stat::Found { start, .. } => start,
+            other => panic!("{other:?}"),
+        };
+        let ident = make_ident(pid, start);
+        let t = std::time::Instant::now();
+        loop {
+            match read_stat(pid) {
+                Stat::Found {
+                    state: b'Z',
+                    threads,
+                    ..
+                } if threads > 1 => break,
+                _ if t.elapsed() > std::time::Duration::from_millis(200) => break,
+                _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        assert!(
+            !ident_dead(ident),
+            "a process with a running thread taken for dead"
+        );
+        let mut st = 0;
+        // SAFETY: our child.
+        unsafe { libc::waitpid(pid as libc::pid_t, &mut st, 0) };
+        assert!(ident_dead(ident));
     }
 
     #[test]
