@@ -475,6 +475,38 @@ fn bad_attach_writes_nothing() {
         matches!(e, ShmError::Corrupt(_))
     });
     restore(&raw);
+    // One participant slot (no room besides the guest), with sizes that add up for it.
+    let value_offset = 448 + 64 + 64 * cfg.waiter_slots as u64;
+    raw.put_u32(24, 1);
+    raw.put_u64(32, value_offset);
+    raw.put_u64(16, value_offset + 64);
+    attach_fails::<u64>(&raw, 0, size, "one participant slot", |e| {
+        matches!(e, ShmError::Corrupt("participant count"))
+    });
+    restore(&raw);
+    // A value aligned more strictly than the region: the base must be aligned for it too.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(128))]
+    struct Wide([u64; 16]);
+    // SAFETY: repr(C), only u64s.
+    unsafe impl ShmSafe for Wide {}
+    let wide = ShmMutex::<Wide>::required_size(cfg).unwrap();
+    let raw2 = Raw::new(wide + 4096);
+    attach_fails::<Wide>(&raw2, 64, wide, "base not aligned for T", |e| {
+        matches!(e, ShmError::Misaligned { required: 128, .. })
+    });
+    let before2 = raw2.bytes();
+    // SAFETY: our mapping.
+    let r = unsafe { ShmMutex::init_in_place(raw2.p.add(64), wide, Wide([0; 16]), cfg) };
+    assert!(matches!(r, Err(ShmError::Misaligned { required: 128, .. })));
+    assert!(raw2.bytes() == before2, "failed init wrote");
+    // SAFETY: our mapping, aligned for Wide.
+    let m = unsafe { ShmMutex::init_in_place(raw2.p.add(128), wide, Wide([7; 16]), cfg) }.unwrap();
+    let g = ok(m.lock());
+    assert_eq!((&*g as *const Wide as usize) % 128, 0);
+    assert_eq!(g.0[15], 7);
+    drop(g);
+    drop(m);
     // In-place init checks too, writing nothing.
     let before = raw.bytes();
     // SAFETY: our mapping.
@@ -741,6 +773,10 @@ fn fork_while_holding() {
             .try_lock_for(Duration::from_millis(30))
             .is_err_and(|e| matches!(e, TryLockError::WouldBlock)));
         assert_eq!(m.diagnostics().owner_pid, Some(parent));
+        // The value is the parent's to touch: reaching it through the inherited guard panics.
+        std::panic::set_hook(Box::new(|_| {}));
+        assert!(catch_unwind(AssertUnwindSafe(|| *g)).is_err());
+        let _ = std::panic::take_hook();
         // Drop the child's copy of the guard: must not release the parent's lock.
         // SAFETY: a bitwise copy in the child's own memory; the original is never dropped
         // here (the child leaves with _exit).

@@ -193,7 +193,9 @@ pub enum ShmError {
         /// Bytes available.
         actual: usize,
     },
-    /// The memory does not start on a [`REGION_ALIGN`]-byte boundary.
+    /// The memory does not start on a [`REGION_ALIGN`]-byte boundary (or on an
+    /// `align_of::<T>()`-byte one, if `T` is aligned more strictly: the value's offset in the
+    /// region is only aligned relative to its start).
     Misaligned {
         /// Its address.
         addr: usize,
@@ -479,13 +481,26 @@ unsafe impl<T: ShmSafe> Send for ShmMutex<T> {}
 // SAFETY: as above.
 unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
-fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
-    if base.is_null() || !(base as usize).is_multiple_of(REGION_ALIGN) {
+/// The alignment a region holding `T` must start on: the value sits at an offset aligned to
+/// `max(REGION_ALIGN, align_of::<T>())` from the start, so an over-aligned `T` (up to the 4096
+/// `Layout` accepts) is only aligned if the start is too.
+fn region_align<T>() -> usize {
+    REGION_ALIGN.max(align_of::<T>())
+}
+
+fn check_base<T>(base: *const u8) -> Result<(), ShmError> {
+    let required = region_align::<T>();
+    if base.is_null() || !(base as usize).is_multiple_of(required) {
         return Err(ShmError::Misaligned {
             addr: base as usize,
-            required: REGION_ALIGN,
+            required,
         });
     }
+    Ok(())
+}
+
+fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
+    check_base::<T>(base)?;
     if len < HEADER_SIZE {
         return Err(ShmError::TooSmall {
             needed: HEADER_SIZE,
@@ -527,6 +542,11 @@ fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
         align_of::<T>(),
     )
     .ok_or(ShmError::Corrupt("slot counts"))?;
+    if layout.participants < 2 {
+        // Every region has at least one participant slot plus the spare "guest" slot; with
+        // fewer, every lock call would spin for 2 s and panic (`register`).
+        return Err(ShmError::Corrupt("participant count"));
+    }
     if h.total_size.load(Relaxed) != layout.total_size as u64
         || h.value_offset.load(Relaxed) != layout.value_offset as u64
     {
@@ -569,12 +589,7 @@ unsafe fn init_region<T: ShmSafe>(
     cfg: Config,
 ) -> Result<Region, ShmError> {
     let layout = layout_for::<T>(cfg)?;
-    if base.is_null() || !(base as usize).is_multiple_of(REGION_ALIGN) {
-        return Err(ShmError::Misaligned {
-            addr: base as usize,
-            required: REGION_ALIGN,
-        });
-    }
+    check_base::<T>(base)?;
     if len < layout.total_size {
         return Err(ShmError::TooSmall {
             needed: layout.total_size,
@@ -593,7 +608,8 @@ unsafe fn init_region<T: ShmSafe>(
     h.value_offset.store(layout.value_offset as u64, Relaxed);
     h.value_size.store(size_of::<T>() as u64, Relaxed);
     h.value_align.store(align_of::<T>() as u32, Relaxed);
-    // SAFETY: the value offset is in bounds and aligned for T (layout).
+    // SAFETY: the value offset is in bounds (layout) and aligned for T: it is a multiple of
+    // `align_of::<T>()` from a base aligned to it (`check_base`).
     unsafe { ::core::ptr::write(base.add(layout.value_offset).cast::<T>(), value) };
     // Publish: everything above happens-before any attach that sees the magic.
     h.magic.store(MAGIC, Release);
@@ -817,8 +833,8 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// * no other process or thread uses that memory until this returns (it is overwritten).
     ///
     /// Checks (and returns an error for, without writing) a misaligned `ptr` (it must be
-    /// [`REGION_ALIGN`]-aligned; `mmap` results are) and a `len` below
-    /// [`required_size`](Self::required_size).
+    /// [`REGION_ALIGN`]-aligned, or `align_of::<T>()`-aligned if that is more; `mmap` results
+    /// are) and a `len` below [`required_size`](Self::required_size).
     pub unsafe fn init_in_place(
         ptr: *mut u8,
         len: usize,
@@ -1157,7 +1173,9 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutex<T> {
 /// Dropping it unlocks (and poisons the lock if the thread is panicking).
 ///
 /// `!Send`. A guard that a forked child inherited does not own the lock in the child:
-/// dropping it there does nothing.
+/// dropping it there does nothing, [`mark_consistent`](Self::mark_consistent) does nothing,
+/// and reaching the value through it panics (the parent, which owns the lock, may be writing
+/// it).
 #[must_use = "if unused the ShmMutex will immediately unlock"]
 #[clippy::has_significant_drop]
 pub struct ShmMutexGuard<'a, T: ShmSafe> {
@@ -1181,6 +1199,9 @@ impl<T: ShmSafe> ShmMutexGuard<'_, T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn mark_consistent(&self) {
+        if !self.is_owner() {
+            return; // inherited across fork: only the owner may vouch for the data
+        }
         let h = self.m.region.hdr();
         h.owner_died.store(0, Release);
         h.poisoned.store(0, Release);
@@ -1193,18 +1214,41 @@ impl<T: ShmSafe> ShmMutexGuard<'_, T> {
     }
 }
 
+impl<T: ShmSafe> ShmMutexGuard<'_, T> {
+    /// Panic unless this process owns the lock (a guard inherited across fork does not).
+    #[inline]
+    fn check_owner(&self) {
+        if !self.is_owner() {
+            inherited_guard();
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn inherited_guard() -> ! {
+    panic!("gomutex::shm: a guard inherited across fork() does not hold the lock in the child")
+}
+
 impl<T: ShmSafe> Deref for ShmMutexGuard<'_, T> {
     type Target = T;
+    #[inline]
     fn deref(&self) -> &T {
-        // SAFETY: the lock is held, so no other process or thread writes the value; it is
-        // aligned and initialised (layout, init).
+        self.check_owner();
+        // SAFETY: this process holds the lock (checked: not a guard inherited across fork, whose
+        // parent still owns it), so no other process or thread writes the value while the
+        // borrow lives; it is in bounds, aligned (layout, `check_base`) and initialised, and
+        // every bit pattern is a valid `T` (`ShmSafe`).
         unsafe { &*(self.m.region.value_ptr() as *const T) }
     }
 }
 
 impl<T: ShmSafe> DerefMut for ShmMutexGuard<'_, T> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: as above, and we have the guard mutably.
+        self.check_owner();
+        // SAFETY: as above, and we have the guard mutably, so no other reference into the
+        // value exists in this process either.
         unsafe { &mut *(self.m.region.value_ptr() as *mut T) }
     }
 }
