@@ -35,7 +35,7 @@
 //! (see [`Ctx::recover_locked`]).
 
 use super::layout::*;
-use super::sys::{self, Wait};
+use super::sys;
 use crate::algo::{self, StateWord, LOCKED, STARVING, WAITER, WOKEN};
 use crate::sema::WaitQueue;
 use core::ptr::NonNull;
@@ -108,8 +108,9 @@ unsafe impl Sync for Region {}
 impl Region {
     /// # Safety
     /// `base` points to at least `layout.total_size` bytes of memory, aligned to
-    /// [`REGION_ALIGN`], initialised (or about to be, by the caller, before any other use) with
-    /// this layout, that stay mapped while the `Region` is used.
+    /// [`REGION_ALIGN`] and to `layout.value_align` (so the value is aligned too), initialised
+    /// (or about to be, by the caller, before any other use) with this layout, that stay mapped
+    /// while the `Region` is used.
     pub(crate) unsafe fn new(base: NonNull<u8>, layout: Layout) -> Self {
         Self { base, layout }
     }
@@ -354,6 +355,11 @@ impl<'a> Ctx<'a> {
             }
             core::hint::spin_loop();
         }
+        // The holder is looked at once it has held the lock for TICK, timed from a fixed point:
+        // a wait cut short (EINTR from a periodic signal handler) must not restart the 10 ms,
+        // or a dead holder is never taken over. Progress (another holder) restarts it.
+        let mut watched = 0;
+        let mut check_at = Instant::now() + TICK;
         loop {
             let mut cur = j.load(Relaxed);
             if cur == 0 {
@@ -373,7 +379,13 @@ impl<'a> Ctx<'a> {
                 }
                 cur |= J_CONTENDED;
             }
-            if sys::futex_wait(j, cur, Some(Instant::now() + TICK)) == Wait::TimedOut {
+            if cur & !J_CONTENDED != watched {
+                watched = cur & !J_CONTENDED;
+                check_at = Instant::now() + TICK;
+            }
+            sys::futex_wait(j, cur, Some(check_at));
+            if Instant::now() >= check_at {
+                check_at = Instant::now() + TICK;
                 let holder = (cur & !J_CONTENDED).wrapping_sub(1);
                 if holder != self.me && holder < self.r.layout.participants {
                     let ident = self.r.proc(holder).ident.load(SeqCst);
@@ -577,6 +589,10 @@ impl<'a> Ctx<'a> {
 
     fn sleep_in_slot(&self, i: u32, deadline: Option<Instant>) -> bool {
         let s = self.r.slot(i);
+        // Probe every TICK of sleep, timed from a fixed point: a wait cut short (EINTR from a
+        // periodic signal handler, a stale wake-up meant for a former user of the slot) must
+        // not restart the 10 ms, or a waiter under a profiler's timer never probes.
+        let mut probe_at = Instant::now() + TICK;
         loop {
             let v = s.state.load(Acquire);
             if v >= SLOT_TOKEN_NORMAL {
@@ -591,12 +607,13 @@ impl<'a> Ctx<'a> {
                 s.state.store(SLOT_FREE, Release);
                 return v >= SLOT_TOKEN_NORMAL;
             }
-            let tick = now + TICK;
-            let wake_at = deadline.map_or(tick, |d| d.min(tick));
-            let r = sys::futex_wait(&s.state, SLOT_QUEUED, Some(wake_at));
-            if r == Wait::TimedOut && Instant::now() >= tick {
+            if now >= probe_at {
                 self.probe();
+                probe_at = Instant::now() + TICK;
+                continue; // the probe may have sent us a token
             }
+            let wake_at = deadline.map_or(probe_at, |d| d.min(probe_at));
+            sys::futex_wait(&s.state, SLOT_QUEUED, Some(wake_at));
         }
     }
 
@@ -1016,6 +1033,7 @@ impl Ctx<'_> {
 impl WaitQueue for Ctx<'_> {
     fn acquire(&self, lifo: bool, deadline: Option<Instant>) -> bool {
         let h = self.r.hdr();
+        let mut probe_at: Option<Instant> = None;
         loop {
             let (slot, seq) = {
                 let _g = self.jlock();
@@ -1045,17 +1063,20 @@ impl WaitQueue for Ctx<'_> {
             if deadline.is_some_and(|d| now >= d) {
                 return false;
             }
-            let tick = now + TICK;
+            // Probe every TICK from a fixed point (see `sleep_in_slot`).
+            let at = *probe_at.get_or_insert(now + TICK);
+            if now >= at {
+                self.probe();
+                probe_at = Some(Instant::now() + TICK);
+                continue;
+            }
             h.overflow_waiters.fetch_add(1, SeqCst);
-            let r = sys::futex_wait(
+            sys::futex_wait(
                 &h.overflow_seq,
                 seq,
-                Some(deadline.map_or(tick, |d| d.min(tick))),
+                Some(deadline.map_or(at, |d| d.min(at))),
             );
             h.overflow_waiters.fetch_sub(1, SeqCst);
-            if r == Wait::TimedOut && Instant::now() >= tick {
-                self.probe();
-            }
         }
     }
 
