@@ -43,8 +43,9 @@
 //!
 //! * **Owner death**: waiters sleep at most 10 ms at a time; a waking waiter (or a failing
 //!   `try_lock`) checks, at most every few ms machine-wide, whether the owner is still alive
-//!   (`kill(pid, 0)` and `/proc/<pid>/stat`: gone, zombie, or a different start time means
-//!   dead) and if not releases the lock on its behalf. Detection takes ~10–20 ms.
+//!   (`kill(pid, 0)` and `/proc/<pid>/stat`: gone, a zombie with no thread left, or a different
+//!   start time means dead) and if not releases the lock on its behalf. Detection takes
+//!   ~10–20 ms.
 //! * **Supervisor**: a parent that reaped a child with `waitpid` calls
 //!   [`ShmMutex::force_unlock`]`(pid)` (nginx's `ngx_shmtx_force_unlock`) to release at once
 //!   what that pid held and clean up everything else it left.
@@ -77,15 +78,19 @@
 //!
 //! # Limits
 //!
-//! * All participants must share one pid namespace (pids are compared) and see the same
-//!   `/proc`. Without a readable `/proc/<pid>/stat` (e.g. `hidepid`) a process that exists is
-//!   presumed alive.
+//! * All participants must share one pid namespace (pids are compared), one time namespace
+//!   (`/proc/<pid>/stat` start times are shifted by the reader's boot-time offset) and see the
+//!   same `/proc`. Without a readable `/proc/<pid>/stat` (e.g. `hidepid`) a process that exists
+//!   is presumed alive.
 //! * A stopped (SIGSTOP) or hung owner is alive: it is never taken over.
 //! * Death is per process: a thread ending without unwinding (`pthread_exit`) while holding
-//!   the lock is not detected, and a process whose main thread called `pthread_exit` looks
-//!   like a zombie (dead).
+//!   the lock is not detected. A process whose main thread ended while others run shows as a
+//!   zombie in `/proc`; it counts as alive until its last thread ends.
+//! * `execve` keeps the pid and start time: a process must not exec while one of its threads
+//!   holds the lock or waits for it (what those threads held would never be released).
 //! * Fork while holding the lock: the child does **not** own it (the owner recorded is the
-//!   parent's participant); dropping the inherited guard in the child does nothing. Use
+//!   parent's participant); dropping the inherited guard in the child does nothing, and
+//!   reaching the value through it panics. Use
 //!   `fork(3)` (libc's `fork`, which runs `pthread_atfork` handlers); a raw `clone`/`SYS_fork`
 //!   child must not touch the lock.
 //! * Waiter slots are fixed ([`Config::waiter_slots`]); when all are taken further waiters wait
