@@ -911,6 +911,14 @@ impl<T: ShmSafe> ShmMutex<T> {
         let guest = r.layout.participants - 1;
         let started = Instant::now();
         loop {
+            let c = self.me.load(Relaxed);
+            if c != 0 && (c >> 32) as u32 == pid {
+                // Another thread of this process registered while we waited for a slot.
+                return Ctx {
+                    r,
+                    me: (c as u32) - 1,
+                };
+            }
             if let Some(i) = claim_participant(r, ident, guest) {
                 let mine = (u64::from(pid) << 32) | u64::from(i + 1);
                 let seen = self.me.load(Relaxed);
@@ -930,14 +938,22 @@ impl<T: ShmSafe> ShmMutex<T> {
                     me: (c as u32) - 1,
                 };
             }
-            // Full: borrow the spare "guest" slot to reclaim dead participants.
+            // Full: borrow the spare "guest" slot to reclaim dead participants. One thread at a
+            // time, even within a process: a second user would go on scanning under the guest
+            // index after the first gave the slot back and a third process claimed it, and two
+            // processes with one index break the journal lock's "holder is dead" test (a
+            // holder that is `me` is never taken over) and the per-participant accounting.
             let g = r.proc(guest);
-            if g.ident.load(SeqCst) == ident
-                || g.ident.compare_exchange(0, ident, SeqCst, SeqCst).is_ok()
-            {
-                let ctx = Ctx { r, me: guest };
-                ctx.scan(None);
-                g.ident.store(0, SeqCst);
+            if g.ident.compare_exchange(0, ident, SeqCst, SeqCst).is_ok() {
+                /// Gives the guest slot back, also if the scan unwinds.
+                struct GiveBack<'a>(&'a AtomicU64);
+                impl Drop for GiveBack<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(0, SeqCst);
+                    }
+                }
+                let _give_back = GiveBack(&g.ident);
+                Ctx { r, me: guest }.scan(None);
             }
             if started.elapsed() > Duration::from_secs(2) {
                 panic!(
