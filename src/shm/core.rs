@@ -391,9 +391,20 @@ impl<'a> Ctx<'a> {
                     let ident = self.r.proc(holder).ident.load(SeqCst);
                     if ident != 0
                         && sys::ident_dead(ident)
-                        && j.compare_exchange(cur, me | J_CONTENDED, Acquire, Relaxed)
+                        && j.compare_exchange(cur, me | J_CONTENDED, SeqCst, Relaxed)
                             .is_ok()
                     {
+                        // ABA: while we were looking at /proc (or preempted), someone may have
+                        // taken over from the dead holder, freed its participant slot, and a new
+                        // process claimed it and now holds the journal lock with the same word.
+                        // The dead identity never comes back, so if the slot still holds it, the
+                        // word we replaced was the dead holder's. If not, give the word back
+                        // (it fails only if the live holder released meanwhile) and go on
+                        // waiting; we wrote nothing in between.
+                        if self.r.proc(holder).ident.load(SeqCst) != ident {
+                            let _ = j.compare_exchange(me | J_CONTENDED, cur, SeqCst, Relaxed);
+                            continue;
+                        }
                         // Taken from a dead holder: finish or drop its transaction, and have
                         // the next probe clean up the rest of what it left.
                         self.r.hdr().rec[REC_STEALS].fetch_add(1, Relaxed);
