@@ -570,6 +570,11 @@ fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
     if cfg.participants == 0 || cfg.participants >= layout::MAX_SLOTS {
         return Err(ShmError::InvalidConfig("participants must be in 1..=65535"));
     }
+    if cfg.waiter_slots > layout::MAX_SLOTS {
+        return Err(ShmError::InvalidConfig(
+            "waiter_slots must be at most 65536",
+        ));
+    }
     // One extra participant slot is the "guest" a process borrows to reclaim dead
     // participants when the table is full.
     Layout::new(
@@ -579,7 +584,7 @@ fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
         align_of::<T>(),
     )
     .ok_or(ShmError::InvalidConfig(
-        "waiter_slots must be at most 65536",
+        "the value is aligned to more than 4096 bytes, or too large",
     ))
 }
 
