@@ -826,8 +826,65 @@ fn try_lock_for_reports_poisoning() {
     ));
 }
 
+/// Samples a lock's state word on its own thread until [`Watch::finish`], checking two of Go's
+/// invariants that hold at every instant, timeouts included (reference/go-mutex.md §6.7):
+/// STARVING implies at least one counted waiter (else an unlock hands off to nobody) and
+/// implies WOKEN clear. Catches a broken state even when later traffic would repair it.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    handle: thread::JoinHandle<(u64, Vec<u32>)>,
+}
+
+impl Watch {
+    fn start(m: &Arc<Mutex<u64>>) -> Self {
+        let (m, stop) = (Arc::clone(m), Arc::new(AtomicBool::new(false)));
+        let stop2 = Arc::clone(&stop);
+        let handle = thread::spawn(move || {
+            let (mut samples, mut bad) = (0u64, Vec::new());
+            while !stop2.load(Relaxed) {
+                for _ in 0..64 {
+                    let s = m.raw().state();
+                    samples += 1;
+                    let starving = s & gomutex::algo::STARVING != 0;
+                    let broken = starving
+                        && (gomutex::algo::waiters(s) == 0 || s & gomutex::algo::WOKEN != 0);
+                    if broken && bad.len() < 8 {
+                        bad.push(s);
+                    }
+                }
+                thread::yield_now();
+            }
+            (samples, bad)
+        });
+        Self { stop, handle }
+    }
+
+    fn finish(self, what: &str) -> u64 {
+        self.stop.store(true, Relaxed);
+        let (samples, bad) = self.handle.join().unwrap();
+        assert!(bad.is_empty(), "{what}: impossible states seen: {:x?}", bad);
+        samples
+    }
+}
+
+/// Check an idle lock after a stress, without locking it first (a lock() could repair a
+/// broken state): quiescent, no stored token, and try_lock works. Returns the data.
+fn check_idle(m: &Mutex<u64>, what: &str) -> u64 {
+    assert_eq!(m.raw().state(), 0, "{what}: state not quiescent");
+    assert_eq!(
+        m.raw().stored_tokens(),
+        0,
+        "{what}: leftover wake-up tokens"
+    );
+    let v = *m
+        .try_lock()
+        .unwrap_or_else(|e| panic!("{what}: idle lock: {e:?}"));
+    v
+}
+
 /// Timed lockers with short timeouts against a holder that sometimes keeps the lock past the
-/// 1 ms starvation threshold, beside plain lockers: timeouts hit every phase of the algorithm
+/// 1 ms starvation threshold, with and without plain lockers: timeouts hit every phase of the
+/// algorithm
 /// (spinning, first sleep, re-queue, starvation hand-off in flight). Mutual exclusion must
 /// hold, the counter must be exact and the lock must end quiescent, round after round.
 #[test]
@@ -835,7 +892,6 @@ fn timed_lockers_against_a_holder_keep_the_lock_consistent() {
     const ROUNDS: usize = 6;
     const ROUND_TIME: Duration = Duration::from_millis(250);
     const TIMED: usize = 5;
-    const PLAIN: usize = 2;
     let timeouts_us = [0u64, 1, 5, 20, 80, 300, 900, 1100, 2500];
 
     let mut totals = [0u64; 4]; // timed ok, timed out, plain, starvation seen
@@ -920,7 +976,9 @@ fn timed_lockers_against_a_holder_keep_the_lock_consistent() {
                 [ok, out, 0]
             }));
         }
-        for _ in 0..PLAIN {
+        // Odd rounds have no plain lockers: then a starving timed waiter is often the last
+        // one counted when it gives up, and must end starvation mode as it leaves.
+        for _ in 0..if round % 2 == 0 { 2 } else { 0 } {
             let (m, inside, stop, seen) = (
                 Arc::clone(&m),
                 Arc::clone(&inside),
@@ -940,18 +998,15 @@ fn timed_lockers_against_a_holder_keep_the_lock_consistent() {
                 [0, 0, n]
             }));
         }
+        let watch = Watch::start(&m);
         thread::sleep(ROUND_TIME);
         stop.store(true, Relaxed);
         let res = join_within(Duration::from_secs(30), handles);
+        watch.finish(&format!("round {round}"));
         let sum = |k: usize| res.iter().map(|r| r[k]).sum::<u64>();
         let (ok, out, plain) = (sum(0), sum(1), sum(2));
-        assert_eq!(
-            *m.lock().unwrap(),
-            ok + plain,
-            "round {round}: counter not exact"
-        );
-        assert_eq!(m.raw().state(), 0, "round {round}: state not quiescent");
-        assert_eq!(m.raw().stored_tokens(), 0, "round {round}: leftover tokens");
+        let v = check_idle(&m, &format!("round {round}"));
+        assert_eq!(v, ok + plain, "round {round}: counter not exact");
         totals[0] += ok;
         totals[1] += out;
         totals[2] += plain;
@@ -966,13 +1021,50 @@ fn timed_lockers_against_a_holder_keep_the_lock_consistent() {
     assert!(totals[3] > 0, "starvation mode never seen: {totals:?}");
 }
 
-/// A dedicated squeeze on hand-off plus deadline: one holder keeps the lock for just over
-/// the starvation threshold while timed waiters' deadlines fall right around its release, so
-/// waiters time out while a hand-off is in flight to them or to their neighbour.
+/// Pin the calling thread to `cpu` (if given).
+fn pin_to(cpu: Option<usize>) {
+    let Some(cpu) = cpu else { return };
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity only read and
+    // write the set we pass.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(
+            r,
+            0,
+            "sched_setaffinity({cpu}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Two CPUs this process may run on, if it has two.
+fn two_cpus() -> Option<(usize, usize)> {
+    // SAFETY: as in `pin_to`; sched_getaffinity fills the set we pass.
+    let mut cpus = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(move |&c| libc::CPU_ISSET(c, &set))
+    };
+    Some((cpus.next()?, cpus.next()?))
+}
+
+/// A dedicated squeeze on hand-off plus deadline: one holder keeps the lock for just over the
+/// starvation threshold and relocks at once, while timed waiters' deadlines fall around its
+/// holds: a woken waiter loses the race and starves the lock, then times out, often as the
+/// last waiter (so it must end starvation mode), or while a hand-off is in flight to it or to
+/// a neighbour. Every other hold the holder takes with a try_lock loop (an accept-lock style
+/// user, never counted as a waiter itself), else with lock(). The holder and the waiters run
+/// on different CPUs where there are two, or the scheduler lets a woken waiter preempt the
+/// holder and win, and starvation mode never comes.
 #[test]
 fn deadlines_expiring_around_starvation_handoffs() {
     const WAITERS: usize = 4;
     const CYCLES: u64 = 150;
+    let cpus = two_cpus();
     let m = Arc::new(Mutex::new(0u64));
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
@@ -980,6 +1072,7 @@ fn deadlines_expiring_around_starvation_handoffs() {
     for t in 0..WAITERS as u64 {
         let (m, stop, ok) = (Arc::clone(&m), Arc::clone(&stop), Arc::clone(&ok));
         handles.push(thread::spawn(move || {
+            pin_to(cpus.map(|c| c.1));
             let mut i = t;
             while !stop.load(Relaxed) {
                 i += 1;
@@ -991,20 +1084,46 @@ fn deadlines_expiring_around_starvation_handoffs() {
             }
         }));
     }
-    let mut held = 0u64;
-    for _ in 0..CYCLES {
-        let mut g = m.lock().unwrap();
-        *g += 1;
-        held += 1;
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_micros(1200) {
-            std::hint::spin_loop();
+    let watch = Watch::start(&m);
+    let m2 = Arc::clone(&m);
+    let (held, starving) = thread::spawn(move || {
+        pin_to(cpus.map(|c| c.0));
+        let (mut held, mut starving) = (0u64, 0u64);
+        for cycle in 0..CYCLES {
+            let mut g = if cycle % 2 == 0 {
+                let give_up = Instant::now() + Duration::from_secs(10);
+                loop {
+                    match m2.try_lock() {
+                        Ok(g) => break g,
+                        Err(_) => assert!(Instant::now() < give_up, "try_lock locked out"),
+                    }
+                    std::hint::spin_loop();
+                }
+            } else {
+                m2.lock().unwrap()
+            };
+            *g += 1;
+            held += 1;
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_micros(1200) {
+                std::hint::spin_loop();
+            }
+            starving += u64::from(m2.raw().state() & gomutex::algo::STARVING != 0);
+            drop(g);
         }
-        drop(g);
-    }
+        (held, starving)
+    })
+    .join()
+    .unwrap();
     stop.store(true, Relaxed);
     join_within(Duration::from_secs(30), handles);
-    assert_eq!(*m.lock().unwrap(), held + ok.load(Relaxed));
-    assert_eq!(m.raw().state(), 0);
-    assert_eq!(m.raw().stored_tokens(), 0);
+    watch.finish("hand-off squeeze");
+    eprintln!(
+        "hand-off squeeze: {held} holds ({starving} ending in starvation mode), {} timed locks",
+        ok.load(Relaxed)
+    );
+    assert_eq!(check_idle(&m, "hand-off squeeze"), held + ok.load(Relaxed));
+    if cpus.is_some() {
+        assert!(starving > 0, "starvation mode never reached");
+    }
 }
