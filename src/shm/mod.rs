@@ -591,12 +591,15 @@ fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
 /// Initialise a region at `base` (checked: aligned, big enough).
 ///
 /// # Safety
-/// `base..base+len` is writable memory nobody else uses until this returns.
+/// `base..base+len` is writable memory nobody else uses until this returns; except that if
+/// `zeroed` (it is known to hold only zeros: a new anonymous mapping, a new `ftruncate`d
+/// object), others may already load its atomics (an opener polling for the magic).
 unsafe fn init_region<T: ShmSafe>(
     base: *mut u8,
     len: usize,
     value: T,
     cfg: Config,
+    zeroed: bool,
 ) -> Result<Region, ShmError> {
     let layout = layout_for::<T>(cfg)?;
     check_base::<T>(base)?;
@@ -606,9 +609,12 @@ unsafe fn init_region<T: ShmSafe>(
             actual: len,
         });
     }
-    // SAFETY: writable and ours (caller's contract), `total_size <= len`.
-    unsafe { ::core::ptr::write_bytes(base, 0, layout.total_size) };
-    // SAFETY: aligned, in bounds; freshly zeroed memory is a valid all-atomics header.
+    if !zeroed {
+        // SAFETY: writable and ours alone (caller's contract), `total_size <= len`.
+        unsafe { ::core::ptr::write_bytes(base, 0, layout.total_size) };
+    }
+    // SAFETY: aligned, in bounds; zeroed memory is a valid all-atomics header (its padding
+    // fields are never written, so others' `&Header` to it see no change).
     let h = unsafe { &*(base as *const Header) };
     h.version.store(LAYOUT_VERSION, Relaxed);
     h.header_size.store(HEADER_SIZE as u32, Relaxed);
@@ -709,8 +715,8 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub fn anonymous_with(value: T, cfg: Config) -> Result<Self, ShmError> {
         let len = layout_for::<T>(cfg)?.total_size;
         let p = map_shared(-1, len)?;
-        // SAFETY: a fresh mapping of `len` bytes, page aligned, ours alone.
-        match unsafe { init_region(p, len, value, cfg) } {
+        // SAFETY: a fresh mapping of `len` bytes, page aligned, ours alone, zero-filled.
+        match unsafe { init_region(p, len, value, cfg, true) } {
             Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
             Err(e) => {
                 unmap(p, len);
@@ -746,8 +752,9 @@ impl<T: ShmSafe> ShmMutex<T> {
             return Err(fail(io::Error::last_os_error().into()));
         }
         let p = map_shared(fd.0, len).map_err(fail)?;
-        // SAFETY: a fresh mapping of the new object; openers wait for the magic, written last.
-        match unsafe { init_region(p, len, value, cfg) } {
+        // SAFETY: a fresh mapping of the new (O_EXCL), just-extended, so zero-filled object,
+        // page aligned; openers only load its magic atomically until it is written, last.
+        match unsafe { init_region(p, len, value, cfg, true) } {
             Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
             Err(e) => {
                 unmap(p, len);
@@ -851,8 +858,8 @@ impl<T: ShmSafe> ShmMutex<T> {
         value: T,
         cfg: Config,
     ) -> Result<Self, ShmError> {
-        // SAFETY: the caller's contract.
-        let r = unsafe { init_region(ptr, len, value, cfg) }?;
+        // SAFETY: the caller's contract (the memory may hold anything: zero it).
+        let r = unsafe { init_region(ptr, len, value, cfg, false) }?;
         Ok(Self::from_region(r, Backing::Borrowed, len))
     }
 
