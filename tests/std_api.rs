@@ -705,6 +705,47 @@ fn condvar_notify_before_wait_is_not_remembered() {
     assert!(r.timed_out());
 }
 
+/// The notifier grabs the mutex the instant the waiter's `wait` releases it and notifies at
+/// once, racing the waiter on its way to sleep: the notify must still reach it. A lost notify
+/// shows as a wait that times out although its condition was already met.
+#[test]
+fn condvar_notify_right_after_the_waiter_unlocks_is_not_lost() {
+    const ROUNDS: usize = 2000;
+    let st = Arc::new((Mutex::new(0usize), Condvar::new(), AtomicUsize::new(0)));
+    let st2 = Arc::clone(&st);
+    let waiter = thread::spawn(move || {
+        let (m, cv, waiting) = &*st2;
+        let mut lost = 0;
+        for round in 1..=ROUNDS {
+            let mut g = m.lock().unwrap();
+            waiting.store(round, Relaxed);
+            while *g < round {
+                let (g2, r) = cv.wait_timeout(g, Duration::from_secs(2)).unwrap();
+                g = g2;
+                lost += usize::from(r.timed_out() && *g >= round);
+            }
+        }
+        lost
+    });
+    let (m, cv, waiting) = &*st;
+    for round in 1..=ROUNDS {
+        // The waiter holds the lock from publishing `round` until its wait releases it.
+        while waiting.load(Relaxed) < round {
+            thread::yield_now();
+        }
+        let mut g = loop {
+            if let Ok(g) = m.try_lock() {
+                break g;
+            }
+            std::hint::spin_loop();
+        };
+        *g = round;
+        cv.notify_one();
+    }
+    let lost = join_within(Duration::from_secs(60), vec![waiter]);
+    assert_eq!(lost, [0], "notifies lost");
+}
+
 /// Two threads take turns: each waits (lock released) for its turn, then passes it on. A notify
 /// lost between a waiter's release of the lock and its sleep would stop the game.
 #[test]
