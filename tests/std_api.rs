@@ -925,9 +925,8 @@ fn check_idle(m: &Mutex<u64>, what: &str) -> u64 {
 
 /// Timed lockers with short timeouts against a holder that sometimes keeps the lock past the
 /// 1 ms starvation threshold, with and without plain lockers: timeouts hit every phase of the
-/// algorithm
-/// (spinning, first sleep, re-queue, starvation hand-off in flight). Mutual exclusion must
-/// hold, the counter must be exact and the lock must end quiescent, round after round.
+/// algorithm (spinning, first sleep, re-queue, starvation hand-off in flight). Mutual exclusion
+/// must hold, the counter must be exact and the lock must end quiescent, round after round.
 #[test]
 fn timed_lockers_against_a_holder_keep_the_lock_consistent() {
     const ROUNDS: usize = 6;
