@@ -14,6 +14,9 @@
 //! threads to different CPUs: then the greedy thread always relocks first, and only starvation
 //! mode's hand-off lets the victim in, which the test observes in the state word.
 
+mod common;
+use common::{pin_to, two_cpus};
+
 use gomutex::algo::STARVING;
 use gomutex::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -38,36 +41,6 @@ struct Outcome {
     starving_holds: u64,
 }
 
-/// Pin the calling thread to one CPU.
-fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity only read and
-    // write the set we pass.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(
-            r,
-            0,
-            "sched_setaffinity({cpu}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-/// Two CPUs this process may run on, if it has two.
-fn two_cpus() -> Option<(usize, usize)> {
-    // SAFETY: as in `pin_to`; sched_getaffinity fills the set we pass.
-    let mut cpus = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        (0..libc::CPU_SETSIZE as usize).filter(move |&c| libc::CPU_ISSET(c, &set))
-    };
-    Some((cpus.next()?, cpus.next()?))
-}
-
 fn run_once(pins: Option<(usize, usize)>) -> Outcome {
     let m = Arc::new(Mutex::new(()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -76,7 +49,7 @@ fn run_once(pins: Option<(usize, usize)>) -> Outcome {
     let (m1, stop1) = (Arc::clone(&m), Arc::clone(&stop));
     let greedy = thread::spawn(move || {
         if let Some((cpu, _)) = pins {
-            pin_to(cpu);
+            pin_to(Some(cpu));
         }
         let (mut holds, mut starving) = (0u64, 0u64);
         loop {
@@ -105,7 +78,7 @@ fn run_once(pins: Option<(usize, usize)>) -> Outcome {
     let m2 = Arc::clone(&m);
     thread::spawn(move || {
         if let Some((_, cpu)) = pins {
-            pin_to(cpu);
+            pin_to(Some(cpu));
         }
         let start = Instant::now();
         let mut worst = Duration::ZERO;

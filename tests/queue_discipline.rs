@@ -10,6 +10,9 @@
 //! that key whose filter skips every thread lists the parked threads (in queue order) without
 //! waking any. The lock's waiter count (`state() >> 3`) is checked beside it.
 
+mod common;
+use common::{pin_to, two_cpus};
+
 use gomutex::algo::{LOCKED, STARVING, WAITER_SHIFT, WOKEN};
 use gomutex::sema::{ParkSema, WaitQueue};
 use gomutex::RawMutex;
@@ -54,40 +57,6 @@ fn wait_until(what: impl Fn() -> String, mut cond: impl FnMut() -> bool) {
         );
         thread::sleep(Duration::from_micros(50));
     }
-}
-
-/// Pin the calling thread to `cpu` (if given). The tests below need a woken waiter to lose a
-/// race against the thread that woke it. Sharing a CPU, the scheduler often lets the woken
-/// thread preempt its waker and win; on separate CPUs the waker relocks long before the woken
-/// thread runs.
-fn pin_to(cpu: Option<usize>) {
-    let Some(cpu) = cpu else { return };
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity only read and
-    // write the set we pass.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(
-            r,
-            0,
-            "sched_setaffinity({cpu}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-/// Two CPUs this process may run on, if it has two.
-fn two_cpus() -> Option<(usize, usize)> {
-    // SAFETY: as in `pin_to`; sched_getaffinity fills the set we pass.
-    let mut cpus = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        (0..libc::CPU_SETSIZE as usize).filter(move |&c| libc::CPU_ISSET(c, &set))
-    };
-    Some((cpus.next()?, cpus.next()?))
 }
 
 fn sema_key(s: &ParkSema) -> usize {

@@ -3,6 +3,9 @@
 //! Timed behaviour (condvar timeouts, `try_lock_for`) is checked against its contract with
 //! generous bounds only.
 
+mod common;
+use common::{pin_to, two_cpus};
+
 use gomutex::{Condvar, Mutex, MutexGuard};
 use std::cell::{Cell, RefCell};
 use std::marker::{PhantomData, PhantomPinned};
@@ -1059,37 +1062,6 @@ fn timed_lockers_against_a_holder_keep_the_lock_consistent() {
     // The scenario must really exercise both outcomes of a timed lock and starvation mode.
     assert!(totals[0] > 0 && totals[1] > 0, "{totals:?}");
     assert!(totals[3] > 0, "starvation mode never seen: {totals:?}");
-}
-
-/// Pin the calling thread to `cpu` (if given).
-fn pin_to(cpu: Option<usize>) {
-    let Some(cpu) = cpu else { return };
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity only read and
-    // write the set we pass.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(
-            r,
-            0,
-            "sched_setaffinity({cpu}): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-/// Two CPUs this process may run on, if it has two.
-fn two_cpus() -> Option<(usize, usize)> {
-    // SAFETY: as in `pin_to`; sched_getaffinity fills the set we pass.
-    let mut cpus = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        (0..libc::CPU_SETSIZE as usize).filter(move |&c| libc::CPU_ISSET(c, &set))
-    };
-    Some((cpus.next()?, cpus.next()?))
 }
 
 /// A dedicated squeeze on hand-off plus deadline: one holder keeps the lock for just over the

@@ -1,0 +1,38 @@
+//! Helpers shared by the in-process integration tests.
+//!
+//! Several tests need a woken waiter to *lose* its race against the thread that woke it. Sharing
+//! a CPU, the scheduler often lets the woken thread preempt its waker and win; on separate CPUs
+//! the waker relocks long before the woken thread runs. These pin threads apart.
+
+#![allow(dead_code)]
+
+/// Pin the calling thread to `cpu` (if given).
+pub fn pin_to(cpu: Option<usize>) {
+    let Some(cpu) = cpu else { return };
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity only read and
+    // write the set we pass.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(
+            r,
+            0,
+            "sched_setaffinity({cpu}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Two CPUs this process may run on, if it has two.
+pub fn two_cpus() -> Option<(usize, usize)> {
+    // SAFETY: as in `pin_to`; sched_getaffinity fills the set we pass.
+    let mut cpus = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(move |&c| libc::CPU_ISSET(c, &set))
+    };
+    Some((cpus.next()?, cpus.next()?))
+}
