@@ -1,0 +1,188 @@
+//! Negative controls: deliberately broken variants that the models must reject, proving that
+//! the models can fail (a model that cannot fail proves nothing). Each expects a specific
+//! failure, so an unrelated panic does not count as a pass.
+//!
+//! Each broken model runs in a child process (this test binary, re-run on one `#[ignore]`d
+//! body): a loom deadlock cancels the blocked coroutines, whose destructors then touch loom
+//! outside the model and abort the process, which `#[should_panic]` cannot catch. The bodies
+//! do nothing unless `GOMUTEX_LOOM_NEGATIVE_BODY` is set, so `--include-ignored` is harmless.
+
+use gomutex::algo::{self, StateWord};
+use gomutex::sema::ParkSema;
+use gomutex_loom_tests::{
+    far_deadline, model, Harness, LossyQueue, NeverStarving, Stats, TimedQueue,
+};
+use loom::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
+use loom::sync::Arc;
+use loom::thread;
+use std::process::Command;
+
+const BODY_ENV: &str = "GOMUTEX_LOOM_NEGATIVE_BODY";
+
+/// Run the `#[ignore]`d test `body` in a child process; it must fail, with one of `expect` in
+/// its output.
+fn expect_rejected(body: &str, expect: &[&str]) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            body,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(BODY_ENV, "1")
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("could not re-run the test binary");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the broken variant `{body}` passed: the model cannot detect this bug\n{text}"
+    );
+    let hit = expect.iter().find(|e| text.contains(*e));
+    assert!(
+        hit.is_some(),
+        "`{body}` failed for another reason than expected ({expect:?}):\n{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains(hit.unwrap()))
+        .unwrap_or("");
+    eprintln!("[loom] {body}: rejected as expected: {line}");
+}
+
+fn body_enabled() -> bool {
+    std::env::var_os(BODY_ENV).is_some()
+}
+
+/// A queue without persistent tokens (a release with nobody parked is dropped): unlock's wake-up
+/// can run before the waiter sleeps, and the waiter then sleeps forever. Loom must report the
+/// deadlock. The real algorithm on a plain `AtomicU32` (no ghost), as in `RawMutex`; the holder
+/// waits in its critical section until the other thread has registered.
+#[test]
+fn negative_lossy_queue_deadlocks() {
+    expect_rejected("body_lossy_queue", &["deadlock"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_lossy_queue_deadlocks in a child process"]
+fn body_lossy_queue() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_lossy_queue", 2, || {
+        let l = Arc::new((AtomicU32::new(0), LossyQueue(ParkSema::new())));
+        let l1 = l.clone();
+        algo::lock::<_, _, NeverStarving>(&l.0, &l.1);
+        let t = thread::spawn(move || {
+            algo::lock::<_, _, NeverStarving>(&l1.0, &l1.1);
+            algo::unlock(&l1.0, &l1.1);
+        });
+        while algo::waiters(StateWord::load(&l.0)) == 0 {
+            thread::yield_now();
+        }
+        algo::unlock(&l.0, &l.1);
+        t.join().unwrap();
+    });
+}
+
+/// Unlock's `-LOCKED` with `Relaxed` instead of `Release`: the next owner's fast-path CAS no
+/// longer synchronizes with it, so the two critical sections race. Loom must report the
+/// unordered accesses to the `UnsafeCell`.
+#[test]
+fn negative_relaxed_unlock_races() {
+    expect_rejected("body_relaxed_unlock", &["Causality violation"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_relaxed_unlock_races in a child process"]
+fn body_relaxed_unlock() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_relaxed_unlock", 2, || {
+        let h = Arc::new(Harness::with_relaxed_unlock(ParkSema::new(), Stats::new()));
+        let h1 = h.clone();
+        let t = thread::spawn(move || {
+            h1.lock::<NeverStarving>();
+            h1.unlock();
+        });
+        h.lock::<NeverStarving>();
+        h.unlock();
+        t.join().unwrap();
+    });
+}
+
+/// A timed queue that, when a release picks a sleeper at the moment its deadline passes,
+/// reports a time-out anyway (dropping the token). The timed-lock model must catch the lost
+/// wake-up: the waiter then waits for its token forever (a deadlock, or, when every re-check
+/// times out, a livelock that exceeds loom's branch limit).
+#[test]
+fn negative_timeout_drops_token() {
+    expect_rejected(
+        "body_timeout_drops_token",
+        &["deadlock", "maximum number of branches"],
+    );
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_timeout_drops_token in a child process"]
+fn body_timeout_drops_token() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_timeout_drops_token", 2, || {
+        let h = Arc::new(Harness::new(TimedQueue::with(true), Stats::new()));
+        let done = Arc::new(AtomicUsize::new(0));
+        let (h1, d1) = (h.clone(), done.clone());
+        let a = thread::spawn(move || {
+            h1.lock::<NeverStarving>();
+            h1.wait_until(|s| algo::waiters(s) as usize + d1.load(SeqCst) >= 1);
+            h1.unlock();
+        });
+        if h.lock_until::<NeverStarving>(far_deadline()) {
+            h.unlock();
+        }
+        done.fetch_add(1, SeqCst);
+        a.join().unwrap();
+    });
+}
+
+/// The controls' baseline: the same shapes with the real queue and orderings pass.
+#[test]
+fn baseline_of_negative_controls_passes() {
+    model("baseline_lossy_shape", 2, || {
+        let l = Arc::new((AtomicU32::new(0), ParkSema::new()));
+        let l1 = l.clone();
+        algo::lock::<_, _, NeverStarving>(&l.0, &l.1);
+        let t = thread::spawn(move || {
+            algo::lock::<_, _, NeverStarving>(&l1.0, &l1.1);
+            algo::unlock(&l1.0, &l1.1);
+        });
+        while algo::waiters(StateWord::load(&l.0)) == 0 {
+            thread::yield_now();
+        }
+        algo::unlock(&l.0, &l.1);
+        t.join().unwrap();
+        assert_eq!(StateWord::load(&l.0), 0);
+        assert_eq!((l.1.stored_tokens(), l.1.parked()), (0, 0));
+    });
+    model("baseline_timeout_shape", 2, || {
+        let h = Arc::new(Harness::new(TimedQueue::new(), Stats::new()));
+        let done = Arc::new(AtomicUsize::new(0));
+        let (h1, d1) = (h.clone(), done.clone());
+        let a = thread::spawn(move || {
+            h1.lock::<NeverStarving>();
+            h1.wait_until(|s| algo::waiters(s) as usize + d1.load(SeqCst) >= 1);
+            h1.unlock();
+        });
+        let ok = h.lock_until::<NeverStarving>(far_deadline());
+        if ok {
+            h.unlock();
+        }
+        done.fetch_add(1, SeqCst);
+        a.join().unwrap();
+        h.assert_quiescent(1 + u64::from(ok));
+    });
+}
