@@ -92,6 +92,12 @@ fn word(low: u32, owner: u32) -> u64 {
     u64::from(low) | (u64::from(owner) << 32)
 }
 
+std::thread_local! {
+    /// The word this thread's last fast unlock left (free, owner 0): the next lock's guess.
+    /// Only a guess (shared by every region the thread uses): a wrong one costs a failed CAS.
+    static LAST_RELEASED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
 /// A validated region: header, slots and value at fixed offsets from `base`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Region {
@@ -340,7 +346,11 @@ impl<'a> Ctx<'a> {
     fn jlock(&self) -> JGuard<'a> {
         let j = &self.r.hdr().jlock;
         let me = self.tag();
-        if j.compare_exchange(0, me, Acquire, Relaxed).is_ok() {
+        // AcqRel, not just Acquire: a taker that later finds the holder dead re-checks the
+        // holder's identity after its own CAS; with the acquiring CASes also releasing, every
+        // holder's CAS is a release the takeover's RMW chain synchronises with, so that
+        // re-check is formally ordered after it (on x86 it is the same instruction).
+        if j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
             return JGuard { r: self.r };
         }
         self.jlock_slow(me)
@@ -350,7 +360,7 @@ impl<'a> Ctx<'a> {
     fn jlock_slow(&self, me: u32) -> JGuard<'a> {
         let j = &self.r.hdr().jlock;
         for _ in 0..64 {
-            if j.load(Relaxed) == 0 && j.compare_exchange(0, me, Acquire, Relaxed).is_ok() {
+            if j.load(Relaxed) == 0 && j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
                 return JGuard { r: self.r };
             }
             core::hint::spin_loop();
@@ -364,7 +374,7 @@ impl<'a> Ctx<'a> {
             let mut cur = j.load(Relaxed);
             if cur == 0 {
                 // We may have shared the contended bit with other sleepers: keep it.
-                if j.compare_exchange(0, me | J_CONTENDED, Acquire, Relaxed)
+                if j.compare_exchange(0, me | J_CONTENDED, AcqRel, Relaxed)
                     .is_ok()
                 {
                     return JGuard { r: self.r };
@@ -919,14 +929,14 @@ impl StateWord for Ctx<'_> {
             .is_ok()
     }
 
+    #[inline]
     fn cas(&self, old: u32, new: u32) -> Result<u32, u32> {
         let st = &self.r.hdr().state;
-        let mut cur = st.load(Relaxed);
-        if low(cur) != old {
-            return Err(low(cur));
-        }
         if old & LOCKED == 0 && new == old | LOCKED {
-            // Barging acquisition: only LOCKED and the owner change, lock-free.
+            // Barging acquisition: only LOCKED and the owner change, lock-free. No load first:
+            // the owner half is 0 whenever LOCKED is clear, so the expected word is known, and
+            // a failed CAS returns the current one.
+            let mut cur = word(old, 0);
             loop {
                 match st.compare_exchange(cur, word(new, self.tag()), SeqCst, Relaxed) {
                     Ok(_) => return Ok(old),
@@ -935,24 +945,7 @@ impl StateWord for Ctx<'_> {
                 }
             }
         }
-        let _g = self.jlock();
-        loop {
-            let cur = st.load(SeqCst);
-            if low(cur) != old {
-                return Err(low(cur));
-            }
-            let owner = match (old & LOCKED != 0, new & LOCKED != 0) {
-                (true, true) => owner_of(cur),
-                (false, true) => self.tag(),
-                _ => 0,
-            };
-            let mut tx = Txn::new();
-            tx.word = Some((cur, word(new, owner)));
-            self.account_cas(&mut tx, old, new);
-            if self.commit(&tx) {
-                return Ok(old);
-            }
-        }
+        self.cas_journaled(old, new)
     }
 
     fn fetch_add(&self, delta: u32) -> u32 {
@@ -984,22 +977,103 @@ impl StateWord for Ctx<'_> {
 
     #[inline]
     fn release_locked(&self) -> u32 {
-        // Fast path: held, normal mode: one CAS clears LOCKED and the owner.
-        let st = &self.r.hdr().state;
-        let cur = st.load(Relaxed);
-        let l = low(cur);
-        if l & (LOCKED | STARVING) == LOCKED
-            && st
-                .compare_exchange(cur, word(l - LOCKED, 0), Release, Relaxed)
-                .is_ok()
-        {
-            return l - LOCKED;
-        }
-        self.release_locked_slow()
+        self.release_from(word(LOCKED, self.tag()))
     }
 }
 
 impl Ctx<'_> {
+    /// [`StateWord::release_locked`], guessing that the word is `guess` (what our acquisition
+    /// installed, or the uncontended "held by us, nothing else set").
+    ///
+    /// Held in normal mode: one CAS clears LOCKED and the owner. Not a plain `fetch_sub`:
+    /// STARVING may have been set while we held the lock, and a starving release must be one
+    /// journal transaction with the hand-off it owes (a death in between would strand the lock
+    /// in starvation mode with nobody owing the hand-off). No load first either: a wrong guess
+    /// returns the current word, on a line that is then ours.
+    #[inline]
+    pub(crate) fn release_from(&self, guess: u64) -> u32 {
+        let st = &self.r.hdr().state;
+        let mut cur = guess;
+        loop {
+            let l = low(cur);
+            if l & (LOCKED | STARVING) != LOCKED {
+                return self.release_locked_slow();
+            }
+            match st.compare_exchange(cur, word(l - LOCKED, 0), Release, Relaxed) {
+                Ok(_) => {
+                    LAST_RELEASED.set(word(l - LOCKED, 0));
+                    return l - LOCKED;
+                }
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    /// Go's `Lock` fast path and `lockSlow`'s first step (take a lock that is free in normal
+    /// mode even though waiters are counted), as `algo::lock` does with `try_acquire_fast` and
+    /// a barging `cas`, but without a load before each CAS: the first guesses the word this
+    /// thread's last unlock left (waiters counted then are likely still there; 0 if none),
+    /// each failure returns the word to try next. Returns the word it installed (the unlock's
+    /// guess), or 0 once `LOCKED` or `STARVING` is seen (then `algo::lock_slow`). Never
+    /// changes anything but `LOCKED` and the owner, so it is also `try_lock`.
+    #[inline]
+    pub(crate) fn acquire_fast(&self) -> u64 {
+        let st = &self.r.hdr().state;
+        let tag = self.tag();
+        // The same orderings as the in-process word: acquire for `0 -> LOCKED`, sequentially
+        // consistent for a barging CAS. `g` is free in normal mode with owner 0 (see
+        // `release_from`), so either CAS only sets LOCKED and the owner.
+        let g = LAST_RELEASED.get();
+        let first = if g == 0 {
+            st.compare_exchange(0, word(LOCKED, tag), Acquire, Relaxed)
+        } else {
+            st.compare_exchange(g, word(low(g) | LOCKED, tag), SeqCst, Relaxed)
+        };
+        let mut cur = match first {
+            Ok(_) => return word(low(g) | LOCKED, tag),
+            Err(c) => c,
+        };
+        // Free in normal mode: the owner half is 0 whenever LOCKED is clear.
+        while low(cur) & (LOCKED | STARVING) == 0 {
+            let new = word(low(cur) | LOCKED, tag);
+            match st.compare_exchange(cur, new, SeqCst, Relaxed) {
+                Ok(_) => return new,
+                Err(c) => cur = c,
+            }
+        }
+        0
+    }
+
+    /// A compare-and-swap that changes more than `LOCKED` and the owner: one journal
+    /// transaction.
+    #[inline(never)]
+    fn cas_journaled(&self, old: u32, new: u32) -> Result<u32, u32> {
+        let st = &self.r.hdr().state;
+        // Fail without the journal lock if the word moved on already.
+        let cur = st.load(Relaxed);
+        if low(cur) != old {
+            return Err(low(cur));
+        }
+        let _g = self.jlock();
+        loop {
+            let cur = st.load(SeqCst);
+            if low(cur) != old {
+                return Err(low(cur));
+            }
+            let owner = match (old & LOCKED != 0, new & LOCKED != 0) {
+                (true, true) => owner_of(cur),
+                (false, true) => self.tag(),
+                _ => 0,
+            };
+            let mut tx = Txn::new();
+            tx.word = Some((cur, word(new, owner)));
+            self.account_cas(&mut tx, old, new);
+            if self.commit(&tx) {
+                return Ok(old);
+            }
+        }
+    }
+
     #[cold]
     fn release_locked_slow(&self) -> u32 {
         let st = &self.r.hdr().state;

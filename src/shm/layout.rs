@@ -1,9 +1,10 @@
 //! The bytes of a shared region: identical for every process and every build.
 //!
 //! ```text
-//! offset 0      Header (448 bytes, 64-aligned): identity (magic, version, sizes), the lock's
-//!               64-bit state word, the internal journal lock, flags, token counters, the
-//!               recovery log
+//! offset 0      Header (448 bytes, 64-aligned): identity (magic, version, sizes) and flags;
+//!               the lock's 64-bit state word alone on its cache line (offset 64); the
+//!               internal journal lock, token counters, probe timestamps (offset 128); the
+//!               recovery log (offset 192)
 //! 448           participants × ProcSlot (64 bytes each): identity + accounting of each process
 //! ...           waiter_slots × WaiterSlot (64 bytes each): one futex word per sleeping thread
 //! value_offset  T (aligned to max(64, align_of::<T>()))
@@ -22,7 +23,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// the initialiser, so a region with this magic is fully initialised.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
 /// The layout version. Bumped on any change of the bytes below.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Required alignment of a region's first byte.
 pub const REGION_ALIGN: usize = 64;
 /// Most participants or waiter slots a region may have.
@@ -63,6 +64,20 @@ pub(crate) struct Log {
 }
 
 /// The region header.
+///
+/// Four 64-byte lines, grouped by who touches them how often:
+///
+/// * **0, identity and flags**: written once by the initialiser; the owner-died and poison
+///   flags, read after every acquisition, are written only on a death, a panic or
+///   `mark_consistent`. Read-mostly: every core keeps a shared copy.
+/// * **64, the state word**, alone with counters written only by recovery. Every lock and
+///   unlock moves this line between cores; nothing else hot lives on it, so journal
+///   transactions, probes and token traffic do not steal it from the fast paths. In a region
+///   mapped at a 128-byte boundary (every mapping this crate makes is page-aligned) its
+///   128-byte buddy, which adjacent-line prefetchers fetch with it, is the read-mostly line 0.
+/// * **128, the slow path**: the journal lock, stored tokens, the overflow futex word, the
+///   ticket counter, probe timestamps.
+/// * **192, the redo log**, written by the journal lock's holder.
 #[repr(C, align(64))]
 pub(crate) struct Header {
     // --- identity: written once by the initialiser, read-only afterwards ---
@@ -76,16 +91,25 @@ pub(crate) struct Header {
     pub value_offset: AtomicU64,
     pub value_size: AtomicU64,
     pub value_align: AtomicU32,
-    pub _pad0: [u32; 3],
-    // --- the lock (offset 64) ---
-    /// Low 32 bits: Go's state word. High 32 bits: owner participant index + 1 while LOCKED.
-    pub state: AtomicU64,
-    /// The journal lock: holder participant index + 1, bit 31 = contended.
-    pub jlock: AtomicU32,
+    // --- flags: read after every acquisition, rarely written ---
     /// Set when the lock was taken back from a dead owner; cleared by `mark_consistent`.
     pub owner_died: AtomicU32,
     /// Set when an owner panicked while holding the lock; cleared by `mark_consistent`.
     pub poisoned: AtomicU32,
+    pub _pad0: u32,
+    // --- the lock (offset 64): its own cache line ---
+    /// Low 32 bits: Go's state word. High 32 bits: owner participant index + 1 while LOCKED.
+    pub state: AtomicU64,
+    /// Owners found dead so far (written only by recovery).
+    pub owner_deaths: AtomicU64,
+    /// Recovery counters (diagnostics only, written only by recovery): journal-lock
+    /// takeovers, redo logs replayed, dead waiter registrations removed, dead `WOKEN` owners
+    /// cleared, owed wake-ups and hand-offs delivered for the dead, hand-offs passed on from
+    /// dead receivers.
+    pub rec: [AtomicU64; 6],
+    // --- the slow path (offset 128) ---
+    /// The journal lock: holder participant index + 1, bit 31 = contended.
+    pub jlock: AtomicU32,
     /// Normal-mode wake-up tokens released while nobody slept.
     pub stored_normal: AtomicU32,
     /// Hand-off tokens released while nobody slept.
@@ -97,17 +121,11 @@ pub(crate) struct Header {
     pub _pad1: u32,
     /// FIFO order of queued waiters.
     pub next_ticket: AtomicU64,
-    /// Owners found dead so far.
-    pub owner_deaths: AtomicU64,
     /// Last owner probe (`CLOCK_MONOTONIC` ns).
     pub probe_at: AtomicU64,
     /// Last full participant scan (`CLOCK_MONOTONIC` ns).
     pub scan_at: AtomicU64,
-    /// Recovery counters (diagnostics only): journal-lock takeovers, redo logs replayed,
-    /// dead waiter registrations removed, dead `WOKEN` owners cleared, owed wake-ups and
-    /// hand-offs delivered for the dead, hand-offs passed on from dead receivers.
-    pub rec: [AtomicU64; 6],
-    pub _pad2: u64,
+    pub _pad2: [u64; 2],
     // --- offset 192 ---
     pub log: Log,
 }
@@ -156,7 +174,17 @@ const _: () = {
     assert!(PROC_SIZE == 64);
     assert!(SLOT_SIZE == 64);
     assert!(align_of::<Header>() == REGION_ALIGN);
+    assert!(core::mem::offset_of!(Header, value_align) == 48);
+    assert!(core::mem::offset_of!(Header, owner_died) == 52);
+    assert!(core::mem::offset_of!(Header, poisoned) == 56);
+    // The state word starts its own line; the rest of that line is written only by recovery.
     assert!(core::mem::offset_of!(Header, state) == 64);
+    assert!(core::mem::offset_of!(Header, owner_deaths) == 72);
+    assert!(core::mem::offset_of!(Header, rec) == 80);
+    assert!(core::mem::offset_of!(Header, jlock) == 128);
+    assert!(core::mem::offset_of!(Header, next_ticket) == 152);
+    assert!(core::mem::offset_of!(Header, probe_at) == 160);
+    assert!(core::mem::offset_of!(Header, scan_at) == 168);
     assert!(core::mem::offset_of!(Header, log) == 192);
     assert!(size_of::<Log>() == 32 + 16 * LOG_ENTRIES);
     assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);

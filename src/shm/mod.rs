@@ -978,10 +978,11 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     #[inline]
-    fn guard(&self, pid: u32) -> LockResult<ShmMutexGuard<'_, T>> {
+    fn guard(&self, pid: u32, word: u64) -> LockResult<ShmMutexGuard<'_, T>> {
         let g = ShmMutexGuard {
             m: self,
             pid,
+            word,
             panicking: std::thread::panicking(),
             _not_send: PhantomData,
         };
@@ -1007,8 +1008,11 @@ impl<T: ShmSafe> ShmMutex<T> {
     #[inline]
     pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
         let ctx = self.ctx();
-        algo::lock::<_, _, Monotonic>(&ctx, &ctx);
-        self.guard(sys::current_pid())
+        let w = ctx.acquire_fast();
+        if w == 0 {
+            algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, None);
+        }
+        self.guard(sys::current_pid(), w)
     }
 
     /// Acquire the lock if it is free right now (never spins, never queues). A failing call
@@ -1027,8 +1031,10 @@ impl<T: ShmSafe> ShmMutex<T> {
     #[inline]
     pub fn try_lock(&self) -> TryLockResult<ShmMutexGuard<'_, T>> {
         let ctx = self.ctx();
-        if algo::try_lock(&ctx) {
-            return Ok(self.guard(sys::current_pid())?);
+        // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
+        let w = ctx.acquire_fast();
+        if w != 0 {
+            return Ok(self.guard(sys::current_pid(), w)?);
         }
         ctx.probe();
         Err(TryLockError::WouldBlock)
@@ -1056,8 +1062,9 @@ impl<T: ShmSafe> ShmMutex<T> {
 
     fn try_lock_until_opt(&self, deadline: Option<Instant>) -> TryLockResult<ShmMutexGuard<'_, T>> {
         let ctx = self.ctx();
-        if algo::lock_until::<_, _, Monotonic>(&ctx, &ctx, deadline) {
-            Ok(self.guard(sys::current_pid())?)
+        let w = ctx.acquire_fast();
+        if w != 0 || algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, deadline) {
+            Ok(self.guard(sys::current_pid(), w)?)
         } else {
             Err(TryLockError::WouldBlock)
         }
@@ -1214,6 +1221,9 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutex<T> {
 pub struct ShmMutexGuard<'a, T: ShmSafe> {
     m: &'a ShmMutex<T>,
     pid: u32,
+    /// The state word our acquisition installed (0 if it went through the slow path): the
+    /// unlock's guess of the current word.
+    word: u64,
     panicking: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -1296,7 +1306,16 @@ impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
             self.m.region.hdr().poisoned.store(1, Release);
         }
         let ctx = self.m.ctx();
-        algo::unlock(&ctx, &ctx);
+        // `algo::unlock`, with the unlock's CAS guessing the word we installed.
+        let guess = if self.word != 0 {
+            self.word
+        } else {
+            u64::from(algo::LOCKED) | (u64::from(ctx.me + 1) << 32)
+        };
+        let new = ctx.release_from(guess);
+        if new != 0 && new & (algo::LOCKED | algo::WOKEN | algo::STARVING) != algo::WOKEN {
+            algo::unlock_slow(&ctx, &ctx, new);
+        }
     }
 }
 
