@@ -186,14 +186,25 @@ fn can_spin(iter: u32) -> bool {
     }
 }
 
-/// One spin round: 30 `PAUSE`s (Go's `procyield(30)`); one yield under loom.
+/// One spin round: up to 30 `PAUSE`s (Go's `procyield(30)`); one yield under loom.
+///
+/// Unlike Go's `procyield`, the round ends early once the lock is no longer held in normal
+/// mode: a `PAUSE` costs ~31 ns on this project's machines (up to ~140 cycles on recent
+/// Intel), so a blind round of 30 makes a spinner notice a released lock only ~1 µs later,
+/// by when the holder has usually barged back in. The bound stays Go's: at most 4 × 30 hints.
 #[inline]
-fn do_spin() {
+fn do_spin<W: StateWord>(word: &W) {
     #[cfg(gomutex_loom)]
-    crate::sync::spin_loop();
+    {
+        let _ = word;
+        crate::sync::spin_loop();
+    }
     #[cfg(not(gomutex_loom))]
     for _ in 0..30 {
         crate::sync::spin_loop();
+        if word.load() & (LOCKED | STARVING) != LOCKED {
+            break;
+        }
     }
 }
 
@@ -218,7 +229,7 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
             {
                 awoke = true;
             }
-            do_spin();
+            do_spin(word);
             iter += 1;
             old = word.load();
             continue;
