@@ -1197,7 +1197,7 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutex<T> {
                 d.field("data", &*g);
             }
             Err(TryLockError::WouldBlock) => {
-                d.field("data", &format_args!("<locked>"));
+                d.field("data", &"<locked>");
             }
         }
         let diag = self.diagnostics();
