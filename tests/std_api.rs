@@ -306,10 +306,12 @@ static FROM_CONST_FN: Mutex<i32> = make();
 
 #[test]
 fn const_construction_in_statics() {
+    // Fewer under Miri (scripts/miri.sh), whose slowness would otherwise trip the 30 s guard.
+    const ITERS: u64 = if cfg!(miri) { 100 } else { 1000 };
     let handles: Vec<_> = (0..4)
         .map(|_| {
             thread::spawn(|| {
-                for _ in 0..1000 {
+                for _ in 0..ITERS {
                     *COUNTER.lock().unwrap() += 1;
                 }
                 NAMES.lock().unwrap().push("t");
@@ -317,7 +319,7 @@ fn const_construction_in_statics() {
         })
         .collect();
     join_within(Duration::from_secs(30), handles);
-    assert_eq!(*COUNTER.lock().unwrap(), 4000);
+    assert_eq!(*COUNTER.lock().unwrap(), 4 * ITERS);
     assert_eq!(NAMES.lock().unwrap().len(), 4);
     assert_eq!(*FROM_CONST_FN.lock().unwrap(), -1);
 }
@@ -332,12 +334,14 @@ fn unsized_data_through_box_and_arc() {
         "Mutex { data: [1, 9, 3], poisoned: false, .. }"
     );
 
+    // Fewer under Miri (scripts/miri.sh), whose slowness would otherwise trip the 30 s guard.
+    const ITERS: u64 = if cfg!(miri) { 50 } else { 500 };
     let a: Arc<Mutex<[u64]>> = Arc::new(Mutex::new([0; 4]));
     let handles: Vec<_> = (0..4)
         .map(|i| {
             let a = Arc::clone(&a);
             thread::spawn(move || {
-                for _ in 0..500 {
+                for _ in 0..ITERS {
                     let mut g = a.lock().unwrap();
                     g[i] += 1;
                     g[(i + 1) % 4] += 1;
@@ -346,7 +350,7 @@ fn unsized_data_through_box_and_arc() {
         })
         .collect();
     join_within(Duration::from_secs(30), handles);
-    assert_eq!(&*a.lock().unwrap(), &[1000; 4]);
+    assert_eq!(&*a.lock().unwrap(), &[2 * ITERS; 4]);
 
     let d: Box<Mutex<dyn std::fmt::Display + Send>> = Box::new(Mutex::new(7));
     assert_eq!(d.lock().unwrap().to_string(), "7");

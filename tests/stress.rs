@@ -33,10 +33,13 @@ fn go_test_mutex() {
     // SAFETY: try_lock succeeded.
     unsafe { m.unlock() };
 
-    let handles: Vec<_> = (0..10)
+    // Go's sizes; under Miri (scripts/miri.sh) fewer, still contended, so it finishes in
+    // seconds: Miri checks every access of every interleaving it runs, not the volume.
+    let (threads, loops) = if cfg!(miri) { (6, 150) } else { (10, 1000) };
+    let handles: Vec<_> = (0..threads)
         .map(|_| {
             let m = Arc::clone(&m);
-            thread::spawn(move || hammer(&m, 1000))
+            thread::spawn(move || hammer(&m, loops))
         })
         .collect();
     for h in handles {
@@ -49,8 +52,9 @@ fn go_test_mutex() {
 /// Many threads, exact counter, a non-atomic read-modify-write inside the lock.
 #[test]
 fn exact_counter_many_threads() {
-    const THREADS: usize = 16;
-    const ITERS: usize = 20_000;
+    // Under Miri (scripts/miri.sh) fewer threads and iterations, still contended.
+    const THREADS: usize = if cfg!(miri) { 6 } else { 16 };
+    const ITERS: usize = if cfg!(miri) { 200 } else { 20_000 };
     let m = Arc::new(Mutex::new(0u64));
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {
