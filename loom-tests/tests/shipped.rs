@@ -158,7 +158,7 @@ fn condvar_no_lost_notification() {
 /// lock: both wake (re-acquiring the mutex one after the other), nothing is left parked.
 #[test]
 fn condvar_notify_all_two_waiters() {
-    model("condvar_notify_all_two_waiters", 2, || {
+    model("condvar_notify_all_two_waiters", 3, || {
         let pair = Arc::new((Mutex::new(false), Condvar::new()));
         let ts: Vec<_> = (0..2)
             .map(|_| {

@@ -160,7 +160,7 @@ fn timed_spinner_gives_up_clearing_woken() {
 fn timed_lock_leaves_during_handoff() {
     let stats = Stats::new();
     let s = stats.clone();
-    model("timed_lock_leaves_during_handoff", 2, move || {
+    model("timed_lock_leaves_during_handoff", 3, move || {
         loom::stop_exploring();
         let h = Arc::new(Harness::new(TimedQueue::new(), s.clone()));
         h.lock::<AlwaysStarving>();
