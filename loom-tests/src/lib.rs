@@ -182,7 +182,7 @@ enum Woken {
     /// A normal-mode unlock set it; the thread that consumes its token will own it.
     Token,
     /// A waiter woken by a normal-mode unlock.
-    Woken(ThreadId),
+    Awake(ThreadId),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -414,7 +414,7 @@ impl Ghost {
                     assert!(ol && nl, "STARVING set while the lock was free: {}", ctx());
                     bump(&self.stats.starving_set);
                 }
-                assert!(!(os && !ns), "enqueue CAS cleared STARVING: {}", ctx());
+                assert!(!os || ns, "enqueue CAS cleared STARVING: {}", ctx());
                 self.clear_woken_if_changed(t, ow, nw, &ctx);
                 assert!(
                     !self.sleepers.contains(&t) && !self.receivers.contains(&t),
@@ -542,7 +542,7 @@ impl Ghost {
     ) {
         if ow && !nw {
             assert!(
-                self.woken == Woken::Spinner(t) || self.woken == Woken::Woken(t),
+                self.woken == Woken::Spinner(t) || self.woken == Woken::Awake(t),
                 "WOKEN cleared by {t:?}, owned by {:?}: {}",
                 self.woken,
                 ctx()
@@ -658,7 +658,7 @@ impl Ghost {
                 "normal token without WOKEN{}",
                 self.h()
             );
-            self.woken = Woken::Woken(t);
+            self.woken = Woken::Awake(t);
             if early {
                 bump(&self.stats.early_normal);
             }
@@ -1147,7 +1147,7 @@ impl<Q: WaitQueue + Introspect> Harness<Q> {
                 "failed lock call left a phantom waiter"
             );
             assert!(
-                g.woken != Woken::Spinner(t) && g.woken != Woken::Woken(t),
+                g.woken != Woken::Spinner(t) && g.woken != Woken::Awake(t),
                 "failed lock call kept WOKEN"
             );
         }
