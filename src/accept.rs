@@ -140,44 +140,26 @@ impl AcceptMutex for crate::RawMutex {
     }
 }
 
-impl<M: AcceptMutex + ?Sized> AcceptMutex for &M {
-    fn try_lock(&self) -> Option<Acquired> {
-        (**self).try_lock()
-    }
-    fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
-        (**self).lock_for(timeout)
-    }
-    unsafe fn unlock(&self) {
-        // SAFETY: forwarded contract.
-        unsafe { (**self).unlock() }
-    }
+/// `AcceptMutex` for references and owning pointers to one, so a worker can hold the lock by
+/// `&`, `Box` or `Arc`.
+macro_rules! forward_accept_mutex {
+    ($($ptr:ty),*) => {$(
+        impl<M: AcceptMutex + ?Sized> AcceptMutex for $ptr {
+            fn try_lock(&self) -> Option<Acquired> {
+                (**self).try_lock()
+            }
+            fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
+                (**self).lock_for(timeout)
+            }
+            unsafe fn unlock(&self) {
+                // SAFETY: forwarded contract.
+                unsafe { (**self).unlock() }
+            }
+        }
+    )*};
 }
 
-impl<M: AcceptMutex + ?Sized> AcceptMutex for Box<M> {
-    fn try_lock(&self) -> Option<Acquired> {
-        (**self).try_lock()
-    }
-    fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
-        (**self).lock_for(timeout)
-    }
-    unsafe fn unlock(&self) {
-        // SAFETY: forwarded contract.
-        unsafe { (**self).unlock() }
-    }
-}
-
-impl<M: AcceptMutex + ?Sized> AcceptMutex for std::sync::Arc<M> {
-    fn try_lock(&self) -> Option<Acquired> {
-        (**self).try_lock()
-    }
-    fn lock_for(&self, timeout: Duration) -> Option<Acquired> {
-        (**self).lock_for(timeout)
-    }
-    unsafe fn unlock(&self) {
-        // SAFETY: forwarded contract.
-        unsafe { (**self).unlock() }
-    }
-}
+forward_accept_mutex!(&M, Box<M>, std::sync::Arc<M>);
 
 impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
     fn force_unlock(&self, pid: i32) -> bool {
