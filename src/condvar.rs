@@ -79,7 +79,6 @@ impl Condvar {
         let seq = self.seq.load(Relaxed);
         // SAFETY: the guard proves we hold the lock; we do not touch the data until relocked.
         unsafe { mutex.unlock_raw() };
-        let mut timed_out = false;
         // SAFETY: the key is our own address; the closures neither panic nor re-enter.
         let r = unsafe {
             park::park(
@@ -90,11 +89,8 @@ impl Condvar {
                 deadline,
             )
         };
-        if r == park::ParkResult::TimedOut {
-            timed_out = true;
-        }
         mutex.relock();
-        timed_out
+        r == park::ParkResult::TimedOut
     }
 
     /// Block until notified; the lock is released while asleep and held again on return.

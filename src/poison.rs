@@ -55,13 +55,6 @@ impl Flag {
     pub(crate) fn clear(&self) {
         self.failed.store(false, Relaxed);
     }
-
-    /// Mark poisoned (used by the shared-memory lock when an owner died).
-    #[allow(dead_code)]
-    #[inline]
-    pub(crate) fn set(&self) {
-        self.failed.store(true, Relaxed);
-    }
 }
 
 /// `Ok(t)` or `Err(PoisonError::new(t))` depending on `poisoned`.
