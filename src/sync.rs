@@ -1,5 +1,5 @@
-//! The facade through which the lock touches the machine: atomics, the spin hint, the clock
-//! and the parking primitive.
+//! The facade through which the lock touches the machine: atomics, the spin hint, the
+//! parking primitive and the fatal-error exit.
 //!
 //! A normal build uses `core` atomics, `std::time::Instant` and `parking_lot_core`. Built
 //! with `--cfg gomutex_loom` (what `loom-tests/` does) every item here becomes its loom
@@ -23,4 +23,19 @@ pub(crate) fn spin_loop() {
     core::hint::spin_loop();
     #[cfg(gomutex_loom)]
     loom::hint::spin_loop();
+}
+
+/// Go's `fatal` (`runtime.fatal`): print and abort; no unwinding, no recovery. Under loom a
+/// panic, so a model can observe it.
+#[cold]
+#[inline(never)]
+pub(crate) fn fatal(msg: &str) -> ! {
+    #[cfg(gomutex_loom)]
+    panic!("fatal error: {msg}");
+    #[cfg(not(gomutex_loom))]
+    {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "fatal error: {msg}");
+        std::process::abort()
+    }
 }

@@ -1306,16 +1306,13 @@ impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
             self.m.region.hdr().poisoned.store(1, Release);
         }
         let ctx = self.m.ctx();
-        // `algo::unlock`, with the unlock's CAS guessing the word we installed.
+        // `algo::unlock`, with the release's CAS guessing the word we installed.
         let guess = if self.word != 0 {
             self.word
         } else {
             u64::from(algo::LOCKED) | (u64::from(ctx.me + 1) << 32)
         };
-        let new = ctx.release_from(guess);
-        if new != 0 && new & (algo::LOCKED | algo::WOKEN | algo::STARVING) != algo::WOKEN {
-            algo::unlock_slow(&ctx, &ctx, new);
-        }
+        algo::unlock_released(&ctx, &ctx, ctx.release_from(guess));
     }
 }
 

@@ -1,0 +1,967 @@
+//! State-transition tests of the algorithm, driven on one thread.
+//!
+//! A [`Script`] queue stands in for the waiter queue: each `acquire` (a sleep) runs the next
+//! scripted step, which plays what other threads do meanwhile (an unlock, a barger, a
+//! hand-off) on the state word, and returns whether the sleeper got a token (`false` = its
+//! deadline passed). Every `acquire`/`release` is logged with its `lifo`/`handoff` flag.
+//! [`FakeClock`] is a per-thread nanosecond counter the steps advance by hand. A [`Word`] hook
+//! can interfere right before a load or compare-and-swap, to play races. The last test runs
+//! the algorithm on many threads over an independent std `Mutex`+`Condvar` queue.
+use super::*;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+const W: u32 = WAITER;
+const W2: u32 = 2 * WAITER;
+const W3: u32 = 3 * WAITER;
+
+thread_local! {
+    static NOW: Cell<u64> = const { Cell::new(0) };
+    static CLOCK_READS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A clock moved by hand, per thread; counts its reads.
+struct FakeClock;
+
+impl Clock for FakeClock {
+    type Instant = u64;
+    fn now() -> u64 {
+        CLOCK_READS.with(|r| r.set(r.get() + 1));
+        NOW.with(Cell::get)
+    }
+    fn starving_since(since: u64) -> bool {
+        CLOCK_READS.with(|r| r.set(r.get() + 1));
+        NOW.with(Cell::get) - since > MS
+    }
+}
+
+fn advance(ns: u64) {
+    NOW.with(|n| n.set(n.get() + ns));
+}
+
+fn clock_reads() -> u32 {
+    CLOCK_READS.with(Cell::get)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Acquire { lifo: bool, timed: bool },
+    Release { handoff: bool },
+}
+use Call::{Acquire, Release};
+
+const fn acq(lifo: bool) -> Call {
+    Acquire { lifo, timed: false }
+}
+const fn acq_timed(lifo: bool) -> Call {
+    Acquire { lifo, timed: true }
+}
+const fn rel(handoff: bool) -> Call {
+    Release { handoff }
+}
+
+/// The operation a [`Word`] hook runs before.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Load,
+    Cas { old: u32, new: u32 },
+}
+
+/// Runs before a load or CAS; returns whether to stay installed.
+type Hook = Box<dyn FnMut(Op, &Word) -> bool>;
+
+/// A single-threaded state word with an interference hook.
+struct Word {
+    v: Cell<u32>,
+    hook: RefCell<Option<Hook>>,
+}
+
+impl Word {
+    fn new(v: u32) -> Self {
+        Self {
+            v: Cell::new(v),
+            hook: RefCell::new(None),
+        }
+    }
+    fn get(&self) -> u32 {
+        self.v.get()
+    }
+    fn set(&self, v: u32) {
+        self.v.set(v);
+    }
+    fn on(&self, hook: impl FnMut(Op, &Word) -> bool + 'static) {
+        *self.hook.borrow_mut() = Some(Box::new(hook));
+    }
+    fn run_hook(&self, op: Op) {
+        // Take the hook out while it runs: it may itself use the word.
+        let taken = self.hook.borrow_mut().take();
+        if let Some(mut h) = taken {
+            if h(op, self) {
+                *self.hook.borrow_mut() = Some(h);
+            }
+        }
+    }
+}
+
+impl StateWord for Word {
+    fn load(&self) -> u32 {
+        self.run_hook(Op::Load);
+        self.v.get()
+    }
+    fn try_acquire_fast(&self) -> bool {
+        if self.v.get() == 0 {
+            self.v.set(LOCKED);
+            true
+        } else {
+            false
+        }
+    }
+    fn cas(&self, old: u32, new: u32) -> Result<u32, u32> {
+        self.run_hook(Op::Cas { old, new });
+        let cur = self.v.get();
+        if cur == old {
+            self.v.set(new);
+            Ok(cur)
+        } else {
+            Err(cur)
+        }
+    }
+    fn fetch_add(&self, delta: u32) -> u32 {
+        let cur = self.v.get();
+        self.v.set(cur.wrapping_add(delta));
+        cur
+    }
+    fn release_locked(&self) -> u32 {
+        let new = self.v.get().wrapping_sub(LOCKED);
+        self.v.set(new);
+        new
+    }
+}
+
+/// The call log; as a queue it is what other threads' unlocks release into (it never sleeps).
+#[derive(Clone, Default)]
+struct Log(Rc<RefCell<Vec<Call>>>);
+
+impl Log {
+    fn calls(&self) -> Vec<Call> {
+        self.0.borrow().clone()
+    }
+}
+
+impl WaitQueue for Log {
+    fn acquire(&self, _: bool, _: Option<Instant>) -> bool {
+        panic!("a scripted other thread tried to sleep")
+    }
+    fn release(&self, handoff: bool) {
+        self.0.borrow_mut().push(Release { handoff });
+    }
+}
+
+/// What other threads do while the thread under test sleeps; returns whether it gets a token.
+type Step = Box<dyn FnOnce(&Word, &Log) -> bool>;
+
+/// The queue of the thread under test: every sleep runs the next step.
+struct Script<'a> {
+    word: &'a Word,
+    log: Log,
+    steps: RefCell<VecDeque<Step>>,
+}
+
+impl<'a> Script<'a> {
+    fn new(word: &'a Word) -> Self {
+        Self {
+            word,
+            log: Log::default(),
+            steps: RefCell::new(VecDeque::new()),
+        }
+    }
+    fn then(self, step: impl FnOnce(&Word, &Log) -> bool + 'static) -> Self {
+        self.steps.borrow_mut().push_back(Box::new(step));
+        self
+    }
+    fn calls(&self) -> Vec<Call> {
+        self.log.calls()
+    }
+    fn assert_done(&self) {
+        assert!(
+            self.steps.borrow().is_empty(),
+            "{} scripted sleep(s) never happened; calls: {:?}",
+            self.steps.borrow().len(),
+            self.calls()
+        );
+    }
+}
+
+impl WaitQueue for Script<'_> {
+    fn acquire(&self, lifo: bool, deadline: Option<Instant>) -> bool {
+        self.log.0.borrow_mut().push(Acquire {
+            lifo,
+            timed: deadline.is_some(),
+        });
+        let step = self.steps.borrow_mut().pop_front();
+        let step = step.unwrap_or_else(|| {
+            panic!(
+                "unscripted sleep (lifo={lifo}) in state {:#x}; calls: {:?}",
+                self.word.get(),
+                self.calls()
+            )
+        });
+        step(self.word, &self.log)
+    }
+    fn release(&self, handoff: bool) {
+        self.log.release(handoff);
+    }
+}
+
+fn do_lock(w: &Word, q: &Script<'_>) {
+    lock::<_, _, FakeClock>(w, q);
+}
+
+fn do_lock_until(w: &Word, q: &Script<'_>, deadline: Instant) -> bool {
+    lock_until::<_, _, FakeClock>(w, q, Some(deadline))
+}
+
+fn far_deadline() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
+/// Another thread's unlock (its wake-ups are logged).
+fn other_unlocks(w: &Word, log: &Log) {
+    unlock(w, log);
+}
+
+/// A barger takes the free lock in `lockSlow` (a newcomer keeps `WOKEN`: it is not its own).
+fn barger_locks(w: &Word) {
+    let s = w.get();
+    assert_eq!(
+        s & (LOCKED | STARVING),
+        0,
+        "barger found the lock taken: {s:#x}"
+    );
+    w.set(s | LOCKED);
+}
+
+#[test]
+fn fast_path_is_zero_to_locked_and_reads_no_clock() {
+    let w = Word::new(0);
+    let q = Script::new(&w);
+    let reads = clock_reads();
+    do_lock(&w, &q);
+    assert_eq!(w.get(), LOCKED);
+    assert_eq!(q.calls(), []);
+    assert_eq!(clock_reads(), reads, "the fast path read the clock");
+}
+
+#[test]
+fn newcomer_barges_past_sleepers_in_normal_mode() {
+    // A woken contender is in flight (WOKEN) and two sleepers are registered; the lock is free.
+    let w = Word::new(WOKEN | W2);
+    let q = Script::new(&w);
+    do_lock(&w, &q);
+    assert_eq!(
+        w.get(),
+        LOCKED | WOKEN | W2,
+        "barging must not touch WOKEN or the count"
+    );
+    assert_eq!(q.calls(), []);
+}
+
+#[test]
+fn unlock_without_waiters_is_one_subtraction() {
+    let w = Word::new(LOCKED);
+    let ops = Rc::new(Cell::new(0));
+    let o = Rc::clone(&ops);
+    w.on(move |_, _| {
+        o.set(o.get() + 1);
+        true
+    });
+    let log = Log::default();
+    let reads = clock_reads();
+    unlock(&w, &log);
+    assert_eq!(w.get(), 0);
+    assert_eq!(log.calls(), [], "unlock 1 -> 0 touched the queue");
+    assert_eq!(ops.get(), 0, "unlock 1 -> 0 did more than the subtraction");
+    assert_eq!(clock_reads(), reads);
+}
+
+#[test]
+fn try_lock_fails_on_locked_or_starving_and_changes_nothing() {
+    for s in [
+        LOCKED,
+        LOCKED | W,
+        LOCKED | WOKEN | W3,
+        LOCKED | STARVING | W,
+        STARVING | W,
+        STARVING | W2,
+    ] {
+        let w = Word::new(s);
+        assert!(!try_lock(&w), "try_lock succeeded in state {s:#x}");
+        assert_eq!(w.get(), s, "try_lock changed state {s:#x}");
+    }
+}
+
+#[test]
+fn try_lock_sets_only_locked_when_free_in_normal_mode() {
+    for s in [0, W, WOKEN, WOKEN | W2] {
+        let w = Word::new(s);
+        assert!(try_lock(&w), "try_lock failed in state {s:#x}");
+        assert_eq!(
+            w.get(),
+            s | LOCKED,
+            "try_lock changed more than LOCKED from {s:#x}"
+        );
+    }
+}
+
+#[test]
+fn try_lock_retries_when_only_the_count_changed() {
+    let w = Word::new(W);
+    // Before its CAS, another waiter registers: the CAS fails, the retry must succeed and
+    // keep the new count.
+    w.on(|op, w| {
+        if let Op::Cas { .. } = op {
+            w.set(w.get() + W);
+            return false;
+        }
+        true
+    });
+    assert!(try_lock(&w));
+    assert_eq!(w.get(), LOCKED | W2);
+}
+
+#[test]
+fn try_lock_fails_when_a_barger_wins_its_cas() {
+    let w = Word::new(0);
+    w.on(|op, w| {
+        if let Op::Cas { .. } = op {
+            barger_locks(w);
+            return false;
+        }
+        true
+    });
+    assert!(!try_lock(&w));
+    assert_eq!(w.get(), LOCKED);
+}
+
+#[test]
+fn contended_lock_registers_and_first_sleeps_at_the_back() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w).then(|w, log| {
+        assert_eq!(
+            w.get(),
+            LOCKED | W,
+            "not registered as a waiter before sleeping"
+        );
+        other_unlocks(w, log);
+        assert_eq!(w.get(), WOKEN, "normal unlock must be (waiters-1)|WOKEN");
+        true
+    });
+    do_lock(&w, &q);
+    q.assert_done();
+    assert_eq!(
+        w.get(),
+        LOCKED,
+        "the woken waiter must clear WOKEN when it locks"
+    );
+    assert_eq!(q.calls(), [acq(false), rel(false)]);
+}
+
+#[test]
+fn woken_waiter_that_loses_the_race_requeues_at_the_front() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w)
+        .then(|w, log| {
+            other_unlocks(w, log);
+            barger_locks(w); // wins before the woken waiter runs
+            true
+        })
+        .then(|w, log| {
+            assert_eq!(
+                w.get(),
+                LOCKED | W,
+                "re-registration must clear WOKEN, add 1 waiter"
+            );
+            other_unlocks(w, log);
+            true
+        });
+    do_lock(&w, &q);
+    q.assert_done();
+    assert_eq!(w.get(), LOCKED);
+    assert_eq!(q.calls(), [acq(false), rel(false), acq(true), rel(false)]);
+}
+
+#[test]
+fn waiting_exactly_the_threshold_is_not_starving() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w)
+        .then(|w, log| {
+            advance(MS); // exactly 1 ms: Go compares with a strict `>`
+            other_unlocks(w, log);
+            barger_locks(w);
+            true
+        })
+        .then(|w, log| {
+            assert_eq!(w.get(), LOCKED | W, "STARVING set after exactly 1 ms");
+            other_unlocks(w, log);
+            true
+        });
+    do_lock(&w, &q);
+    q.assert_done();
+    assert_eq!(w.get(), LOCKED);
+}
+
+#[test]
+fn waiter_past_the_threshold_starves_the_lock_and_gets_it_handed_off() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w)
+        .then(|w, log| {
+            advance(MS + 1);
+            other_unlocks(w, log);
+            barger_locks(w);
+            true
+        })
+        .then(|w, log| {
+            assert_eq!(
+                w.get(),
+                LOCKED | STARVING | W,
+                "a starving waiter must set STARVING"
+            );
+            other_unlocks(w, log);
+            assert_eq!(
+                w.get(),
+                STARVING | W,
+                "starvation unlock must leave LOCKED clear"
+            );
+            true
+        });
+    do_lock(&w, &q);
+    q.assert_done();
+    // The receiver was the last waiter: −11 (takes LOCKED, leaves the count and starvation).
+    assert_eq!(w.get(), LOCKED);
+    assert_eq!(q.calls(), [acq(false), rel(false), acq(true), rel(true)]);
+}
+
+#[test]
+fn starving_waiter_that_finds_the_lock_free_takes_it_without_starvation_mode() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w).then(|w, log| {
+        advance(5 * MS);
+        other_unlocks(w, log);
+        true
+    });
+    do_lock(&w, &q);
+    q.assert_done();
+    assert_eq!(w.get(), LOCKED, "STARVING set while the lock was free");
+}
+
+#[test]
+fn starvation_clock_starts_at_the_first_sleep_and_keeps_running_across_requeues() {
+    let w = Word::new(LOCKED | W);
+    // Before our registration CAS: 5 ms pass and another waiter registers (the CAS fails).
+    // Time before the first sleep must not count.
+    w.on(|op, w| match op {
+        Op::Cas { old, new } if waiters(new) > waiters(old) => {
+            advance(5 * MS);
+            w.set(w.get() + W);
+            false
+        }
+        _ => true,
+    });
+    let q = Script::new(&w)
+        .then(|w, log| {
+            assert_eq!(w.get(), LOCKED | W3);
+            advance(MS / 2);
+            other_unlocks(w, log);
+            barger_locks(w);
+            true
+        })
+        .then(|w, log| {
+            assert_eq!(w.get(), LOCKED | W3, "starving after 0.5 ms of sleep");
+            advance(MS / 2 + 1);
+            other_unlocks(w, log);
+            barger_locks(w);
+            true
+        })
+        .then(|w, log| {
+            assert_eq!(
+                w.get(),
+                LOCKED | STARVING | W3,
+                "not starving after 1 ms + 1 ns since the first sleep"
+            );
+            other_unlocks(w, log);
+            true
+        });
+    do_lock(&w, &q);
+    q.assert_done();
+    // A starving receiver that is not the last: −7, starvation mode stays.
+    assert_eq!(w.get(), LOCKED | STARVING | W2);
+    assert_eq!(
+        q.calls(),
+        [
+            acq(false),
+            rel(false),
+            acq(true),
+            rel(false),
+            acq(true),
+            rel(true)
+        ]
+    );
+}
+
+#[test]
+fn normal_unlock_with_waiters_wakes_exactly_one() {
+    let w = Word::new(LOCKED | W2);
+    let log = Log::default();
+    unlock(&w, &log);
+    assert_eq!(w.get(), WOKEN | W);
+    assert_eq!(log.calls(), [rel(false)]);
+}
+
+#[test]
+fn normal_unlock_wakes_nobody_while_a_contender_is_awake() {
+    let w = Word::new(LOCKED | WOKEN | W2);
+    let log = Log::default();
+    unlock(&w, &log);
+    assert_eq!(w.get(), WOKEN | W2);
+    assert_eq!(log.calls(), []);
+}
+
+#[test]
+fn normal_unlock_wakes_nobody_when_a_barger_took_the_lock() {
+    let w = Word::new(LOCKED | W);
+    w.on(|op, w| {
+        if let Op::Cas { .. } = op {
+            barger_locks(w);
+            return false;
+        }
+        true
+    });
+    let log = Log::default();
+    unlock(&w, &log);
+    assert_eq!(w.get(), LOCKED | W, "the barger's unlock does the wake-up");
+    assert_eq!(log.calls(), []);
+}
+
+#[test]
+fn starvation_unlock_hands_off_and_leaves_locked_clear() {
+    let w = Word::new(LOCKED | STARVING | W2);
+    let log = Log::default();
+    unlock(&w, &log);
+    assert_eq!(w.get(), STARVING | W2);
+    assert_eq!(log.calls(), [rel(true)]);
+}
+
+#[test]
+fn spinner_announces_woken_so_unlock_wakes_no_sleeper() {
+    if !crate::spin::multicore() {
+        eprintln!("single core: no spinning, nothing to check");
+        return;
+    }
+    let w = Word::new(LOCKED | W);
+    let log = Log::default();
+    let l = log.clone();
+    // Once the spinner has announced itself, the holder unlocks.
+    w.on(move |op, w| {
+        if matches!(op, Op::Load) && w.get() & WOKEN != 0 {
+            unlock(w, &l);
+            return false;
+        }
+        true
+    });
+    let q = Script::new(&w);
+    do_lock(&w, &q);
+    assert_eq!(
+        log.calls(),
+        [],
+        "unlock woke a sleeper although a spinner was awake"
+    );
+    assert_eq!(q.calls(), [], "the spinner slept");
+    assert_eq!(
+        w.get(),
+        LOCKED | W,
+        "the spinner must take the lock and clear WOKEN"
+    );
+}
+
+#[test]
+fn newcomer_in_starvation_mode_queues_at_the_back_without_locking() {
+    let w = Word::new(LOCKED | STARVING | W);
+    let q = Script::new(&w).then(|w, log| {
+        assert_eq!(w.get(), LOCKED | STARVING | W2);
+        // The older waiter gets the hand-off, stays starving, then hands off to us.
+        other_unlocks(w, log);
+        w.fetch_add(LOCKED.wrapping_sub(W));
+        assert_eq!(w.get(), LOCKED | STARVING | W);
+        other_unlocks(w, log);
+        true
+    });
+    do_lock(&w, &q);
+    q.assert_done();
+    // Not starving (no time passed) and the last waiter: −11.
+    assert_eq!(w.get(), LOCKED);
+    assert_eq!(q.calls(), [acq(false), rel(true), rel(true)]);
+}
+
+#[test]
+fn handoff_to_a_waiter_that_did_not_starve_leaves_starvation_mode_with_others_queued() {
+    let w = Word::new(LOCKED | STARVING | W);
+    let q = Script::new(&w).then(|w, log| {
+        w.set(w.get() + W); // a third waiter queues behind us
+        other_unlocks(w, log); // hand-off to the oldest waiter
+        w.fetch_add(LOCKED.wrapping_sub(W)); // its fix-up: −7, still starving
+        advance(MS / 2);
+        other_unlocks(w, log); // hand-off to us
+        assert_eq!(w.get(), STARVING | W2);
+        true
+    });
+    do_lock(&w, &q);
+    q.assert_done();
+    // −11: LOCKED, one waiter fewer, normal mode again; the third waiter still counted.
+    assert_eq!(w.get(), LOCKED | W);
+}
+
+#[test]
+fn timed_out_waiter_leaves_the_count() {
+    let w = Word::new(LOCKED | W);
+    let q = Script::new(&w).then(|w, _| {
+        assert_eq!(w.get(), LOCKED | W2);
+        false
+    });
+    assert!(!do_lock_until(&w, &q, far_deadline()));
+    q.assert_done();
+    assert_eq!(w.get(), LOCKED | W);
+    assert_eq!(q.calls(), [acq_timed(false)]);
+}
+
+#[test]
+fn timed_out_last_waiter_ends_starvation_mode() {
+    let w = Word::new(LOCKED | STARVING | W);
+    let q = Script::new(&w).then(|w, _| {
+        w.set(w.get() - W); // the older waiter timed out and left
+        assert_eq!(w.get(), LOCKED | STARVING | W);
+        false
+    });
+    assert!(!do_lock_until(&w, &q, far_deadline()));
+    // STARVING with no waiter would make the next unlock hand off to nobody.
+    assert_eq!(w.get(), LOCKED);
+}
+
+#[test]
+fn timed_out_waiter_leaves_while_a_handoff_goes_to_another() {
+    let w = Word::new(LOCKED | STARVING | W2);
+    let q = Script::new(&w).then(|w, log| {
+        other_unlocks(w, log); // hand-off in flight to the oldest of two older waiters
+        false
+    });
+    assert!(!do_lock_until(&w, &q, far_deadline()));
+    assert_eq!(
+        w.get(),
+        STARVING | W2,
+        "the receiver of the hand-off and one more waiter must stay counted"
+    );
+    assert_eq!(q.calls(), [acq_timed(false), rel(true)]);
+}
+
+/// Found by loom (loom-tests/tests/timed.rs): the receiver reads "2 waiters, not the last",
+/// then this waiter times out; had it left, the receiver's blind fix-up add would keep
+/// STARVING with no waiter, and its unlock would hand off to nobody. It must wait for the
+/// fix-up instead, then leave (ending starvation mode as the last waiter).
+#[test]
+fn timed_out_waiter_does_not_leave_the_receiver_alone_during_a_handoff() {
+    let w = Word::new(LOCKED | STARVING | W);
+    let q = Script::new(&w)
+        .then(|w, log| {
+            other_unlocks(w, log); // hand-off in flight to the older waiter
+            assert_eq!(w.get(), STARVING | W2);
+            false
+        })
+        .then(|w, _| {
+            assert_eq!(w.get(), STARVING | W2, "left during the hand-off");
+            // The receiver read N = 2 and stays starving: −7.
+            w.fetch_add(LOCKED.wrapping_sub(W));
+            false
+        });
+    assert!(!do_lock_until(&w, &q, far_deadline()));
+    q.assert_done();
+    assert_eq!(w.get(), LOCKED, "the last waiter left: normal mode");
+    assert_eq!(q.calls(), [acq_timed(false), rel(true), acq_timed(true)]);
+}
+
+#[test]
+fn timed_out_waiter_takes_a_handoff_that_is_its_own() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w)
+        .then(|w, log| {
+            advance(2 * MS);
+            other_unlocks(w, log);
+            barger_locks(w);
+            true
+        })
+        .then(|w, log| {
+            assert_eq!(w.get(), LOCKED | STARVING | W);
+            other_unlocks(w, log); // hand-off to us, the only waiter ...
+            false // ... as our sleep times out
+        })
+        .then(|w, _| {
+            assert_eq!(
+                w.get(),
+                STARVING | W,
+                "left the count with its hand-off in flight"
+            );
+            false // the token is still on its way
+        })
+        .then(|w, _| {
+            assert_eq!(w.get(), STARVING | W);
+            true
+        });
+    assert!(do_lock_until(&w, &q, far_deadline()));
+    q.assert_done();
+    assert_eq!(w.get(), LOCKED);
+    assert_eq!(
+        q.calls(),
+        [
+            acq_timed(false),
+            rel(false),
+            acq_timed(true),
+            rel(true),
+            acq_timed(true),
+            acq_timed(true)
+        ]
+    );
+}
+
+#[test]
+fn timed_out_waiter_takes_a_normal_wakeup_that_is_its_own() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w)
+        .then(|w, log| {
+            other_unlocks(w, log); // removes us from the count, token in flight
+            false
+        })
+        .then(|w, _| {
+            assert_eq!(w.get(), WOKEN);
+            true
+        });
+    assert!(do_lock_until(&w, &q, far_deadline()));
+    q.assert_done();
+    assert_eq!(w.get(), LOCKED, "a woken contender must clear WOKEN");
+    assert_eq!(q.calls(), [acq_timed(false), rel(false), acq_timed(true)]);
+}
+
+#[test]
+fn timed_out_waiter_leaves_once_a_newcomer_took_its_wakeup() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w)
+        .then(|w, log| {
+            other_unlocks(w, log);
+            false
+        })
+        .then(|w, _| {
+            // A barger locked, a newcomer registered and consumed the stored token: it is
+            // the awake contender now, and we are counted in its place.
+            barger_locks(w);
+            w.set(w.get() + W);
+            false
+        });
+    assert!(!do_lock_until(&w, &q, far_deadline()));
+    q.assert_done();
+    assert_eq!(
+        w.get(),
+        LOCKED | WOKEN,
+        "the newcomer keeps WOKEN, we leave the count"
+    );
+}
+
+#[test]
+fn woken_waiter_past_its_deadline_gives_up_woken() {
+    let w = Word::new(LOCKED);
+    let deadline = Instant::now() + Duration::from_millis(30);
+    let q = Script::new(&w).then(|w, log| {
+        other_unlocks(w, log);
+        barger_locks(w);
+        std::thread::sleep(Duration::from_millis(40));
+        true
+    });
+    assert!(!do_lock_until(&w, &q, deadline));
+    q.assert_done();
+    assert_eq!(
+        w.get(),
+        LOCKED,
+        "WOKEN left set: the holder's unlock would wake nobody"
+    );
+    assert_eq!(q.calls(), [acq_timed(false), rel(false)]);
+}
+
+#[test]
+fn expired_deadline_never_queues_but_still_takes_a_free_lock() {
+    let w = Word::new(LOCKED | W);
+    let q = Script::new(&w);
+    assert!(!do_lock_until(&w, &q, Instant::now()));
+    assert_eq!(w.get(), LOCKED | W);
+    assert_eq!(q.calls(), []);
+
+    let w = Word::new(WOKEN | W);
+    let q = Script::new(&w);
+    assert!(do_lock_until(&w, &q, Instant::now()));
+    assert_eq!(w.get(), LOCKED | WOKEN | W);
+}
+
+#[test]
+fn deregister_keeps_enough_waiters_for_tokens_in_flight() {
+    let cases = [
+        // (state, left?, state after)
+        (LOCKED, false, LOCKED),
+        (LOCKED | W, true, LOCKED),
+        (WOKEN, false, WOKEN),
+        (WOKEN | W, true, WOKEN),
+        (LOCKED | STARVING | W, true, LOCKED),
+        (LOCKED | STARVING | W2, true, LOCKED | STARVING | W),
+        (STARVING | W, false, STARVING | W),
+        // A hand-off in flight keeps its receiver and one more waiter counted (the receiver
+        // may already have decided to stay starving).
+        (STARVING | W2, false, STARVING | W2),
+        (STARVING | W3, true, STARVING | W2),
+    ];
+    for (s, left, after) in cases {
+        let w = Word::new(s);
+        assert_eq!(deregister(&w), left, "deregister in state {s:#x}");
+        assert_eq!(w.get(), after, "deregister in state {s:#x}");
+    }
+}
+
+/// An independent [`WaitQueue`] on std's `Mutex` + `Condvar`, following the trait contract:
+/// front-class (lifo) sleepers first, FIFO within a class, persistent tokens.
+#[derive(Default)]
+struct StdQueue {
+    inner: std::sync::Mutex<StdQueueInner>,
+    cv: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct StdQueueInner {
+    tokens: u32,
+    next: u64,
+    sleepers: Vec<(u64, bool)>,
+    granted: Vec<u64>,
+    lifo_sleeps: u64,
+}
+
+impl WaitQueue for StdQueue {
+    fn acquire(&self, lifo: bool, deadline: Option<Instant>) -> bool {
+        let mut g = self.inner.lock().unwrap();
+        if g.tokens > 0 {
+            g.tokens -= 1;
+            return true;
+        }
+        let me = g.next;
+        g.next += 1;
+        g.lifo_sleeps += u64::from(lifo);
+        g.sleepers.push((me, lifo));
+        loop {
+            if let Some(i) = g.granted.iter().position(|&t| t == me) {
+                g.granted.swap_remove(i);
+                return true;
+            }
+            match deadline {
+                None => g = self.cv.wait(g).unwrap(),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        g.sleepers.retain(|&(t, _)| t != me);
+                        return false;
+                    }
+                    g = self.cv.wait_timeout(g, d - now).unwrap().0;
+                }
+            }
+        }
+    }
+
+    fn release(&self, _handoff: bool) {
+        let mut g = self.inner.lock().unwrap();
+        let pick = g
+            .sleepers
+            .iter()
+            .position(|&(_, lifo)| lifo)
+            .or((!g.sleepers.is_empty()).then_some(0));
+        match pick {
+            Some(i) => {
+                let (t, _) = g.sleepers.remove(i);
+                g.granted.push(t);
+                self.cv.notify_all();
+            }
+            None => g.tokens += 1,
+        }
+    }
+}
+
+#[test]
+fn many_threads_with_deadlines_over_an_independent_queue_stay_exact_and_quiescent() {
+    use crate::clock::Monotonic;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::sync::Arc;
+
+    struct Lock {
+        state: AtomicU32,
+        q: StdQueue,
+        inside: AtomicBool,
+        counter: AtomicU64,
+        starving_seen: AtomicBool,
+    }
+    const THREADS: usize = 4;
+    const ITERS: u64 = 1500;
+    let l = Arc::new(Lock {
+        state: AtomicU32::new(0),
+        q: StdQueue::default(),
+        inside: AtomicBool::new(false),
+        counter: AtomicU64::new(0),
+        starving_seen: AtomicBool::new(false),
+    });
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let l = Arc::clone(&l);
+            std::thread::spawn(move || {
+                let mut got = 0u64;
+                for i in 0..ITERS {
+                    let ok = if (i + t as u64).is_multiple_of(3) {
+                        let d = Instant::now() + Duration::from_micros(20 * (i % 7));
+                        lock_until::<_, _, Monotonic>(&l.state, &l.q, Some(d))
+                    } else {
+                        lock::<_, _, Monotonic>(&l.state, &l.q);
+                        true
+                    };
+                    if !ok {
+                        continue;
+                    }
+                    got += 1;
+                    assert!(!l.inside.swap(true, Ordering::Relaxed), "two owners");
+                    if StateWord::load(&l.state) & STARVING != 0 {
+                        l.starving_seen.store(true, Ordering::Relaxed);
+                    }
+                    // A non-atomic read-modify-write: lost updates show broken exclusion.
+                    let v = l.counter.load(Ordering::Relaxed);
+                    if i % 64 == 0 {
+                        std::thread::sleep(Duration::from_micros(300));
+                    }
+                    l.counter.store(v + 1, Ordering::Relaxed);
+                    l.inside.store(false, Ordering::Relaxed);
+                    unlock(&l.state, &l.q);
+                }
+                got
+            })
+        })
+        .collect();
+    let got: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(l.counter.load(Ordering::Relaxed), got);
+    assert_eq!(StateWord::load(&l.state), 0, "not quiescent");
+    let g = l.q.inner.lock().unwrap();
+    assert_eq!(g.tokens, 0, "leftover tokens");
+    assert!(g.sleepers.is_empty() && g.granted.is_empty());
+    eprintln!(
+        "acquired {got}, re-queued sleeps {}, starvation seen {}",
+        g.lifo_sleeps,
+        l.starving_seen.load(Ordering::Relaxed)
+    );
+}
