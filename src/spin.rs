@@ -10,12 +10,14 @@
 //! Every switch between the real policy and the loom one is in this file, so the algorithm
 //! ([`crate::algo`]) reads without `cfg`s.
 
-use crate::algo::{StateWord, LOCKED, STARVING};
+use crate::algo::StateWord;
 use std::time::Duration;
 
 /// Go's `active_spin`: the most spin rounds a contender makes before it sleeps (per wake-up).
+#[cfg_attr(gomutex_loom, allow(dead_code))]
 pub(crate) const ROUNDS: u32 = 4;
 /// Go's `active_spin_cnt`: `PAUSE` hints per round (`procyield(30)`).
+#[cfg_attr(gomutex_loom, allow(dead_code))]
 pub(crate) const HINTS_PER_ROUND: u32 = 30;
 /// Spin rounds per wake-up under loom.
 #[cfg_attr(not(gomutex_loom), allow(dead_code))]
@@ -54,6 +56,7 @@ pub(crate) fn spin_round<W: StateWord>(word: &W) {
     }
     #[cfg(not(gomutex_loom))]
     for _ in 0..HINTS_PER_ROUND {
+        use crate::algo::{LOCKED, STARVING};
         crate::sync::spin_loop();
         if word.load() & (LOCKED | STARVING) != LOCKED {
             break;
