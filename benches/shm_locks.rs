@@ -33,6 +33,9 @@
 //! results as JSON.
 
 use gomutex::shm::{LockError, ShmMutex};
+
+mod common;
+use common::{go_work, ShmBox};
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -40,7 +43,7 @@ use std::mem::{self, MaybeUninit};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -49,65 +52,6 @@ const MAX_PROCS: usize = 64;
 
 // ---------------------------------------------------------------------------------------------
 // Shared memory
-
-/// One `T` in its own `mmap(MAP_SHARED | MAP_ANONYMOUS)` mapping, zero-filled, so processes
-/// forked after creating it see the same memory (and the kernel keys futexes on it by shmem
-/// page, not by address space).
-struct ShmBox<T> {
-    ptr: NonNull<T>,
-}
-
-impl<T> ShmBox<T> {
-    /// A zero-filled shared `T`.
-    ///
-    /// # Safety
-    /// All-zero bytes must be a valid `T` (atomics, integers, C structs the caller initialises).
-    unsafe fn zeroed() -> io::Result<Self> {
-        let len = mem::size_of::<T>().max(1);
-        assert!(
-            mem::align_of::<T>() <= 4096,
-            "mmap gives page alignment only"
-        );
-        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-        })
-    }
-
-    fn as_ptr(&self) -> *mut T {
-        self.ptr.as_ptr()
-    }
-}
-
-impl<T> std::ops::Deref for ShmBox<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        // SAFETY: the mapping is live while `self` is, zeroed() required zero to be a valid T,
-        // and we only hand out shared references (mutation goes through atomics/UnsafeCell or
-        // through raw pointers from `as_ptr`).
-        unsafe { self.ptr.as_ref() }
-    }
-}
-
-impl<T> Drop for ShmBox<T> {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in `zeroed`; no reference outlives `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), mem::size_of::<T>().max(1)) };
-    }
-}
 
 /// Pads its content to a cache line of its own.
 #[repr(C, align(64))]
@@ -662,16 +606,6 @@ fn assert_single_threaded() {
 // ---------------------------------------------------------------------------------------------
 // Running
 
-/// Go's MutexWork body: `for i := 0; i < 100; i++ { foo *= 2; foo /= 2 }` (`x` is Go's `foo`).
-#[inline]
-fn go_work(mut x: u64) -> u64 {
-    for _ in 0..100 {
-        x = black_box(x) * 2;
-        x = black_box(x) / 2;
-    }
-    x
-}
-
 /// The child's side of a run. Never returns: exits with `_exit` (0 = ok, 101 = panic) so no
 /// destructor of the parent's objects (IPC_RMID, unlink, munmap…) runs in the child.
 fn child<L: ProcLock>(
@@ -693,7 +627,7 @@ fn child<L: ProcLock>(
         let mut ops = 0u64;
         let mut worst = Duration::ZERO;
         let mut over_1ms = 0u64;
-        let mut x = 1u64;
+        let mut x = 1i64;
         // One clock read per op, never inside the critical section: an op's interval runs
         // from just before lock() (the previous op's end, or the end of its work) to just
         // after unlock().
