@@ -37,7 +37,8 @@
 //! `cargo bench --bench steady [-- FILTER…]` (FILTER: substrings of case names such as
 //! `MutexWork` or `condvar/10p1c1s`; `=NAME` matches one name exactly). Environment:
 //! `STEADY_DURATION_MS` (default 500), `STEADY_ROUNDS` (default 5), `STEADY_ITEMS` (condvar
-//! items per run, default 200 000), `STEADY_JSON` (default `<target dir>/steady.json`).
+//! items per run, default 20 000: the one-slot cases cost 10–60 µs per item), `STEADY_JSON`
+//! (default `<target dir>/steady.json`).
 //! Without `--bench` (`cargo test --benches`): every case once, 10 ms / 4 000 items, every
 //! thread doing at least 200 ops, counters checked, no JSON.
 
@@ -93,7 +94,7 @@ impl Config {
             test,
             duration: Duration::from_millis(env_or("STEADY_DURATION_MS", 500)),
             rounds: env_or("STEADY_ROUNDS", 5usize).max(1),
-            items: env_or("STEADY_ITEMS", 200_000usize).max(1),
+            items: env_or("STEADY_ITEMS", 20_000usize).max(1),
             min_ops: 0,
             filters,
             json: Some(
