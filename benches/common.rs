@@ -177,6 +177,12 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// Cargo's target directory as the bench sees it: `$CARGO_TARGET_DIR`, else `target` (cargo
+/// runs bench binaries in the package root, `benches/`).
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), Into::into)
+}
+
 /// Threads the machine can run at once (Go's GOMAXPROCS).
 pub fn procs() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use criterion::{measurement::WallTime, BenchmarkGroup, Criterion};
 
 mod common;
-use common::{env_or, go_work, local_array, procs, stride4_increment, Lock, Padded};
+use common::{env_or, go_work, local_array, procs, stride4_increment, target_dir, Lock, Padded};
 
 // ---------------------------------------------------------------------------------------------
 // The three locks behind one interface.
@@ -457,10 +457,8 @@ fn args() -> Args {
 fn criterion_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("CRITERION_HOME") {
         PathBuf::from(home)
-    } else if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        PathBuf::from(target).join("criterion")
     } else {
-        PathBuf::from("target/criterion")
+        target_dir().join("criterion")
     }
 }
 

@@ -33,12 +33,13 @@
 //! run (10 ms, one round) that still checks every counter. Environment:
 //! `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_ROUNDS`, `SHM_LOCKS_PROCS`, `SHM_LOCKS_WORKLOADS`,
 //! `SHM_LOCKS_FILTER` (comma-separated substrings of `lock/Np/workload`), `SHM_LOCKS_TIMING=0`,
-//! and `SHM_LOCKS_JSON=path` to also write the results as JSON.
+//! and `SHM_LOCKS_JSON=path` for the results as JSON (default for the full bench:
+//! `<target dir>/shm_locks.json`, read by `scripts/bench_summary.py`).
 
 use gomutex::shm::{LockError, ShmMutex};
 
 mod common;
-use common::{go_work, ShmBox};
+use common::{go_work, target_dir, ShmBox};
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -532,7 +533,10 @@ impl Config {
             workloads: vec![Workload::None, Workload::Work],
             filters: Vec::new(),
             min_ops: if smoke { 200 } else { 0 },
-            json: std::env::var_os("SHM_LOCKS_JSON").map(PathBuf::from),
+            // The full bench always writes its JSON (for scripts/bench_summary.py).
+            json: std::env::var_os("SHM_LOCKS_JSON")
+                .map(PathBuf::from)
+                .or_else(|| (!smoke).then(|| target_dir().join("shm_locks.json"))),
             rounds: if smoke { 1 } else { 5 },
             timing: true,
             clock_overhead: Duration::ZERO,
@@ -863,8 +867,11 @@ fn run_one<L: ProcLock>(
 /// mis-counted semaphore). `None`: the lock cannot be created here (said on stderr).
 struct Contender {
     name: &'static str,
-    run: Box<dyn Fn(&Config, usize, Workload, bool) -> Option<Run>>,
+    run: Box<RunFn>,
 }
+
+/// `(config, processes, workload, timed)` → one run on a fresh lock.
+type RunFn = dyn Fn(&Config, usize, Workload, bool) -> Option<Run>;
 
 fn contender<L: ProcLock>(
     name: &'static str,

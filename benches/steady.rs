@@ -51,7 +51,9 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{env_or, go_work, local_array, median, procs, stride4_increment, Lock, Padded};
+use common::{
+    env_or, go_work, local_array, median, procs, stride4_increment, target_dir, Lock, Padded,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
@@ -88,8 +90,6 @@ impl Config {
                 json: None,
             };
         }
-        let target =
-            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), PathBuf::from);
         Config {
             test,
             duration: Duration::from_millis(env_or("STEADY_DURATION_MS", 500)),
@@ -99,7 +99,7 @@ impl Config {
             filters,
             json: Some(
                 std::env::var_os("STEADY_JSON")
-                    .map_or_else(|| target.join("steady.json"), PathBuf::from),
+                    .map_or_else(|| target_dir().join("steady.json"), PathBuf::from),
             ),
         }
     }
