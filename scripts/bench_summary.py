@@ -20,6 +20,12 @@ Usage: scripts/bench_summary.py [--go GO_BENCH_OUTPUT] [--target DIR] [--dir CRI
                                 [--steady JSON] [--shm JSON]
   --go FILE   output of `go test -run XXX -bench Mutex sync -benchtime 0.5s`: adds a
               "Go" column and gomutex/Go (steady harness).
+
+The full table (about 7 minutes on 2 cores; take it on an idle machine, check `uptime`):
+  cd benches && cargo bench --bench steady && cargo bench --bench go_workloads \
+    && cargo bench --bench shm_locks && cd .. \
+    && go test -run XXX -bench Mutex sync -benchtime 0.5s > benches/target/go-mutex.txt \
+    && python3 scripts/bench_summary.py --go benches/target/go-mutex.txt
 """
 
 import argparse
