@@ -1,10 +1,13 @@
 //! Go's `sync/mutex_test.go` workloads, in process, for `gomutex::Mutex`, `std::sync::Mutex`
-//! and `parking_lot::Mutex` (DESIGN.md §6, reference/go-mutex.md §4).
+//! and `parking_lot::Mutex` (Go 1.19 `src/sync/mutex_test.go`).
+//!
+//! This is the grain-based harness (Go's `RunParallel` with a fixed iteration budget); the
+//! steady-contention one, which loops until a stop flag, is `steady.rs`.
 //!
 //! * Seven criterion groups, one per Go benchmark (`Uncontended`, `Mutex`, `MutexSlack`,
 //!   `MutexWork`, `MutexWorkSlack`, `MutexNoSpin`, `MutexSpin`), each with the lines
 //!   `gomutex`, `std`, `parking_lot`. Every workload is written once ([`run_workload`]),
-//!   generic over the small [`Lock`] trait.
+//!   generic over the small `Lock` trait of `common.rs`.
 //! * Time per iteration is Go's ns/op: **wall time / all operations of all threads**. Like
 //!   `testing.B.RunParallel`, `parallelism × available_parallelism()` threads share the
 //!   `iters` budget through an atomic counter handed out in grains of ~100 µs (sized from the
@@ -18,9 +21,8 @@
 //! Adaptations (documented, deliberate):
 //! * `MutexNoSpin` yields with `std::thread::yield_now()` instead of Go's spawn-a-goroutine
 //!   channel dance (a thread spawn per iteration would measure `clone(2)`, not the lock).
-//! * Work outside the lock goes through `std::hint::black_box` so LLVM cannot delete it. For
-//!   `MutexWork`, `black_box` spills `foo` to the stack each step (a store-forwarding round
-//!   trip Go does not pay), so the 100-step loop costs somewhat more than Go's.
+//! * Work outside the lock goes through `std::hint::black_box` so LLVM cannot delete it (see
+//!   `common::go_work`).
 //! * `Uncontended` gives each thread its own heap-allocated `#[repr(align(128))]` mutex.
 //!
 //! Knobs (environment):
@@ -34,7 +36,6 @@
 //! A filter argument skips the fairness table unless "fairness" contains it;
 //! `cargo test --benches` runs one short round (cap 1 s).
 
-use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
@@ -42,6 +43,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{measurement::WallTime, BenchmarkGroup, Criterion};
+
+mod common;
+use common::{env_or, go_work, local_array, procs, stride4_increment, target_dir, Lock, Padded};
 
 // ---------------------------------------------------------------------------------------------
 // The three locks behind one interface.
@@ -51,42 +55,6 @@ use criterion::{measurement::WallTime, BenchmarkGroup, Criterion};
 struct Acc {
     acc0: u64,
     acc1: u64,
-}
-
-/// Lock, run `f` on the guarded data, unlock. Implemented for each lock under test.
-trait Lock: Send + Sync + 'static {
-    fn new(acc: Acc) -> Self;
-    fn with<R>(&self, f: impl FnOnce(&mut Acc) -> R) -> R;
-}
-
-impl Lock for gomutex::Mutex<Acc> {
-    fn new(acc: Acc) -> Self {
-        gomutex::Mutex::new(acc)
-    }
-    #[inline]
-    fn with<R>(&self, f: impl FnOnce(&mut Acc) -> R) -> R {
-        f(&mut self.lock().unwrap())
-    }
-}
-
-impl Lock for std::sync::Mutex<Acc> {
-    fn new(acc: Acc) -> Self {
-        std::sync::Mutex::new(acc)
-    }
-    #[inline]
-    fn with<R>(&self, f: impl FnOnce(&mut Acc) -> R) -> R {
-        f(&mut self.lock().unwrap())
-    }
-}
-
-impl Lock for parking_lot::Mutex<Acc> {
-    fn new(acc: Acc) -> Self {
-        parking_lot::Mutex::new(acc)
-    }
-    #[inline]
-    fn with<R>(&self, f: impl FnOnce(&mut Acc) -> R) -> R {
-        f(&mut self.lock())
-    }
 }
 
 type GoMutex = gomutex::Mutex<Acc>;
@@ -170,25 +138,6 @@ enum Workload {
     Spin,
 }
 
-#[repr(align(128))]
-struct Padded<L>(L);
-
-/// Per-thread array of `len` u64s, pre-touched so page faults are not timed.
-fn local_array(len: usize) -> Box<[u64]> {
-    let mut data = vec![0u64; len].into_boxed_slice();
-    stride4_increment(&mut data);
-    data
-}
-
-/// `for i := 0; i < len(data); i += 4 { data[i]++ }`, kept observable.
-#[inline(always)]
-fn stride4_increment(data: &mut [u64]) {
-    for x in data.iter_mut().step_by(4) {
-        *x += 1;
-    }
-    black_box(data);
-}
-
 #[inline(always)]
 fn critical(acc: &mut Acc) {
     acc.acc0 = acc.acc0.wrapping_sub(100);
@@ -196,7 +145,7 @@ fn critical(acc: &mut Acc) {
 }
 
 #[allow(clippy::disallowed_names)] // `foo` is Go's name for the work variable.
-fn run_workload<L: Lock>(w: Workload, threads: usize, iters: u64, grain: u64) -> Duration {
+fn run_workload<L: Lock<Acc>>(w: Workload, threads: usize, iters: u64, grain: u64) -> Duration {
     match w {
         Workload::Uncontended => run_parallel(
             threads,
@@ -215,10 +164,7 @@ fn run_workload<L: Lock>(w: Workload, threads: usize, iters: u64, grain: u64) ->
                 |foo| {
                     mu.with(|_| ());
                     if work {
-                        for _ in 0..100 {
-                            *foo = black_box(*foo) * 2;
-                            *foo /= 2;
-                        }
+                        *foo = go_work(*foo);
                     }
                 },
             )
@@ -261,11 +207,7 @@ fn run_workload<L: Lock>(w: Workload, threads: usize, iters: u64, grain: u64) ->
 // ---------------------------------------------------------------------------------------------
 // Criterion groups.
 
-fn procs() -> usize {
-    thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn line<L: Lock>(g: &mut BenchmarkGroup<'_, WallTime>, id: &str, w: Workload, threads: usize) {
+fn line<L: Lock<Acc>>(g: &mut BenchmarkGroup<'_, WallTime>, id: &str, w: Workload, threads: usize) {
     // Outside the closure: criterion calls it afresh for every sample, and the grain must be
     // sized from the previous sample (as Go sizes it from the previous b.N run).
     let mut prev = None;
@@ -314,7 +256,7 @@ struct Round {
     capped: bool,
 }
 
-fn fairness_round<L: Lock>(cap: Duration) -> Round {
+fn fairness_round<L: Lock<Acc>>(cap: Duration) -> Round {
     let mu = L::new(Acc::default());
     let stop = AtomicBool::new(false);
     let started = AtomicBool::new(false);
@@ -367,7 +309,7 @@ struct FairnessRow {
     skipped: usize,
 }
 
-fn fairness_lock<L: Lock>(lock: &'static str, rounds: usize, cap: Duration) -> FairnessRow {
+fn fairness_lock<L: Lock<Acc>>(lock: &'static str, rounds: usize, cap: Duration) -> FairnessRow {
     let mut row = FairnessRow {
         lock,
         rounds: Vec::new(),
@@ -515,18 +457,9 @@ fn args() -> Args {
 fn criterion_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("CRITERION_HOME") {
         PathBuf::from(home)
-    } else if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        PathBuf::from(target).join("criterion")
     } else {
-        PathBuf::from("target/criterion")
+        target_dir().join("criterion")
     }
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() {

@@ -4,13 +4,16 @@
 //! robust, robust + priority inheritance), a POSIX unnamed semaphore, a SysV semaphore
 //! (SEM_UNDO), `flock` and `fcntl(F_SETLKW)`. Each lives in (or is named from) memory mapped
 //! `MAP_SHARED | MAP_ANONYMOUS` before `fork`, or is a temp file that every child opens on its
-//! own after `fork`. Each of N children loops for a fixed duration: take the lock, increment a
-//! shared non-atomic counter, release, then optionally do Go's `MutexWork` work (100 ×
+//! own after `fork`. Each of N children loops until a stop flag the parent sets after a fixed
+//! wall time (the steady-contention method of `steady.rs`): take the lock, increment a shared
+//! non-atomic counter, release, then optionally do Go's `MutexWork` work (100 ×
 //! `foo *= 2; foo /= 2`) outside the lock. At the end the counter must equal the sum of the
 //! per-process op counts: a lock that loses updates fails the run.
 //!
-//! Each configuration (lock, process count, workload) runs twice, on a fresh lock each time:
-//! * an **untimed** run, no clock read in the loop, gives
+//! Each configuration (process count, workload) runs every lock `rounds` times untimed, the
+//! locks alternating within a round (the first one rotating from round to round, so load on a
+//! shared machine hits all alike), then once timed; each run on a fresh lock:
+//! * the **untimed** runs, no clock read in the loop, give (median run)
 //!   * ns/op — wall time (start signal to the last child's last op) / all ops of all children,
 //!   * min/max share — the smallest and largest per-process fraction of all ops (fair: 1/N);
 //! * a **timed** run gives the worst wait — the longest lock() + critical section + unlock()
@@ -24,15 +27,19 @@
 //! each op's interval runs from just before `lock()` to just after `unlock()`. Its ns/op goes
 //! to the JSON only.
 //!
-//! `cargo bench --bench shm_locks [-- FILTER…] [--duration-ms N] [--procs 2,8]
-//! [--workloads none,work] [--no-timing]` runs the full bench (cargo passes `--bench`);
-//! without `--bench` (`cargo test --benches`) it does a short smoke run that still checks
-//! every counter. Environment: `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_PROCS`,
-//! `SHM_LOCKS_WORKLOADS`, `SHM_LOCKS_FILTER` (comma-separated substrings of
-//! `lock/Np/workload`), `SHM_LOCKS_TIMING=0`, and `SHM_LOCKS_JSON=path` to also write the
-//! results as JSON.
+//! `cargo bench --bench shm_locks [-- FILTER…] [--duration-ms N] [--rounds N] [--procs 2,8]
+//! [--workloads none,work] [--no-timing]` runs the full bench (cargo passes `--bench`; defaults
+//! 500 ms per run, 5 rounds); without `--bench` (`cargo test --benches`) it does a short smoke
+//! run (10 ms, one round) that still checks every counter. Environment:
+//! `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_ROUNDS`, `SHM_LOCKS_PROCS`, `SHM_LOCKS_WORKLOADS`,
+//! `SHM_LOCKS_FILTER` (comma-separated substrings of `lock/Np/workload`), `SHM_LOCKS_TIMING=0`,
+//! and `SHM_LOCKS_JSON=path` for the results as JSON (default for the full bench:
+//! `<target dir>/shm_locks.json`, read by `scripts/bench_summary.py`).
 
 use gomutex::shm::{LockError, ShmMutex};
+
+mod common;
+use common::{go_work, target_dir, ShmBox};
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -40,7 +47,7 @@ use std::mem::{self, MaybeUninit};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -49,65 +56,6 @@ const MAX_PROCS: usize = 64;
 
 // ---------------------------------------------------------------------------------------------
 // Shared memory
-
-/// One `T` in its own `mmap(MAP_SHARED | MAP_ANONYMOUS)` mapping, zero-filled, so processes
-/// forked after creating it see the same memory (and the kernel keys futexes on it by shmem
-/// page, not by address space).
-struct ShmBox<T> {
-    ptr: NonNull<T>,
-}
-
-impl<T> ShmBox<T> {
-    /// A zero-filled shared `T`.
-    ///
-    /// # Safety
-    /// All-zero bytes must be a valid `T` (atomics, integers, C structs the caller initialises).
-    unsafe fn zeroed() -> io::Result<Self> {
-        let len = mem::size_of::<T>().max(1);
-        assert!(
-            mem::align_of::<T>() <= 4096,
-            "mmap gives page alignment only"
-        );
-        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-        })
-    }
-
-    fn as_ptr(&self) -> *mut T {
-        self.ptr.as_ptr()
-    }
-}
-
-impl<T> std::ops::Deref for ShmBox<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        // SAFETY: the mapping is live while `self` is, zeroed() required zero to be a valid T,
-        // and we only hand out shared references (mutation goes through atomics/UnsafeCell or
-        // through raw pointers from `as_ptr`).
-        unsafe { self.ptr.as_ref() }
-    }
-}
-
-impl<T> Drop for ShmBox<T> {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in `zeroed`; no reference outlives `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), mem::size_of::<T>().max(1)) };
-    }
-}
 
 /// Pads its content to a cache line of its own.
 #[repr(C, align(64))]
@@ -546,7 +494,9 @@ struct Config {
     /// process contend; bench: 0).
     min_ops: u64,
     json: Option<PathBuf>,
-    /// After the untimed run of each configuration, do a timed run (one `Instant::now()` per
+    /// Untimed runs per configuration and lock (the table shows the median).
+    rounds: usize,
+    /// After the untimed runs of each configuration, do a timed run (one `Instant::now()` per
     /// op, two with work) for the worst wait. Off: untimed runs only.
     timing: bool,
     /// Cost of one `Instant::now()`, subtracted from the worst wait.
@@ -578,12 +528,16 @@ impl Config {
         let smoke = !args.iter().any(|a| a == "--bench");
         let mut cfg = Config {
             smoke,
-            duration: Duration::from_millis(if smoke { 10 } else { 1500 }),
+            duration: Duration::from_millis(if smoke { 10 } else { 500 }),
             procs: if smoke { vec![2, 3] } else { vec![2, 8] },
             workloads: vec![Workload::None, Workload::Work],
             filters: Vec::new(),
             min_ops: if smoke { 200 } else { 0 },
-            json: std::env::var_os("SHM_LOCKS_JSON").map(PathBuf::from),
+            // The full bench always writes its JSON (for scripts/bench_summary.py).
+            json: std::env::var_os("SHM_LOCKS_JSON")
+                .map(PathBuf::from)
+                .or_else(|| (!smoke).then(|| target_dir().join("shm_locks.json"))),
+            rounds: if smoke { 1 } else { 5 },
             timing: true,
             clock_overhead: Duration::ZERO,
         };
@@ -600,6 +554,9 @@ impl Config {
         if let Some(v) = env("SHM_LOCKS_FILTER") {
             cfg.filters = list(&v, str::to_owned);
         }
+        if let Some(v) = env("SHM_LOCKS_ROUNDS") {
+            cfg.rounds = v.parse::<usize>().expect("SHM_LOCKS_ROUNDS").max(1);
+        }
         if let Some(v) = env("SHM_LOCKS_TIMING") {
             cfg.timing = v != "0";
         }
@@ -614,12 +571,16 @@ impl Config {
                     cfg.duration = Duration::from_millis(v.parse().expect("--duration-ms N"));
                 }
                 "--procs" => cfg.procs = parse_procs(&value(&a)),
+                "--rounds" => {
+                    let v = value(&a);
+                    cfg.rounds = v.parse::<usize>().expect("--rounds N").max(1);
+                }
                 "--workloads" => cfg.workloads = list(&value(&a), Workload::parse),
                 "--json" => cfg.json = Some(PathBuf::from(value(&a))),
                 "--no-timing" => cfg.timing = false,
                 "-h" | "--help" => {
                     println!(
-                        "shm_locks [FILTER…] [--duration-ms N] [--procs 2,8] \
+                        "shm_locks [FILTER…] [--duration-ms N] [--rounds N] [--procs 2,8] \
                          [--workloads none,work] [--json PATH] [--no-timing]\n\
                          FILTER: substring of lock/Np/workload, e.g. pthread/8p or fcntl"
                     );
@@ -662,16 +623,6 @@ fn assert_single_threaded() {
 // ---------------------------------------------------------------------------------------------
 // Running
 
-/// Go's MutexWork body: `for i := 0; i < 100; i++ { foo *= 2; foo /= 2 }` (`x` is Go's `foo`).
-#[inline]
-fn go_work(mut x: u64) -> u64 {
-    for _ in 0..100 {
-        x = black_box(x) * 2;
-        x = black_box(x) / 2;
-    }
-    x
-}
-
 /// The child's side of a run. Never returns: exits with `_exit` (0 = ok, 101 = panic) so no
 /// destructor of the parent's objects (IPC_RMID, unlink, munmap…) runs in the child.
 fn child<L: ProcLock>(
@@ -693,7 +644,7 @@ fn child<L: ProcLock>(
         let mut ops = 0u64;
         let mut worst = Duration::ZERO;
         let mut over_1ms = 0u64;
-        let mut x = 1u64;
+        let mut x = 1i64;
         // One clock read per op, never inside the critical section: an op's interval runs
         // from just before lock() (the previous op's end, or the end of its work) to just
         // after unlock().
@@ -801,17 +752,24 @@ impl Run {
     }
 }
 
-/// One line of the table: ns/op and shares from the untimed run, the worst wait from the timed
-/// one.
+/// One line of the table: ns/op and shares from the untimed runs (one per round), the worst
+/// wait from the timed one.
 struct Row {
     lock: &'static str,
     procs: usize,
     work: Workload,
-    plain: Run,
+    /// The untimed runs, one per round.
+    plain: Vec<Run>,
     timed: Option<Run>,
 }
 
 impl Row {
+    /// The untimed run with the median ns/op (the upper one of an even count).
+    fn median(&self) -> &Run {
+        let mut runs: Vec<&Run> = self.plain.iter().collect();
+        runs.sort_by(|a, b| a.ns_per_op().total_cmp(&b.ns_per_op()));
+        runs[runs.len() / 2]
+    }
     fn worst_wait_us(&self) -> Option<f64> {
         let ns = self.timed.as_ref()?.worst_wait_ns?;
         Some(ns as f64 / 1e3)
@@ -904,46 +862,85 @@ fn run_one<L: ProcLock>(
     }
 }
 
-/// Every selected (procs, workload) run of one lock. `make` builds a fresh lock per run, so a
-/// run never inherits another's state (e.g. a poisoned or mis-counted semaphore).
-fn bench_lock<L: ProcLock>(
+/// A lock under test: its name and a function that builds a fresh one and runs it once (a
+/// fresh lock per run, so a run never inherits another's state, e.g. a poisoned or
+/// mis-counted semaphore). `None`: the lock cannot be created here (said on stderr).
+struct Contender {
     name: &'static str,
-    make: impl Fn() -> io::Result<L>,
-    cfg: &Config,
-    rows: &mut Vec<Row>,
-) {
+    run: Box<RunFn>,
+}
+
+/// `(config, processes, workload, timed)` → one run on a fresh lock.
+type RunFn = dyn Fn(&Config, usize, Workload, bool) -> Option<Run>;
+
+fn contender<L: ProcLock>(
+    name: &'static str,
+    make: impl Fn() -> io::Result<L> + 'static,
+) -> Contender {
+    Contender {
+        name,
+        run: Box::new(move |cfg, procs, work, timing| match make() {
+            Ok(mut lock) => Some(run_one(name, &mut lock, cfg, procs, work, timing)),
+            Err(e) => {
+                eprintln!("{name}: skipped, cannot create the lock: {e}");
+                None
+            }
+        }),
+    }
+}
+
+/// Every selected (procs, workload) configuration: `cfg.rounds` untimed runs per lock, the
+/// locks alternating within a round (the first one rotating from round to round) so that load
+/// on a shared machine hits all of them alike, then one timed run per lock.
+fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
     for &procs in &cfg.procs {
         for &work in &cfg.workloads {
-            let id = format!("{name}/{procs}p/{}", work.name());
-            if !cfg.selected(&id) {
-                continue;
-            }
-            let run = |timing: bool| -> Option<Run> {
-                match make() {
-                    Ok(mut lock) => Some(run_one(name, &mut lock, cfg, procs, work, timing)),
-                    Err(e) => {
-                        eprintln!("{id}: skipped, cannot create the lock: {e}");
-                        None
+            let id = |name: &str| format!("{name}/{procs}p/{}", work.name());
+            let chosen: Vec<&Contender> =
+                locks.iter().filter(|c| cfg.selected(&id(c.name))).collect();
+            let mut plain: Vec<Vec<Run>> = chosen.iter().map(|_| Vec::new()).collect();
+            for r in 0..cfg.rounds {
+                for k in 0..chosen.len() {
+                    let i = (r + k) % chosen.len();
+                    if r > 0 && plain[i].is_empty() {
+                        continue; // could not be created in round 0
+                    }
+                    if let Some(run) = (chosen[i].run)(cfg, procs, work, false) {
+                        plain[i].push(run);
                     }
                 }
-            };
-            let Some(plain) = run(false) else { continue };
-            let timed = if cfg.timing { run(true) } else { None };
-            let row = Row {
-                lock: name,
-                procs,
-                work,
-                plain,
-                timed,
-            };
-            eprintln!(
-                "{id}: {:.1} ns/op ({} ops), timed run: {} ns/op, worst wait {} µs",
-                row.plain.ns_per_op(),
-                row.plain.total_ops,
-                fmt_opt(row.timed.as_ref().map(Run::ns_per_op), "-"),
-                fmt_opt(row.worst_wait_us(), "-")
-            );
-            rows.push(row);
+            }
+            for (c, plain) in chosen.iter().zip(plain) {
+                if plain.is_empty() {
+                    continue;
+                }
+                let timed = if cfg.timing {
+                    (c.run)(cfg, procs, work, true)
+                } else {
+                    None
+                };
+                let row = Row {
+                    lock: c.name,
+                    procs,
+                    work,
+                    plain,
+                    timed,
+                };
+                eprintln!(
+                    "{}: {:.1} ns/op median of {} ({}), timed run: {} ns/op, worst wait {} µs",
+                    id(c.name),
+                    row.median().ns_per_op(),
+                    row.plain.len(),
+                    row.plain
+                        .iter()
+                        .map(|r| format!("{:.1}", r.ns_per_op()))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    fmt_opt(row.timed.as_ref().map(Run::ns_per_op), "-"),
+                    fmt_opt(row.worst_wait_us(), "-")
+                );
+                rows.push(row);
+            }
         }
     }
 }
@@ -986,9 +983,11 @@ fn fmt_opt(v: Option<f64>, none: &str) -> String {
 fn print_table(cfg: &Config, rows: &[Row]) {
     println!();
     println!(
-        "shm_locks: {} ms per run, {} CPUs; work = 100 × (foo *= 2; foo /= 2) outside the lock; \
-         ns/op and shares from an untimed run",
+        "shm_locks: {} ms per run, {} round(s) with the locks alternating, {} CPUs; work = 100 × \
+         (foo *= 2; foo /= 2) outside the lock; ns/op: median of the untimed runs, shares from \
+         that run; vs pthread: ns/op / pthread's",
         cfg.duration.as_millis(),
+        cfg.rounds,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     if cfg.timing {
@@ -1001,16 +1000,22 @@ fn print_table(cfg: &Config, rows: &[Row]) {
         println!("--no-timing: no timed runs, so no worst wait");
     }
     println!();
-    println!("| lock | procs | work | ns/op | min/max share | worst wait µs |");
-    println!("|---|---:|---|---:|---:|---:|");
+    println!("| lock | procs | work | ns/op | vs pthread | min/max share | worst wait µs |");
+    println!("|---|---:|---|---:|---:|---:|---:|");
     for r in rows {
-        let (min, max) = r.plain.share();
+        let med = r.median();
+        let (min, max) = med.share();
+        let pthread = rows
+            .iter()
+            .find(|p| p.lock == "pthread" && p.procs == r.procs && p.work == r.work)
+            .map(|p| med.ns_per_op() / p.median().ns_per_op());
         println!(
-            "| {} | {} | {} | {:.1} | {:.1}% / {:.1}% | {} |",
+            "| {} | {} | {} | {:.1} | {} | {:.1}% / {:.1}% | {} |",
             r.lock,
             r.procs,
             r.work.name(),
-            r.plain.ns_per_op(),
+            med.ns_per_op(),
+            pthread.map_or_else(|| "–".to_owned(), |x| format!("{x:.2}")),
             min * 100.0,
             max * 100.0,
             fmt_opt(r.worst_wait_us(), "–")
@@ -1040,20 +1045,26 @@ fn run_json(r: &Run) -> String {
 fn write_json(cfg: &Config, rows: &[Row], path: &Path) -> io::Result<()> {
     let mut out = String::from("{\n");
     out += &format!(
-        "  \"duration_ms\": {},\n  \"cpus\": {},\n  \"timing\": {},\n  \"clock_overhead_ns\": {},\n  \"runs\": [\n",
+        "  \"duration_ms\": {},\n  \"rounds\": {},\n  \"cpus\": {},\n  \"timing\": {},\n  \"clock_overhead_ns\": {},\n  \"runs\": [\n",
         cfg.duration.as_millis(),
+        cfg.rounds,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cfg.timing,
         cfg.clock_overhead.as_nanos()
     );
     for (i, r) in rows.iter().enumerate() {
         out += &format!(
-            "    {{\"lock\": \"{}\", \"procs\": {}, \"work\": \"{}\", \"untimed\": {}, \
-             \"timed\": {}}}{}\n",
+            "    {{\"lock\": \"{}\", \"procs\": {}, \"work\": \"{}\", \"untimed_ns_per_op\": [{}], \
+             \"untimed\": {}, \"timed\": {}}}{}\n",
             r.lock,
             r.procs,
             r.work.name(),
-            run_json(&r.plain),
+            r.plain
+                .iter()
+                .map(|r| format!("{:.2}", r.ns_per_op()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            run_json(r.median()),
             r.timed.as_ref().map_or_else(|| "null".to_owned(), run_json),
             if i + 1 < rows.len() { "," } else { "" }
         );
@@ -1070,22 +1081,20 @@ fn main() {
         eprintln!("shm_locks: smoke run (no --bench): short runs, counters checked");
         check_pthread_robust_recovery();
     }
-    let mut rows = Vec::new();
-    let rows = &mut rows;
     use PthreadKind::*;
-    bench_lock("gomutex-shm", GoShm::new, &cfg, rows);
-    bench_lock("pthread", || PthreadMutex::new(Plain), &cfg, rows);
-    bench_lock("pthread-robust", || PthreadMutex::new(Robust), &cfg, rows);
-    bench_lock(
-        "pthread-robust-pi",
-        || PthreadMutex::new(RobustPi),
-        &cfg,
-        rows,
-    );
-    bench_lock("posix-sem", PosixSem::new, &cfg, rows);
-    bench_lock("sysv-sem", SysvSem::new, &cfg, rows);
-    bench_lock("flock", Flock::new, &cfg, rows);
-    bench_lock("fcntl", Fcntl::new, &cfg, rows);
+    let locks = [
+        contender("gomutex-shm", GoShm::new),
+        contender("pthread", || PthreadMutex::new(Plain)),
+        contender("pthread-robust", || PthreadMutex::new(Robust)),
+        contender("pthread-robust-pi", || PthreadMutex::new(RobustPi)),
+        contender("posix-sem", PosixSem::new),
+        contender("sysv-sem", SysvSem::new),
+        contender("flock", Flock::new),
+        contender("fcntl", Fcntl::new),
+    ];
+    let mut rows = Vec::new();
+    bench_all(&locks, &cfg, &mut rows);
+    let rows = &rows;
     assert!(
         !rows.is_empty() || !cfg.filters.is_empty(),
         "no lock could be benchmarked"

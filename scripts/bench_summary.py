@@ -1,28 +1,42 @@
 #!/usr/bin/env python3
-"""Summarise `cargo bench --bench go_workloads` as a markdown table (stdlib only).
+"""Summarise gomutex's benchmarks (benches/, its own crate) as markdown tables (stdlib only).
 
-Reads <criterion dir>/<group>/<line>/new/estimates.json (mean point estimate, ns per op:
-criterion's time per iteration, which the bench makes Go's wall time / all ops), where the
-criterion dir is $CRITERION_HOME, else $CARGO_TARGET_DIR/criterion, else target/criterion at
-the repository root. Prints:
+Reads, from the bench crate's target dir (benches/target, or $CARGO_TARGET_DIR):
+  * steady.json      `cargo bench --bench steady` (steady contention: threads loop until a
+                     stop flag; medians of alternating rounds);
+  * criterion/       `cargo bench --bench go_workloads` (grain-based, Go's RunParallel budget):
+                     <group>/<line>/new/estimates.json, mean point estimate, ns/op; the
+                     criterion dir is $CRITERION_HOME if set; plus criterion/fairness.json;
+  * shm_locks.json   `cargo bench --bench shm_locks` (forked processes, steady loop).
+Whatever is missing is left out ("—"). Prints:
 
-    group | gomutex ns/op | std | parking_lot | gomutex/parking_lot | gomutex/std
+  1. one table of Go's seven workloads, both harnesses side by side (ns/op, ratios
+     gomutex/parking_lot and gomutex/std), Go's figures in a column with --go; then the
+     Condvar producer/consumer rows of the steady harness (ns/item);
+  2. the cross-process table: ShmMutex against process-shared pthread (plain, robust);
+  3. the TestMutexFairness table, if go_workloads wrote it.
 
-and, if the bench wrote <criterion dir>/fairness.json, the TestMutexFairness table.
+Usage: scripts/bench_summary.py [--go GO_BENCH_OUTPUT] [--target DIR] [--dir CRITERION_DIR]
+                                [--steady JSON] [--shm JSON]
+  --go FILE   output of `go test -run XXX -bench Mutex sync -benchtime 0.5s`: adds a
+              "Go" column and gomutex/Go (steady harness).
 
-Usage: scripts/bench_summary.py [--go GO_BENCH_OUTPUT] [--dir CRITERION_DIR]
-  --go FILE   output of `go test -run XXX -bench Mutex sync`: adds a "Go sync.Mutex" column
-              and a gomutex/Go ratio.
+The full table (about 7 minutes on 2 cores; take it on an idle machine, check `uptime`):
+  cd benches && cargo bench --bench steady && cargo bench --bench go_workloads \
+    && cargo bench --bench shm_locks && cd .. \
+    && go test -run XXX -bench Mutex sync -benchtime 0.5s > benches/target/go-mutex.txt \
+    && python3 scripts/bench_summary.py --go benches/target/go-mutex.txt
 """
 
 import argparse
 import json
 import os
 import re
+import statistics
 import sys
 from pathlib import Path
 
-GROUPS = [
+WORKLOADS = [
     "Uncontended",
     "Mutex",
     "MutexSlack",
@@ -31,23 +45,29 @@ GROUPS = [
     "MutexNoSpin",
     "MutexSpin",
 ]
-LINES = ["gomutex", "std", "parking_lot"]
+LOCKS = ["gomutex", "std", "parking_lot"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def criterion_dir() -> Path:
-    if os.environ.get("CRITERION_HOME"):
-        return Path(os.environ["CRITERION_HOME"])
+def target_dir() -> Path:
     if os.environ.get("CARGO_TARGET_DIR"):
-        return Path(os.environ["CARGO_TARGET_DIR"]) / "criterion"
-    return Path(__file__).resolve().parent.parent / "target" / "criterion"
+        return Path(os.environ["CARGO_TARGET_DIR"])
+    return ROOT / "benches" / "target"
 
 
-def mean_ns(root: Path, group: str, line: str):
-    path = root / group / line / "new" / "estimates.json"
+def load_json(path: Path):
     try:
         with open(path) as f:
-            return float(json.load(f)["mean"]["point_estimate"])
-    except (OSError, KeyError, ValueError):
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def criterion_mean(root: Path, group: str, line: str):
+    data = load_json(root / group / line / "new" / "estimates.json")
+    try:
+        return float(data["mean"]["point_estimate"])
+    except (TypeError, KeyError, ValueError):
         return None
 
 
@@ -61,7 +81,7 @@ def go_figures(path: str) -> dict:
             if not m:
                 continue
             name = m.group(1)
-            key = name[len("Mutex"):] if name == "MutexUncontended" else name
+            key = "Uncontended" if name == "MutexUncontended" else name
             out[key] = float(m.group(2))
     return out
 
@@ -69,58 +89,153 @@ def go_figures(path: str) -> dict:
 def fmt(x):
     if x is None:
         return "—"
-    return f"{x:.1f}" if x >= 100 else f"{x:.2f}"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
 
 
 def ratio(a, b):
     return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}"
 
 
+def steady_medians(data) -> dict:
+    """{case name: (threads, {lock: median})} from steady.json."""
+    out = {}
+    for case in (data or {}).get("cases", []):
+        meds = {lock: statistics.median(case[lock]) if case.get(lock) else None
+                for lock in LOCKS}
+        out[case["name"]] = (case.get("threads", ""), meds)
+    return out
+
+
+def print_inprocess(steady, steady_meta, crit_root, go):
+    have_crit = crit_root.is_dir()
+    print("## In-process: Go's sync.Mutex workloads (ns/op)")
+    print()
+    if steady_meta:
+        print(f"steady: threads loop until a stop flag, {steady_meta['duration_ms']} ms per run, "
+              f"median of {steady_meta['rounds']} alternating rounds; "
+              "grain: criterion, Go's RunParallel iteration budget in ~100 µs grains.")
+        print()
+    head = ["workload", "threads"]
+    if go is not None:
+        head += ["Go"]
+    head += ["steady gomutex", "std", "parking_lot", "gomutex/parking_lot", "gomutex/std"]
+    if go is not None:
+        head += ["gomutex/Go"]
+    head += ["grain gomutex", "std", "parking_lot", "gomutex/parking_lot", "gomutex/std"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|")
+    for w in WORKLOADS:
+        threads, s = steady.get(w, ("", {}))
+        sg, ss, sp = (s.get(lock) for lock in LOCKS)
+        if have_crit:
+            cg, cs, cp = (criterion_mean(crit_root, w, lock) for lock in LOCKS)
+        else:
+            cg = cs = cp = None
+        row = [w, threads or "—"]
+        g = go.get(w) if go is not None else None
+        if go is not None:
+            row += [fmt(g)]
+        row += [fmt(sg), fmt(ss), fmt(sp), ratio(sg, sp), ratio(sg, ss)]
+        if go is not None:
+            row += [ratio(sg, g)]
+        row += [fmt(cg), fmt(cs), fmt(cp), ratio(cg, cp), ratio(cg, cs)]
+        print("| " + " | ".join(row) + " |")
+
+    cv = [(name, v) for name, v in steady.items() if name.startswith("condvar/")]
+    if cv:
+        print()
+        print("## In-process: Mutex + Condvar bounded queue, steady harness (ns/item)")
+        print()
+        print("case: producers p, consumers c, slots s; `one` = notify_one on every push/pop, "
+              "`all` = notify_all on the empty/full transitions only.")
+        print()
+        print("| case | threads | gomutex | std | parking_lot | gomutex/parking_lot "
+              "| gomutex/std |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for name, (threads, s) in cv:
+            g, st, p = (s.get(lock) for lock in LOCKS)
+            print(f"| {name.removeprefix('condvar/')} | {threads} | {fmt(g)} | {fmt(st)} | "
+                  f"{fmt(p)} | {ratio(g, p)} | {ratio(g, st)} |")
+
+
+def print_shm(data):
+    runs = data.get("runs", [])
+    by = {(r["lock"], r["procs"], r["work"]): r for r in runs}
+    configs = sorted({(r["procs"], r["work"]) for r in runs}, key=lambda c: (c[1], c[0]))
+    cols = ["gomutex-shm", "pthread", "pthread-robust"]
+
+    def ns(lock, procs, work):
+        r = by.get((lock, procs, work))
+        if not r:
+            return None
+        samples = r.get("untimed_ns_per_op")
+        return statistics.median(samples) if samples else r["untimed"]["ns_per_op"]
+
+    def worst(lock, procs, work):
+        r = by.get((lock, procs, work))
+        t = r and r.get("timed")
+        return t and t.get("worst_wait_us")
+
+    print()
+    print("## Across processes: forked processes on one MAP_SHARED mapping (ns/op)")
+    print()
+    print(f"{data.get('duration_ms')} ms per run, median of {data.get('rounds', 1)} alternating "
+          "rounds; work = Go's MutexWork loop outside the lock; worst wait from one timed run.")
+    print()
+    print("| procs | work | ShmMutex | pthread | pthread robust | ShmMutex/pthread "
+          "| ShmMutex/pthread robust | worst wait µs ShmMutex | pthread |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for procs, work in configs:
+        g, p, pr = (ns(lock, procs, work) for lock in cols)
+        print(f"| {procs} | {work} | {fmt(g)} | {fmt(p)} | {fmt(pr)} | {ratio(g, p)} | "
+              f"{ratio(g, pr)} | {fmt(worst(cols[0], procs, work))} | "
+              f"{fmt(worst(cols[1], procs, work))} |")
+
+
+def print_fairness(rows):
+    print()
+    print("## TestMutexFairness scenario (victim: 10 × {sleep 100 µs; lock; unlock} against a "
+          "greedy thread sleeping 100 µs inside the lock)")
+    print()
+    print("| lock | victim worst wait ms | mean of round worsts ms | total ms (max) "
+          "| total ms (mean) | greedy locks/round | rounds | capped |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for lock, r in rows.items():
+        print(f"| {lock} | {r['worst_ms']:.3f} | {r['worst_mean_ms']:.3f} | "
+              f"{r['total_max_ms']:.3f} | {r['total_mean_ms']:.3f} | "
+              f"{r['greedy_locks_mean']:.0f} | {r['rounds']} | {r['capped']} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--go", help="output of `go test -run XXX -bench Mutex sync`")
-    ap.add_argument("--dir", help="criterion output directory (default: see module doc)")
+    ap.add_argument("--go", help="output of `go test -run XXX -bench Mutex sync -benchtime 0.5s`")
+    ap.add_argument("--target", help="the bench crate's target dir (default: benches/target)")
+    ap.add_argument("--dir", help="criterion output directory (default: <target>/criterion)")
+    ap.add_argument("--steady", help="steady.json (default: <target>/steady.json)")
+    ap.add_argument("--shm", help="shm_locks.json (default: <target>/shm_locks.json)")
     args = ap.parse_args()
 
-    root = Path(args.dir) if args.dir else criterion_dir()
-    if not root.is_dir():
-        print(f"no criterion results in {root} (run `cargo bench --bench go_workloads`)",
-              file=sys.stderr)
-        return 1
+    target = Path(args.target) if args.target else target_dir()
+    if args.dir:
+        crit = Path(args.dir)
+    elif os.environ.get("CRITERION_HOME"):
+        crit = Path(os.environ["CRITERION_HOME"])
+    else:
+        crit = target / "criterion"
+    steady_data = load_json(Path(args.steady) if args.steady else target / "steady.json")
+    shm_data = load_json(Path(args.shm) if args.shm else target / "shm_locks.json")
     go = go_figures(args.go) if args.go else None
 
-    head = ["group", "gomutex ns/op", "std", "parking_lot", "gomutex/parking_lot",
-            "gomutex/std"]
-    if go is not None:
-        head += ["Go sync.Mutex", "gomutex/Go"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
-    found = False
-    for group in GROUPS:
-        g, s, p = (mean_ns(root, group, line) for line in LINES)
-        found |= any(v is not None for v in (g, s, p))
-        row = [group, fmt(g), fmt(s), fmt(p), ratio(g, p), ratio(g, s)]
-        if go is not None:
-            row += [fmt(go.get(group)), ratio(g, go.get(group))]
-        print("| " + " | ".join(row) + " |")
-    if not found:
-        print(f"(no estimates.json found under {root})", file=sys.stderr)
-
-    fair = root / "fairness.json"
-    if fair.is_file():
-        with open(fair) as f:
-            rows = json.load(f)
-        print()
-        print("TestMutexFairness scenario (victim: 10 × {sleep 100 µs; lock; unlock} "
-              "against a greedy thread sleeping 100 µs inside the lock):")
-        print()
-        print("| lock | victim worst wait ms | mean of round worsts ms | total ms (max) "
-              "| total ms (mean) | greedy locks/round | rounds | capped |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for lock, r in rows.items():
-            print(f"| {lock} | {r['worst_ms']:.3f} | {r['worst_mean_ms']:.3f} | "
-                  f"{r['total_max_ms']:.3f} | {r['total_mean_ms']:.3f} | "
-                  f"{r['greedy_locks_mean']:.0f} | {r['rounds']} | {r['capped']} |")
+    if steady_data is None and not crit.is_dir() and shm_data is None:
+        print(f"no results under {target}: run `cd benches && cargo bench` first",
+              file=sys.stderr)
+        return 1
+    print_inprocess(steady_medians(steady_data), steady_data, crit, go)
+    if shm_data is not None:
+        print_shm(shm_data)
+    fair = load_json(crit / "fairness.json")
+    if fair:
+        print_fairness(fair)
     return 0
 
 

@@ -1,0 +1,189 @@
+//! What the bench binaries share: the in-process locks behind one trait, Go's `MutexWork`
+//! body, a zero-filled `MAP_SHARED | MAP_ANONYMOUS` mapping, and small helpers. Each binary
+//! includes this file with `mod common;` and uses a part of it.
+
+#![allow(dead_code)] // every bench binary uses a different part of this module
+
+use std::hint::black_box;
+use std::io;
+use std::mem;
+use std::ptr::{self, NonNull};
+
+// ---------------------------------------------------------------------------------------------
+// The in-process locks under test.
+
+/// Lock, run `f` on the guarded data, unlock: `gomutex::Mutex`, `std::sync::Mutex` and
+/// `parking_lot::Mutex` behind one interface, so every workload is written once.
+pub trait Lock<T>: Send + Sync {
+    /// A new, unlocked lock holding `value`.
+    fn new(value: T) -> Self;
+    /// Lock, run `f`, unlock.
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R;
+}
+
+impl<T: Send> Lock<T> for gomutex::Mutex<T> {
+    fn new(value: T) -> Self {
+        gomutex::Mutex::new(value)
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.lock().unwrap())
+    }
+}
+
+impl<T: Send> Lock<T> for std::sync::Mutex<T> {
+    fn new(value: T) -> Self {
+        std::sync::Mutex::new(value)
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.lock().unwrap())
+    }
+}
+
+impl<T: Send> Lock<T> for parking_lot::Mutex<T> {
+    fn new(value: T) -> Self {
+        parking_lot::Mutex::new(value)
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.lock())
+    }
+}
+
+/// Aligns (and so pads) its content to 128 bytes: a lock with a cache-line pair of its own
+/// (Go's `PaddedMutex` in `BenchmarkMutexUncontended`).
+#[repr(align(128))]
+pub struct Padded<L>(pub L);
+
+// ---------------------------------------------------------------------------------------------
+// Go's work outside the lock.
+
+/// Go's `MutexWork` body (Go 1.19 `src/sync/mutex_test.go`, `benchmarkMutex`):
+/// `for i := 0; i < 100; i++ { foo *= 2; foo /= 2 }` on Go's `int`.
+///
+/// One `black_box` per step keeps LLVM from folding the loop (which Go's compiler does not);
+/// it spills `foo` to the stack each step, a store-forwarding round trip Go does not pay, so
+/// the loop costs somewhat more than Go's.
+#[inline]
+#[allow(clippy::disallowed_names)] // `foo` is Go's name
+pub fn go_work(mut foo: i64) -> i64 {
+    for _ in 0..100 {
+        foo = black_box(foo) * 2;
+        foo /= 2;
+    }
+    foo
+}
+
+/// A per-thread array of `len` u64s, pre-touched so page faults are not timed.
+pub fn local_array(len: usize) -> Box<[u64]> {
+    let mut data = vec![0u64; len].into_boxed_slice();
+    stride4_increment(&mut data);
+    data
+}
+
+/// `for i := 0; i < len(data); i += 4 { data[i]++ }` (`MutexNoSpin`, `MutexSpin`), kept
+/// observable.
+#[inline(always)]
+pub fn stride4_increment(data: &mut [u64]) {
+    for x in data.iter_mut().step_by(4) {
+        *x += 1;
+    }
+    black_box(data);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared memory for forked processes.
+
+/// One `T` in its own `mmap(MAP_SHARED | MAP_ANONYMOUS)` mapping, zero-filled, so processes
+/// forked after creating it see the same memory (and the kernel keys futexes on it by shmem
+/// page, not by address space). Unmapped when dropped.
+pub struct ShmBox<T> {
+    ptr: NonNull<T>,
+}
+
+impl<T> ShmBox<T> {
+    /// A zero-filled shared `T`.
+    ///
+    /// # Safety
+    /// All-zero bytes must be a valid `T` (atomics, integers, C structs the caller initialises).
+    pub unsafe fn zeroed() -> io::Result<Self> {
+        let len = mem::size_of::<T>().max(1);
+        assert!(
+            mem::align_of::<T>() <= 4096,
+            "mmap gives page alignment only"
+        );
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+        })
+    }
+
+    /// The mapping's address (for C APIs and for writes through `UnsafeCell`-free types).
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+}
+
+impl<T> std::ops::Deref for ShmBox<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the mapping is live while `self` is, zeroed() required zero to be a valid T,
+        // and we only hand out shared references (mutation goes through atomics/UnsafeCell or
+        // through raw pointers from `as_ptr`).
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> Drop for ShmBox<T> {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping created in `zeroed`; no reference outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), mem::size_of::<T>().max(1)) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+/// `$name` parsed as a `T`, or `default` when unset, empty or unparsable.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The median of `v` (mean of the middle two for an even count); NaN when empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Cargo's target directory as the bench sees it: `$CARGO_TARGET_DIR`, else `target` (cargo
+/// runs bench binaries in the package root, `benches/`).
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), Into::into)
+}
+
+/// Threads the machine can run at once (Go's GOMAXPROCS).
+pub fn procs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

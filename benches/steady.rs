@@ -1,0 +1,691 @@
+//! Steady-contention harness: Go's seven `sync.Mutex` workloads (Go 1.19
+//! `src/sync/mutex_test.go`) and a Mutex + Condvar producer/consumer queue, for
+//! `gomutex`, `std` and `parking_lot`, printed as one markdown table.
+//!
+//! **Mutex workloads.** T threads (T = `available_parallelism()` × Go's `SetParallelism`) each
+//! loop `{ lock; counter += 1; unlock }` plus the workload's extra until a stop flag is set
+//! after a fixed wall time; ns/op = wall time / all operations of all threads. No iteration
+//! budget, no grains: every thread contends for the whole run (the grain-based harness, closer
+//! to Go's `RunParallel`, is `go_workloads.rs`). The workloads:
+//!
+//! | name | threads | loop body |
+//! |---|---|---|
+//! | Uncontended | 1 × P | a lock of its own per thread (128-byte aligned) |
+//! | Mutex | 1 × P | one shared lock |
+//! | MutexSlack | 10 × P | one shared lock |
+//! | MutexWork | 1 × P | shared lock, then 100 × `foo *= 2; foo /= 2` outside it |
+//! | MutexWorkSlack | 10 × P | as MutexWork |
+//! | MutexNoSpin | 4 × P | 1 in 4 iterations locks; the others touch 32 KiB and yield |
+//! | MutexSpin | 1 × P | lock, then touch 128 KiB outside it |
+//!
+//! (P = CPUs. MutexNoSpin yields with `thread::yield_now()` where Go starts a goroutine and
+//! waits on a channel; every iteration is an op, as in Go.) Each lock's counter must equal the
+//! number of its acquisitions at the end, or the run fails.
+//!
+//! **Condvar queue** (after parking_lot's `webkit_queue_test`): producers push
+//! `items / producers` items each into a bounded `VecDeque` behind one mutex, waiting on a
+//! "not full" condvar; consumers pop, waiting on "not empty"; a waker notifies outside the
+//! lock, with `notify_one` every time (`one`) or `notify_all` only on the empty→non-empty and
+//! full→non-full transitions (`all`). ns/item = wall time / items; the consumers' count and sum
+//! of the items must be exact.
+//!
+//! **Rounds.** Every case runs `rounds` times per lock, the locks alternating within a round
+//! (the first lock rotates from round to round), so load on a shared machine hits all of them
+//! alike; the table shows medians. All samples also go to a JSON file for
+//! `scripts/bench_summary.py`.
+//!
+//! `cargo bench --bench steady [-- FILTER…]` (FILTER: substrings of case names such as
+//! `MutexWork` or `condvar/10p1c1s`; `=NAME` matches one name exactly). Environment:
+//! `STEADY_DURATION_MS` (default 500), `STEADY_ROUNDS` (default 5), `STEADY_ITEMS` (condvar
+//! items per run, default 20 000: the one-slot cases cost 10–60 µs per item), `STEADY_JSON`
+//! (default `<target dir>/steady.json`).
+//! Without `--bench` (`cargo test --benches`): every case once, 10 ms / 4 000 items, every
+//! thread doing at least 200 ops, counters checked, no JSON.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{
+    env_or, go_work, local_array, median, procs, stride4_increment, target_dir, Lock, Padded,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+struct Config {
+    test: bool,
+    duration: Duration,
+    rounds: usize,
+    items: usize,
+    /// Every thread does at least this many ops, even past the stop flag (test mode).
+    min_ops: u64,
+    filters: Vec<String>,
+    json: Option<PathBuf>,
+}
+
+impl Config {
+    fn from_env_and_args() -> Config {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        // Same rule as criterion: `cargo test --benches` passes no `--bench`.
+        let test = !args.iter().any(|a| a == "--bench");
+        let filters = args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .cloned()
+            .collect();
+        if test {
+            return Config {
+                test,
+                duration: Duration::from_millis(10),
+                rounds: 1,
+                items: 4_000,
+                min_ops: 200,
+                filters,
+                json: None,
+            };
+        }
+        Config {
+            test,
+            duration: Duration::from_millis(env_or("STEADY_DURATION_MS", 500)),
+            rounds: env_or("STEADY_ROUNDS", 5usize).max(1),
+            items: env_or("STEADY_ITEMS", 20_000usize).max(1),
+            min_ops: 0,
+            filters,
+            json: Some(
+                std::env::var_os("STEADY_JSON")
+                    .map_or_else(|| target_dir().join("steady.json"), PathBuf::from),
+            ),
+        }
+    }
+
+    fn selected(&self, name: &str) -> bool {
+        self.filters.is_empty()
+            || self.filters.iter().any(|f| match f.strip_prefix('=') {
+                Some(exact) => name == exact,
+                None => name.contains(f.as_str()),
+            })
+    }
+}
+
+const LOCKS: [&str; 3] = ["gomutex", "std", "parking_lot"];
+
+type GoMutex<T> = gomutex::Mutex<T>;
+type StdMutex<T> = std::sync::Mutex<T>;
+type PlMutex<T> = parking_lot::Mutex<T>;
+
+// ---------------------------------------------------------------------------------------------
+// The steady loop
+
+/// Runs `threads` threads, each with its own state from `make_state(index)` (built before the
+/// clock starts), looping `op` until the stop flag (set `duration` after the start) and at
+/// least `min_ops` times. Returns the wall time (start to the last thread's last op) and each
+/// thread's (ops, state).
+fn steady<S, MS, OP>(
+    threads: usize,
+    duration: Duration,
+    min_ops: u64,
+    make_state: MS,
+    op: OP,
+) -> (Duration, Vec<(u64, S)>)
+where
+    S: Send,
+    MS: Fn(usize) -> S + Sync,
+    OP: Fn(&mut S) + Sync,
+{
+    let stop = Padded(AtomicBool::new(false));
+    let barrier = Barrier::new(threads + 1);
+    let (make_state, op, stop, barrier) = (&make_state, &op, &stop.0, &barrier);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                s.spawn(move || {
+                    let mut state = make_state(i);
+                    barrier.wait();
+                    let mut ops = 0u64;
+                    while ops < min_ops || !stop.load(Ordering::Relaxed) {
+                        op(&mut state);
+                        ops += 1;
+                    }
+                    (Instant::now(), ops, state)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+        let mut end = start;
+        let results = handles
+            .into_iter()
+            .map(|h| {
+                let (t, ops, state) = h.join().expect("bench thread panicked");
+                end = end.max(t);
+                (ops, state)
+            })
+            .collect();
+        (end - start, results)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Go's mutex workloads
+
+/// What every lock guards: the op counter (checked) and Go's `acc0`, `acc1`.
+#[derive(Default)]
+struct Guarded {
+    count: u64,
+    acc0: u64,
+    acc1: u64,
+}
+
+#[inline(always)]
+fn count(g: &mut Guarded) {
+    g.count += 1;
+}
+
+/// `acc0 -= 100; acc1 += 100` (`MutexNoSpin`, `MutexSpin`), and the count.
+#[inline(always)]
+fn count_acc(g: &mut Guarded) {
+    g.count += 1;
+    g.acc0 = g.acc0.wrapping_sub(100);
+    g.acc1 = g.acc1.wrapping_add(100);
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Uncontended,
+    Shared { work: bool },
+    NoSpin,
+    Spin,
+}
+
+/// The seven workloads: name, body, Go's `SetParallelism`.
+const WORKLOADS: [(&str, Kind, usize); 7] = [
+    ("Uncontended", Kind::Uncontended, 1),
+    ("Mutex", Kind::Shared { work: false }, 1),
+    ("MutexSlack", Kind::Shared { work: false }, 10),
+    ("MutexWork", Kind::Shared { work: true }, 1),
+    ("MutexWorkSlack", Kind::Shared { work: true }, 10),
+    ("MutexNoSpin", Kind::NoSpin, 4),
+    ("MutexSpin", Kind::Spin, 1),
+];
+
+/// One run of one workload on lock `L`: ns/op, after checking every counter.
+#[allow(clippy::disallowed_names)] // `foo` is Go's name for the work variable
+fn run_workload<L: Lock<Guarded>>(name: &str, kind: Kind, threads: usize, cfg: &Config) -> f64 {
+    let (d, min) = (cfg.duration, cfg.min_ops);
+    let (wall, ops) = match kind {
+        Kind::Uncontended => {
+            let (wall, res) = steady(
+                threads,
+                d,
+                min,
+                |_| Box::new(Padded(L::new(Guarded::default()))),
+                |mu| mu.0.with(count),
+            );
+            for (ops, mu) in &res {
+                assert_eq!(mu.0.with(|g| g.count), *ops, "{name}: lost updates");
+            }
+            (wall, res.iter().map(|r| r.0).sum())
+        }
+        Kind::Shared { work } => {
+            let mu = L::new(Guarded::default());
+            let (wall, res) = steady(
+                threads,
+                d,
+                min,
+                |_| 0i64,
+                |foo| {
+                    mu.with(count);
+                    if work {
+                        *foo = go_work(*foo);
+                    }
+                },
+            );
+            let ops = res.iter().map(|r| r.0).sum();
+            assert_eq!(mu.with(|g| g.count), ops, "{name}: lost updates");
+            (wall, ops)
+        }
+        Kind::NoSpin => {
+            let mu = L::new(Guarded::default());
+            let (wall, res) = steady(
+                threads,
+                d,
+                min,
+                |_| (0u64, 0u64, local_array(4 << 10)),
+                |(i, locked, data)| {
+                    if *i % 4 == 0 {
+                        mu.with(count_acc);
+                        *locked += 1;
+                    } else {
+                        stride4_increment(data);
+                        thread::yield_now();
+                    }
+                    *i += 1;
+                },
+            );
+            let locked = res.iter().map(|r| r.1 .1).sum();
+            assert_eq!(mu.with(|g| g.count), locked, "{name}: lost updates");
+            (wall, res.iter().map(|r| r.0).sum())
+        }
+        Kind::Spin => {
+            let mu = L::new(Guarded::default());
+            let (wall, res) = steady(
+                threads,
+                d,
+                min,
+                |_| local_array(16 << 10),
+                |data| {
+                    mu.with(count_acc);
+                    stride4_increment(data);
+                },
+            );
+            let ops = res.iter().map(|r| r.0).sum();
+            assert_eq!(mu.with(|g| g.count), ops, "{name}: lost updates");
+            (wall, ops)
+        }
+    };
+    wall.as_nanos() as f64 / ops as f64
+}
+
+// ---------------------------------------------------------------------------------------------
+// Condvar producer/consumer queue
+
+/// The queue all producers and consumers share (behind the lock under test).
+struct Queue {
+    items: VecDeque<u64>,
+    /// False once every producer is done: consumers drain the queue, then leave.
+    producing: bool,
+    /// Consumers' tally, checked at the end.
+    consumed: u64,
+    sum: u64,
+}
+
+/// The two condvars of the queue.
+#[derive(Clone, Copy)]
+enum Cv {
+    NotEmpty = 0,
+    NotFull = 1,
+}
+
+/// A mutex with two condvars, as the producer/consumer loop sees it.
+trait CondLock: Send + Sync {
+    fn new(q: Queue) -> Self;
+    /// Lock; wait on `cv` until `ready`; then run `f` and unlock.
+    fn wait_then<R>(
+        &self,
+        cv: Cv,
+        ready: impl Fn(&Queue) -> bool,
+        f: impl FnOnce(&mut Queue) -> R,
+    ) -> R;
+    fn notify(&self, cv: Cv, all: bool);
+}
+
+/// `std::sync` and gomutex share the API, so one macro implements both.
+macro_rules! std_like_cond_lock {
+    ($name:ident, $mutex:ty, $condvar:ty) => {
+        struct $name {
+            m: $mutex,
+            cv: [$condvar; 2],
+        }
+
+        impl CondLock for $name {
+            fn new(q: Queue) -> Self {
+                Self {
+                    m: <$mutex>::new(q),
+                    cv: [<$condvar>::new(), <$condvar>::new()],
+                }
+            }
+            #[inline]
+            fn wait_then<R>(
+                &self,
+                cv: Cv,
+                ready: impl Fn(&Queue) -> bool,
+                f: impl FnOnce(&mut Queue) -> R,
+            ) -> R {
+                let mut g = self.m.lock().unwrap();
+                while !ready(&g) {
+                    g = self.cv[cv as usize].wait(g).unwrap();
+                }
+                f(&mut g)
+            }
+            #[inline]
+            fn notify(&self, cv: Cv, all: bool) {
+                if all {
+                    self.cv[cv as usize].notify_all();
+                } else {
+                    self.cv[cv as usize].notify_one();
+                }
+            }
+        }
+    };
+}
+
+std_like_cond_lock!(GoQueue, gomutex::Mutex<Queue>, gomutex::Condvar);
+std_like_cond_lock!(StdQueue, std::sync::Mutex<Queue>, std::sync::Condvar);
+
+struct PlQueue {
+    m: parking_lot::Mutex<Queue>,
+    cv: [parking_lot::Condvar; 2],
+}
+
+impl CondLock for PlQueue {
+    fn new(q: Queue) -> Self {
+        Self {
+            m: parking_lot::Mutex::new(q),
+            cv: [parking_lot::Condvar::new(), parking_lot::Condvar::new()],
+        }
+    }
+    #[inline]
+    fn wait_then<R>(
+        &self,
+        cv: Cv,
+        ready: impl Fn(&Queue) -> bool,
+        f: impl FnOnce(&mut Queue) -> R,
+    ) -> R {
+        let mut g = self.m.lock();
+        while !ready(&g) {
+            self.cv[cv as usize].wait(&mut g);
+        }
+        f(&mut g)
+    }
+    #[inline]
+    fn notify(&self, cv: Cv, all: bool) {
+        if all {
+            self.cv[cv as usize].notify_all();
+        } else {
+            self.cv[cv as usize].notify_one();
+        }
+    }
+}
+
+/// A producer/consumer case: producers, consumers, queue capacity, `notify_all` style.
+struct CvCase {
+    producers: usize,
+    consumers: usize,
+    slots: usize,
+    all: bool,
+}
+
+impl CvCase {
+    fn name(&self) -> String {
+        format!(
+            "condvar/{}p{}c{}s-{}",
+            self.producers,
+            self.consumers,
+            self.slots,
+            if self.all { "all" } else { "one" }
+        )
+    }
+}
+
+const CV_CASES: [CvCase; 5] = [
+    CvCase {
+        producers: 10,
+        consumers: 1,
+        slots: 1,
+        all: true,
+    },
+    CvCase {
+        producers: 10,
+        consumers: 1,
+        slots: 1,
+        all: false,
+    },
+    CvCase {
+        producers: 1,
+        consumers: 1,
+        slots: 1,
+        all: true,
+    },
+    CvCase {
+        producers: 4,
+        consumers: 4,
+        slots: 16,
+        all: false,
+    },
+    CvCase {
+        producers: 4,
+        consumers: 4,
+        slots: 16,
+        all: true,
+    },
+];
+
+/// One run of a producer/consumer case on `Q`: ns per item, after checking the tally.
+fn run_queue<Q: CondLock>(c: &CvCase, items: usize) -> f64 {
+    let per = (items / c.producers).max(1) as u64;
+    let total = per * c.producers as u64;
+    let q = Q::new(Queue {
+        items: VecDeque::with_capacity(c.slots),
+        producing: true,
+        consumed: 0,
+        sum: 0,
+    });
+    let (q, slots, all) = (&q, c.slots, c.all);
+    let barrier = Barrier::new(c.producers + c.consumers + 1);
+    let barrier = &barrier;
+    let wall = thread::scope(|s| {
+        for _ in 0..c.consumers {
+            s.spawn(move || {
+                barrier.wait();
+                loop {
+                    let (was_full, more) = q.wait_then(
+                        Cv::NotEmpty,
+                        |q| !q.items.is_empty() || !q.producing,
+                        |q| {
+                            let was_full = q.items.len() == slots;
+                            match q.items.pop_front() {
+                                Some(v) => {
+                                    q.consumed += 1;
+                                    q.sum += v;
+                                    (was_full, true)
+                                }
+                                None => (false, false),
+                            }
+                        },
+                    );
+                    if !more {
+                        return;
+                    }
+                    if !all || was_full {
+                        q.notify(Cv::NotFull, all);
+                    }
+                }
+            });
+        }
+        let producers: Vec<_> = (0..c.producers as u64)
+            .map(|p| {
+                s.spawn(move || {
+                    barrier.wait();
+                    for i in 0..per {
+                        let was_empty = q.wait_then(
+                            Cv::NotFull,
+                            |q| q.items.len() < slots,
+                            |q| {
+                                let was_empty = q.items.is_empty();
+                                q.items.push_back(p * per + i);
+                                was_empty
+                            },
+                        );
+                        if !all || was_empty {
+                            q.notify(Cv::NotEmpty, all);
+                        }
+                    }
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        for p in producers {
+            p.join().expect("producer panicked");
+        }
+        q.wait_then(Cv::NotEmpty, |_| true, |q| q.producing = false);
+        q.notify(Cv::NotEmpty, true);
+        // The scope joins the consumers.
+        start
+    })
+    .elapsed();
+    let (consumed, sum) = q.wait_then(Cv::NotEmpty, |_| true, |q| (q.consumed, q.sum));
+    assert_eq!(consumed, total, "{}: items lost or duplicated", c.name());
+    assert_eq!(sum, total * (total - 1) / 2, "{}: wrong items", c.name());
+    wall.as_nanos() as f64 / total as f64
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rounds, table, JSON
+
+/// All samples (ns per op or item) of one case: one vector per lock, in `LOCKS` order.
+struct Row {
+    name: String,
+    threads: String,
+    samples: [Vec<f64>; 3],
+}
+
+/// Runs `run(lock index)` `rounds` times per lock, alternating the locks.
+fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> f64) -> Row {
+    let mut samples: [Vec<f64>; 3] = Default::default();
+    for r in 0..cfg.rounds {
+        for k in 0..LOCKS.len() {
+            let lock = (r + k) % LOCKS.len();
+            let ns = run(lock);
+            samples[lock].push(ns);
+        }
+    }
+    let row = Row {
+        name,
+        threads,
+        samples,
+    };
+    eprintln!(
+        "{}: {}",
+        row.name,
+        LOCKS
+            .iter()
+            .zip(&row.samples)
+            .map(|(l, s)| format!("{l} {:.1}", median(s)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    row
+}
+
+fn fmt_ns(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+fn print_table(cfg: &Config, rows: &[Row]) {
+    println!();
+    println!(
+        "steady contention: {} ms per run ({} items per condvar run), {} round(s), locks \
+         alternating, {} CPUs; medians, ns per op (condvar: per item)",
+        cfg.duration.as_millis(),
+        cfg.items,
+        cfg.rounds,
+        procs()
+    );
+    println!();
+    println!(
+        "| case | threads | gomutex | std | parking_lot | gomutex/parking_lot | gomutex/std |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let [g, s, p] = [0, 1, 2].map(|i| median(&r.samples[i]));
+        println!(
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+            r.name,
+            r.threads,
+            fmt_ns(g),
+            fmt_ns(s),
+            fmt_ns(p),
+            g / p,
+            g / s
+        );
+    }
+}
+
+fn write_json(cfg: &Config, rows: &[Row], path: &std::path::Path) -> std::io::Result<()> {
+    let mut out = format!(
+        "{{\n  \"duration_ms\": {},\n  \"rounds\": {},\n  \"items\": {},\n  \"cpus\": {},\n  \"cases\": [\n",
+        cfg.duration.as_millis(),
+        cfg.rounds,
+        cfg.items,
+        procs()
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let locks: Vec<String> = LOCKS
+            .iter()
+            .zip(&r.samples)
+            .map(|(l, s)| {
+                let v: Vec<String> = s.iter().map(|x| format!("{x:.3}")).collect();
+                format!("\"{l}\": [{}]", v.join(", "))
+            })
+            .collect();
+        out += &format!(
+            "    {{\"name\": \"{}\", \"threads\": \"{}\", {}}}{}\n",
+            r.name,
+            r.threads,
+            locks.join(", "),
+            if i + 1 < rows.len() { "," } else { "" }
+        );
+    }
+    out += "  ]\n}\n";
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, out)
+}
+
+fn main() {
+    let cfg = Config::from_env_and_args();
+    if cfg.test {
+        eprintln!("steady: test mode (no --bench): every case once, short runs, counters checked");
+    }
+    let mut rows = Vec::new();
+    for (name, kind, par) in WORKLOADS {
+        if !cfg.selected(name) {
+            continue;
+        }
+        let threads = par * procs();
+        rows.push(rounds(
+            &cfg,
+            name.into(),
+            threads.to_string(),
+            |lock| match lock {
+                0 => run_workload::<GoMutex<Guarded>>(name, kind, threads, &cfg),
+                1 => run_workload::<StdMutex<Guarded>>(name, kind, threads, &cfg),
+                _ => run_workload::<PlMutex<Guarded>>(name, kind, threads, &cfg),
+            },
+        ));
+    }
+    for c in &CV_CASES {
+        let name = c.name();
+        if !cfg.selected(&name) {
+            continue;
+        }
+        let threads = format!("{}+{}", c.producers, c.consumers);
+        rows.push(rounds(&cfg, name, threads, |lock| match lock {
+            0 => run_queue::<GoQueue>(c, cfg.items),
+            1 => run_queue::<StdQueue>(c, cfg.items),
+            _ => run_queue::<PlQueue>(c, cfg.items),
+        }));
+    }
+    assert!(!rows.is_empty() || !cfg.filters.is_empty(), "no case ran");
+    print_table(&cfg, &rows);
+    if let Some(path) = &cfg.json {
+        match write_json(&cfg, &rows, path) {
+            Ok(()) => eprintln!("steady: JSON written to {}", path.display()),
+            Err(e) => eprintln!("steady: could not write {}: {e}", path.display()),
+        }
+    }
+}
