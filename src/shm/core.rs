@@ -36,7 +36,7 @@
 
 use super::layout::*;
 use super::sys;
-use crate::algo::{self, StateWord, LOCKED, STARVING, WAITER, WOKEN};
+use crate::algo::{self, StateWord, LOCKED, STARVING, WOKEN};
 use crate::sema::WaitQueue;
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering::*;
@@ -80,11 +80,11 @@ pub(crate) const REC_HANDOFFS: usize = 5;
 const NONLOCK: u64 = 0xffff_fffe;
 
 #[inline]
-fn low(w: u64) -> u32 {
+pub(crate) fn low(w: u64) -> u32 {
     w as u32
 }
 #[inline]
-fn owner_of(w: u64) -> u32 {
+pub(crate) fn owner_of(w: u64) -> u32 {
     (w >> 32) as u32
 }
 #[inline]
@@ -157,6 +157,18 @@ impl Region {
     pub(crate) fn value_ptr(&self) -> *mut u8 {
         // SAFETY: in bounds by the layout.
         unsafe { self.base.as_ptr().add(self.layout.value_offset) }
+    }
+
+    /// Participant `i` holds nothing (journal lock held): no waiter counted, no `WOKEN`, no
+    /// token owed or received, not the owner. Its slot may be freed (once its queue slots are).
+    pub(crate) fn holds_nothing(&self, i: u32) -> bool {
+        let p = self.proc(i);
+        p.registered.load(SeqCst) == 0
+            && p.woken.load(SeqCst) == 0
+            && p.owes_normal.load(SeqCst) == 0
+            && p.owes_handoff.load(SeqCst) == 0
+            && p.handoff.load(SeqCst) == 0
+            && owner_of(self.hdr().state.load(SeqCst)) != i + 1
     }
 }
 
@@ -288,14 +300,32 @@ fn apply_target(r: &Region, t: Target, v: u64) {
     }
 }
 
+/// Add to `tx` participant `p` taking a stored token, if there is one (a hand-off first): the
+/// token's accounting moves to `p` as if it had been delivered to its slot. `false` if none.
+fn take_stored_for(r: &Region, tx: &mut Txn, p: u32) -> bool {
+    let h = r.hdr();
+    if h.stored_handoff.load(SeqCst) > 0 {
+        tx.add(r, Target::StoredHandoff, -1);
+        tx.add(r, Target::Handoff(p), 1);
+    } else if h.stored_normal.load(SeqCst) > 0 {
+        tx.add(r, Target::StoredNormal, -1);
+        tx.add(r, Target::Registered(p), -1);
+        tx.add(r, Target::Woken(p), 1);
+    } else {
+        return false;
+    }
+    true
+}
+
 /// Work left for after the journal lock is released.
 #[derive(Default)]
 struct Post {
     wakes: [Option<u32>; 8],
     n_wakes: usize,
     stored: bool,
-    /// Finish a release made on a dead owner's behalf: `algo::unlock_slow` with this state.
-    unlock_slow: Option<u32>,
+    /// Finish a release made on a dead owner's behalf: the rest of Go's `Unlock` after the
+    /// subtraction left this state ([`algo::unlock_released`]).
+    released: Option<u32>,
     kick: bool,
 }
 
@@ -339,6 +369,18 @@ impl<'a> Ctx<'a> {
     #[inline]
     fn tag(&self) -> u32 {
         self.me + 1
+    }
+
+    /// The word that replaces `cur` when this participant changes Go's state to `new`: the
+    /// owner stays while the lock stays held, becomes us when we take it, and is cleared when
+    /// it is released.
+    fn successor(&self, cur: u64, new: u32) -> u64 {
+        let owner = match (low(cur) & LOCKED != 0, new & LOCKED != 0) {
+            (true, true) => owner_of(cur),
+            (false, true) => self.tag(),
+            _ => 0,
+        };
+        word(new, owner)
     }
 
     // ---------------------------------------------------------------- journal lock
@@ -583,8 +625,8 @@ impl<'a> Ctx<'a> {
     /// Run what a recovery left for after the journal lock.
     fn finish(&self, mut post: Post) {
         self.flush_wakes(&mut post);
-        if let Some(new) = post.unlock_slow {
-            algo::unlock_slow(self, self, new);
+        if let Some(new) = post.released {
+            algo::unlock_released(self, self, new);
         }
         if post.kick {
             self.kick();
@@ -593,19 +635,8 @@ impl<'a> Ctx<'a> {
 
     /// Consume a stored token, if any (journal lock held).
     fn take_stored(&self) -> bool {
-        let h = self.r.hdr();
         let mut tx = Txn::new();
-        if h.stored_handoff.load(SeqCst) > 0 {
-            tx.add(self.r, Target::StoredHandoff, -1);
-            tx.add(self.r, Target::Handoff(self.me), 1);
-        } else if h.stored_normal.load(SeqCst) > 0 {
-            tx.add(self.r, Target::StoredNormal, -1);
-            tx.add(self.r, Target::Registered(self.me), -1);
-            tx.add(self.r, Target::Woken(self.me), 1);
-        } else {
-            return false;
-        }
-        self.commit(&tx)
+        take_stored_for(self.r, &mut tx, self.me) && self.commit(&tx)
     }
 
     fn sleep_in_slot(&self, i: u32, deadline: Option<Instant>) -> bool {
@@ -755,9 +786,7 @@ impl<'a> Ctx<'a> {
                 tx.add(r, Target::OwesHandoff(self.me), 1);
             }
             if self.commit(&tx) {
-                if new_low != 0 {
-                    post.unlock_slow = Some(new_low);
-                }
+                post.released = Some(new_low);
                 break;
             }
         }
@@ -794,12 +823,9 @@ impl<'a> Ctx<'a> {
                 let cur = h.state.load(SeqCst);
                 let mut tx = Txn::new();
                 tx.add(r, Target::Handoff(d), -1);
-                if low(cur) & (STARVING | LOCKED) == STARVING && algo::waiters(low(cur)) > 0 {
-                    let mut new_low = low(cur) - WAITER;
+                if let Some(new_low) = algo::handoff_declined(low(cur)) {
                     tx.add(r, Target::Registered(d), -1);
-                    if algo::waiters(new_low) == 0 {
-                        new_low &= !STARVING;
-                    } else {
+                    if new_low & STARVING != 0 {
                         self.deliver(&mut tx, true);
                     }
                     tx.word = Some((cur, word(new_low, owner_of(cur))));
@@ -828,26 +854,13 @@ impl<'a> Ctx<'a> {
                 // so the receiver and one more waiter must stay counted; if not, retry at a
                 // later scan (the fix-up is a few instructions away).
                 let mut tx = Txn::new();
-                if h.stored_handoff.load(SeqCst) > 0 {
-                    tx.add(r, Target::StoredHandoff, -1);
-                    tx.add(r, Target::Handoff(d), 1);
-                } else if h.stored_normal.load(SeqCst) > 0 {
-                    tx.add(r, Target::StoredNormal, -1);
-                    tx.add(r, Target::Registered(d), -1);
-                    tx.add(r, Target::Woken(d), 1);
-                } else {
+                if !take_stored_for(r, &mut tx, d) {
                     let cur = h.state.load(SeqCst);
-                    let l = low(cur);
-                    let in_flight = u32::from(l & (STARVING | LOCKED) == STARVING);
-                    if algo::waiters(l) < 1 + 2 * in_flight {
+                    let Some(new_low) = algo::deregistered(low(cur)) else {
                         // A token it could take is owed by a live unlocker, or a live hand-off
                         // receiver has not taken ownership yet: finish later.
                         break;
-                    }
-                    let mut new_low = l - WAITER;
-                    if algo::waiters(new_low) == 0 {
-                        new_low &= !STARVING;
-                    }
+                    };
                     tx.word = Some((cur, word(new_low, owner_of(cur))));
                     tx.add(r, Target::Registered(d), -1);
                     h.rec[REC_REGISTRATIONS].fetch_add(1, Relaxed);
@@ -858,14 +871,7 @@ impl<'a> Ctx<'a> {
             }
         }
         // 5. Free its participant slot once nothing refers to it.
-        let cur = h.state.load(SeqCst);
-        let idle = p.registered.load(SeqCst) == 0
-            && p.woken.load(SeqCst) == 0
-            && p.owes_normal.load(SeqCst) == 0
-            && p.owes_handoff.load(SeqCst) == 0
-            && p.handoff.load(SeqCst) == 0
-            && owner_of(cur) != tag;
-        if idle {
+        if r.holds_nothing(d) {
             p.ident.store(0, SeqCst);
         }
         owned
@@ -875,19 +881,12 @@ impl<'a> Ctx<'a> {
     /// dropped).
     pub(crate) fn release_self(&self) {
         let _g = self.jlock();
-        let p = self.r.proc(self.me);
-        let busy = p.registered.load(SeqCst) != 0
-            || p.woken.load(SeqCst) != 0
-            || p.owes_normal.load(SeqCst) != 0
-            || p.owes_handoff.load(SeqCst) != 0
-            || p.handoff.load(SeqCst) != 0
-            || owner_of(self.r.hdr().state.load(SeqCst)) == self.tag()
-            || (0..self.r.layout.waiter_slots).any(|i| {
-                let s = self.r.slot(i);
-                s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == self.me
-            });
-        if !busy {
-            p.ident.store(0, SeqCst);
+        let in_queue = (0..self.r.layout.waiter_slots).any(|i| {
+            let s = self.r.slot(i);
+            s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == self.me
+        });
+        if self.r.holds_nothing(self.me) && !in_queue {
+            self.r.proc(self.me).ident.store(0, SeqCst);
         }
     }
 
@@ -956,13 +955,8 @@ impl StateWord for Ctx<'_> {
             let cur = st.load(SeqCst);
             let old = low(cur);
             let new = old.wrapping_add(delta);
-            let owner = match (old & LOCKED != 0, new & LOCKED != 0) {
-                (true, true) => owner_of(cur),
-                (false, true) => self.tag(),
-                _ => 0,
-            };
             let mut tx = Txn::new();
-            tx.word = Some((cur, word(new, owner)));
+            tx.word = Some((cur, self.successor(cur, new)));
             if algo::waiters(new) < algo::waiters(old) {
                 tx.add(self.r, Target::Registered(self.me), -1);
             }
@@ -1060,13 +1054,8 @@ impl Ctx<'_> {
             if low(cur) != old {
                 return Err(low(cur));
             }
-            let owner = match (old & LOCKED != 0, new & LOCKED != 0) {
-                (true, true) => owner_of(cur),
-                (false, true) => self.tag(),
-                _ => 0,
-            };
             let mut tx = Txn::new();
-            tx.word = Some((cur, word(new, owner)));
+            tx.word = Some((cur, self.successor(cur, new)));
             self.account_cas(&mut tx, old, new);
             if self.commit(&tx) {
                 return Ok(old);

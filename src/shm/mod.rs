@@ -107,7 +107,7 @@ mod sys;
 
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
 
-use self::core::{claim_participant, Ctx, Region};
+use self::core::{claim_participant, low, owner_of, Ctx, Region};
 use self::layout::{Header, Layout};
 use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
@@ -343,16 +343,16 @@ impl<G> fmt::Debug for LockError<G> {
     }
 }
 
+/// What [`LockError`] and [`TryLockError`] say about an acquired lock.
+const OWNER_DIED: &str = "a previous owner of the shared mutex died while holding it";
+const POISONED: &str = "a previous owner of the shared mutex panicked while holding it";
+
 impl<G> fmt::Display for LockError<G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LockError::OwnerDied(_) => {
-                f.write_str("a previous owner of the shared mutex died while holding it")
-            }
-            LockError::Poisoned(_) => {
-                f.write_str("a previous owner of the shared mutex panicked while holding it")
-            }
-        }
+        f.write_str(match self {
+            LockError::OwnerDied(_) => OWNER_DIED,
+            LockError::Poisoned(_) => POISONED,
+        })
     }
 }
 
@@ -389,15 +389,11 @@ impl<G> fmt::Debug for TryLockError<G> {
 
 impl<G> fmt::Display for TryLockError<G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TryLockError::WouldBlock => f.write_str("the shared mutex is locked"),
-            TryLockError::OwnerDied(_) => {
-                f.write_str("a previous owner of the shared mutex died while holding it")
-            }
-            TryLockError::Poisoned(_) => {
-                f.write_str("a previous owner of the shared mutex panicked while holding it")
-            }
-        }
+        f.write_str(match self {
+            TryLockError::WouldBlock => "the shared mutex is locked",
+            TryLockError::OwnerDied(_) => OWNER_DIED,
+            TryLockError::Poisoned(_) => POISONED,
+        })
     }
 }
 
@@ -906,14 +902,20 @@ impl<T: ShmSafe> ShmMutex<T> {
     #[inline]
     fn ctx(&self) -> Ctx<'_> {
         let pid = sys::current_pid();
-        let c = self.me.load(Relaxed);
-        if c != 0 && (c >> 32) as u32 == pid {
-            return Ctx {
+        match self.registered(pid) {
+            Some(me) => Ctx {
                 r: &self.region,
-                me: (c as u32) - 1,
-            };
+                me,
+            },
+            None => self.register(pid),
         }
-        self.register(pid)
+    }
+
+    /// The participant index this handle cached for process `pid`, if it registered one.
+    #[inline]
+    fn registered(&self, pid: u32) -> Option<u32> {
+        let c = self.me.load(Relaxed);
+        (c != 0 && (c >> 32) as u32 == pid).then(|| (c as u32) - 1)
     }
 
     #[cold]
@@ -923,13 +925,10 @@ impl<T: ShmSafe> ShmMutex<T> {
         let guest = r.layout.participants - 1;
         let started = Instant::now();
         loop {
-            let c = self.me.load(Relaxed);
-            if c != 0 && (c >> 32) as u32 == pid {
-                // Another thread of this process registered while we waited for a slot.
-                return Ctx {
-                    r,
-                    me: (c as u32) - 1,
-                };
+            if let Some(me) = self.registered(pid) {
+                // Another thread of this process registered (while we waited for a slot, or
+                // while we claimed one: then we gave ours back).
+                return Ctx { r, me };
             }
             if let Some(i) = claim_participant(r, ident, guest) {
                 let mine = (u64::from(pid) << 32) | u64::from(i + 1);
@@ -942,13 +941,10 @@ impl<T: ShmSafe> ShmMutex<T> {
                 {
                     return Ctx { r, me: i };
                 }
-                // Another thread of this process registered meanwhile: use its slot.
+                // Another thread of this process registered meanwhile: give ours back and use
+                // its slot.
                 r.proc(i).ident.store(0, SeqCst);
-                let c = self.me.load(Relaxed);
-                return Ctx {
-                    r,
-                    me: (c as u32) - 1,
-                };
+                continue;
             }
             // Full: borrow the spare "guest" slot to reclaim dead participants. One thread at a
             // time, even within a process: a second user would go on scanning under the guest
@@ -1094,11 +1090,8 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Whether the lock is held right now (a snapshot; in starvation mode between a hand-off
     /// and its receiver running this reports `true`).
     pub fn is_locked(&self) -> bool {
-        StateWord::load(&Ctx {
-            r: &self.region,
-            me: 0,
-        }) & (algo::LOCKED | algo::STARVING)
-            != 0
+        let state = low(self.region.hdr().state.load(Relaxed));
+        state & (algo::LOCKED | algo::STARVING) != 0
     }
 
     /// Whether a holder panicked (and nobody called `mark_consistent`/`clear_poison` since).
@@ -1120,8 +1113,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub fn diagnostics(&self) -> Diagnostics {
         let h = self.region.hdr();
         let w = h.state.load(SeqCst);
-        let state = w as u32;
-        let owner = (w >> 32) as u32;
+        let (state, owner) = (low(w), owner_of(w));
         let owner_pid = if state & algo::LOCKED != 0 && owner != 0 {
             Some(sys::ident_pid(
                 self.region.proc(owner - 1).ident.load(SeqCst),
@@ -1172,11 +1164,10 @@ pub fn __crash_at(point: u32) {
 
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
-        let c = self.me.load(Relaxed);
-        if c != 0 && (c >> 32) as u32 == sys::current_pid() {
+        if let Some(me) = self.registered(sys::current_pid()) {
             Ctx {
                 r: &self.region,
-                me: (c as u32) - 1,
+                me,
             }
             .release_self();
         }
@@ -1307,12 +1298,12 @@ impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
         }
         let ctx = self.m.ctx();
         // `algo::unlock`, with the release's CAS guessing the word we installed.
-        let guess = if self.word != 0 {
-            self.word
+        let new = if self.word != 0 {
+            ctx.release_from(self.word)
         } else {
-            u64::from(algo::LOCKED) | (u64::from(ctx.me + 1) << 32)
+            ctx.release_locked()
         };
-        algo::unlock_released(&ctx, &ctx, ctx.release_from(guess));
+        algo::unlock_released(&ctx, &ctx, new);
     }
 }
 
