@@ -35,28 +35,12 @@
 //! (see [`Ctx::recover_locked`]).
 
 use super::layout::*;
-use super::sys;
+use super::sys::{self, crash};
 use crate::algo::{self, StateWord, LOCKED, STARVING, WOKEN};
 use crate::sema::WaitQueue;
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
-
-/// Crash points for tests (`shm::__crash_at`): where a process may be made to die.
-pub(crate) mod crash {
-    /// Journal lock held, redo log committed, state word not changed yet.
-    pub const LOG_COMMITTED: u32 = 1;
-    /// Journal lock held, state word changed, accounting not applied yet.
-    pub const WORD_CHANGED: u32 = 2;
-    /// Journal lock held, everything applied, log not cleared yet.
-    pub const APPLIED: u32 = 3;
-    /// Normal-mode unlock: waiter removed and `WOKEN` set, wake-up not delivered yet.
-    pub const OWES_WAKEUP: u32 = 4;
-    /// Starving unlock: lock released, hand-off not delivered yet.
-    pub const OWES_HANDOFF: u32 = 5;
-    /// A sleeper picked up its token (normal: owns `WOKEN`; hand-off: owns the lock-to-be).
-    pub const TOKEN_TAKEN: u32 = 6;
-}
 
 /// A sleeping waiter wakes at least this often to look for dead participants.
 pub(crate) const TICK: Duration = Duration::from_millis(10);

@@ -1156,7 +1156,9 @@ impl<T: ShmSafe> ShmMutex<T> {
 /// lock's slow paths (1 = journal committed, 2 = state word changed, 3 = journal applied,
 /// 4 = a normal-mode wake-up owed, 5 = a hand-off owed, 6 = a waiter picked up its token;
 /// 0 disarms). Lets tests kill a process in windows too narrow for random kills to hit.
-/// Costs one relaxed load on slow paths.
+/// Costs one relaxed load on slow paths. Exists only with the test-only `__crash-points`
+/// feature (this crate's tests enable it); without it the crash points compile to nothing.
+#[cfg(feature = "__crash-points")]
 #[doc(hidden)]
 pub fn __crash_at(point: u32) {
     sys::arm_crash(point);
