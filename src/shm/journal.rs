@@ -39,6 +39,15 @@ pub(super) enum Target {
 }
 
 impl Target {
+    /// Participant `p`'s count of tokens owed (taken a wake-up decision for, not delivered).
+    pub(super) fn owed(p: u32, handoff: bool) -> Self {
+        if handoff {
+            Target::OwesHandoff(p)
+        } else {
+            Target::OwesNormal(p)
+        }
+    }
+
     fn encode(self) -> u32 {
         let (k, i) = match self {
             Target::Registered(i) => (1, i),

@@ -101,6 +101,7 @@
 //!   [`LockError::OwnerDied`] is for.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
 
+mod diagnostics;
 mod error;
 mod journal;
 mod layout;
@@ -110,14 +111,12 @@ mod recovery;
 mod region;
 mod sys;
 
+pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
 
 use self::mapping::unmap;
-use self::recovery::{
-    REC_HANDOFFS, REC_OWED, REC_REGISTRATIONS, REC_REPLAYS, REC_STEALS, REC_WOKEN,
-};
-use self::region::{claim_participant, low, owner_of, Ctx, Region};
+use self::region::{claim_participant, low, Ctx, Region};
 use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
 use core::fmt;
@@ -189,56 +188,6 @@ impl Default for Config {
             waiter_slots: 64,
         }
     }
-}
-
-/// A snapshot of a region's lock state, for tests and monitoring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Diagnostics {
-    /// Go's 32-bit state word (bit 0 locked, 1 woken, 2 starving, waiters << 3).
-    pub state: u32,
-    /// Waiters registered in the state word.
-    pub waiters: u32,
-    /// Pid of the owner, if the lock is held.
-    pub owner_pid: Option<u32>,
-    /// Waiter slots in use (queued, or holding a token not yet picked up).
-    pub queued_slots: u32,
-    /// Wake-up tokens released while nobody slept, not consumed yet.
-    pub stored_tokens: u32,
-    /// Waiter registrations summed over participants (equals `waiters` when quiescent).
-    pub registered_waiters: u64,
-    /// `WOKEN` owners, owed wake-ups and pending hand-offs summed over participants
-    /// (0 when quiescent).
-    pub in_flight: u64,
-    /// Participant slots in use.
-    pub participants: u32,
-    /// Owners found dead so far (over the region's life).
-    pub owner_deaths: u64,
-    /// The owner-died flag (set until `mark_consistent`).
-    pub owner_died: bool,
-    /// The poison flag.
-    pub poisoned: bool,
-    /// What recovery has done so far (over the region's life).
-    pub recovery: RecoveryCounts,
-}
-
-/// Counters of recovery actions, for tests and monitoring (approximate: a recovery that is
-/// itself interrupted by a death may be counted twice).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecoveryCounts {
-    /// The internal journal lock was taken over from a dead holder.
-    pub journal_takeovers: u64,
-    /// A dead holder's committed journal transaction was completed.
-    pub journal_replays: u64,
-    /// Waiter registrations of dead processes removed from the count.
-    pub dead_waiters_removed: u64,
-    /// `WOKEN` bits owned by dead processes cleared.
-    pub dead_woken_cleared: u64,
-    /// Wake-ups and hand-offs a dead unlocker owed, delivered on its behalf.
-    pub owed_wakeups_delivered: u64,
-    /// Hand-offs received by a dead waiter, passed on to the next.
-    pub handoffs_passed_on: u64,
 }
 
 enum Backing {
@@ -480,42 +429,6 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Whether the owner-died flag is set (see [`LockError::OwnerDied`]).
     pub fn owner_died(&self) -> bool {
         self.region.hdr().owner_died.load(Acquire) != 0
-    }
-
-    /// A snapshot of the lock's state.
-    pub fn diagnostics(&self) -> Diagnostics {
-        let h = self.region.hdr();
-        let w = h.state.load(SeqCst);
-        let (state, owner) = (low(w), owner_of(w));
-        let owner_pid = if state & algo::LOCKED != 0 && owner != 0 {
-            Some(sys::ident_pid(
-                self.region.proc(owner - 1).ident.load(SeqCst),
-            ))
-        } else {
-            None
-        };
-        let s = self.region.sums();
-        Diagnostics {
-            state,
-            waiters: algo::waiters(state),
-            owner_pid,
-            queued_slots: s.queued_slots,
-            stored_tokens: h.stored_normal.load(SeqCst) + h.stored_handoff.load(SeqCst),
-            registered_waiters: s.registered,
-            in_flight: s.woken + s.owes + s.handoff,
-            participants: s.participants,
-            owner_deaths: h.owner_deaths.load(SeqCst),
-            owner_died: h.owner_died.load(SeqCst) != 0,
-            poisoned: h.poisoned.load(SeqCst) != 0,
-            recovery: RecoveryCounts {
-                journal_takeovers: h.rec[REC_STEALS].load(SeqCst),
-                journal_replays: h.rec[REC_REPLAYS].load(SeqCst),
-                dead_waiters_removed: h.rec[REC_REGISTRATIONS].load(SeqCst),
-                dead_woken_cleared: h.rec[REC_WOKEN].load(SeqCst),
-                owed_wakeups_delivered: h.rec[REC_OWED].load(SeqCst),
-                handoffs_passed_on: h.rec[REC_HANDOFFS].load(SeqCst),
-            },
-        }
     }
 
     /// Address and length of the region (for diagnostics, or to hand the memory to

@@ -193,12 +193,7 @@ impl WaitQueue for Ctx<'_> {
         {
             let _g = self.jlock();
             let mut tx = Txn::new();
-            let owed = if handoff {
-                Target::OwesHandoff(self.me)
-            } else {
-                Target::OwesNormal(self.me)
-            };
-            tx.add(self.r, owed, -1);
+            tx.add(self.r, Target::owed(self.me, handoff), -1);
             self.deliver(&mut tx, handoff);
             self.commit(&tx);
             post.absorb(self, &tx);

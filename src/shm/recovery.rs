@@ -192,21 +192,20 @@ impl Ctx<'_> {
     /// Step 3: the wake-ups and hand-offs `d` owed, delivered on its behalf.
     fn deliver_owed_by_dead(&self, d: u32, post: &mut Post) {
         let (r, h, p) = (self.r, self.r.hdr(), self.r.proc(d));
-        while p.owes_normal.load(SeqCst) > 0 {
-            h.rec[REC_OWED].fetch_add(1, Relaxed);
-            let mut tx = Txn::new();
-            tx.add(r, Target::OwesNormal(d), -1);
-            self.deliver(&mut tx, false);
-            self.commit(&tx);
-            post.absorb(self, &tx);
-        }
-        while p.owes_handoff.load(SeqCst) > 0 {
-            h.rec[REC_OWED].fetch_add(1, Relaxed);
-            let mut tx = Txn::new();
-            tx.add(r, Target::OwesHandoff(d), -1);
-            self.deliver(&mut tx, true);
-            self.commit(&tx);
-            post.absorb(self, &tx);
+        for handoff in [false, true] {
+            let owes = if handoff {
+                &p.owes_handoff
+            } else {
+                &p.owes_normal
+            };
+            while owes.load(SeqCst) > 0 {
+                h.rec[REC_OWED].fetch_add(1, Relaxed);
+                let mut tx = Txn::new();
+                tx.add(r, Target::owed(d, handoff), -1);
+                self.deliver(&mut tx, handoff);
+                self.commit(&tx);
+                post.absorb(self, &tx);
+            }
         }
     }
 

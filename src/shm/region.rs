@@ -367,39 +367,6 @@ impl Ctx<'_> {
     }
 }
 
-/// Read-only diagnostics of a region, summed over participants.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Sums {
-    pub registered: u64,
-    pub woken: u64,
-    pub owes: u64,
-    pub handoff: u64,
-    pub queued_slots: u32,
-    pub participants: u32,
-}
-
-impl Region {
-    pub(crate) fn sums(&self) -> Sums {
-        let mut s = Sums::default();
-        for i in 0..self.layout.participants {
-            let p = self.proc(i);
-            if p.ident.load(SeqCst) != 0 {
-                s.participants += 1;
-            }
-            s.registered += u64::from(p.registered.load(SeqCst));
-            s.woken += u64::from(p.woken.load(SeqCst));
-            s.owes += u64::from(p.owes_normal.load(SeqCst) + p.owes_handoff.load(SeqCst));
-            s.handoff += u64::from(p.handoff.load(SeqCst));
-        }
-        for i in 0..self.layout.waiter_slots {
-            if self.slot(i).state.load(SeqCst) != SLOT_FREE {
-                s.queued_slots += 1;
-            }
-        }
-        s
-    }
-}
-
 /// Claim one of the first `n` participant slots for `ident` (lock-free CAS on a free slot).
 pub(crate) fn claim_participant(r: &Region, ident: u64, n: u32) -> Option<u32> {
     (0..n.min(r.layout.participants)).find(|&i| {
