@@ -306,11 +306,7 @@ pub const fn deregistered(state: u32) -> Option<u32> {
     if waiters(state) < keep {
         return None;
     }
-    let mut new = state - WAITER;
-    if waiters(new) == 0 {
-        new &= !STARVING;
-    }
-    Some(new)
+    Some(one_waiter_less(state))
 }
 
 /// Remove one registered waiter that holds no token, under the rule of [`deregistered`].
@@ -355,6 +351,42 @@ pub fn unlock_slow<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q, new: u32) {
         // Starvation mode: hand ownership to the front waiter. LOCKED stays clear, STARVING
         // keeps newcomers out; the receiver sets LOCKED and removes itself from the count.
         queue.release(true);
+    }
+}
+
+/// The hand-off rule, as a pure transition: the state after the receiver of a hand-off in
+/// flight (`STARVING && !LOCKED`, the receiver still counted) leaves without taking ownership,
+/// or `None` if no hand-off is in flight. The receiver leaves the count; if it was the last
+/// waiter, starvation mode ends (a starving lock must have a waiter, as in
+/// [`deregistered`]); otherwise the result is still starving and the hand-off passes to the
+/// next waiter. (Go's receiver never declines; a shared-memory lock whose receiver died does
+/// this on its behalf.)
+///
+/// ```
+/// use gomutex::algo::{handoff_declined, LOCKED, STARVING, WAITER};
+/// assert_eq!(handoff_declined(STARVING | 2 * WAITER), Some(STARVING | WAITER));
+/// assert_eq!(handoff_declined(STARVING | WAITER), Some(0));
+/// // No hand-off in flight: the lock is held, or not starving.
+/// assert_eq!(handoff_declined(LOCKED | STARVING | WAITER), None);
+/// assert_eq!(handoff_declined(WAITER), None);
+/// ```
+#[inline]
+pub const fn handoff_declined(state: u32) -> Option<u32> {
+    if state & (STARVING | LOCKED) != STARVING || waiters(state) == 0 {
+        return None;
+    }
+    Some(one_waiter_less(state))
+}
+
+/// `state` with one registered waiter less; removing the last waiter leaves starvation mode (a
+/// starving lock must have a waiter: unlock hands it to one).
+#[inline]
+const fn one_waiter_less(state: u32) -> u32 {
+    let new = state - WAITER;
+    if waiters(new) == 0 {
+        new & !STARVING
+    } else {
+        new
     }
 }
 

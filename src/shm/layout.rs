@@ -39,7 +39,7 @@ pub(crate) const SLOT_TOKEN_HANDOFF: u32 = 3;
 pub(crate) const CLASS_BACK: u32 = 0;
 pub(crate) const CLASS_FRONT: u32 = 1;
 
-/// One redo-log entry: store `value` into `target` (see `core::Target`).
+/// One redo-log entry: store `value` into `target` (see `journal::Target`).
 #[repr(C)]
 pub(crate) struct LogEntry {
     pub target: AtomicU32,
@@ -50,7 +50,7 @@ pub(crate) struct LogEntry {
 /// Entries one journal transaction may hold.
 pub(crate) const LOG_ENTRIES: usize = 12;
 
-/// The redo log of the journal lock's holder (see `core`).
+/// The redo log of the journal lock's holder (see `journal`).
 #[repr(C)]
 pub(crate) struct Log {
     /// 0 empty, 1 committed.
@@ -136,7 +136,7 @@ pub(crate) struct ProcSlot {
     /// `(start time << 24) | pid`; 0 = free.
     pub ident: AtomicU64,
     /// Waiter registrations of this process counted in the state word (or consumed by a token
-    /// in flight to nobody in particular; see `core`).
+    /// in flight to nobody in particular; see `queue`).
     pub registered: AtomicU32,
     /// 1 if a thread of this process owns the `WOKEN` bit.
     pub woken: AtomicU32,

@@ -101,24 +101,28 @@
 //!   [`LockError::OwnerDied`] is for.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
 
-mod core;
+mod diagnostics;
+mod error;
+mod journal;
 mod layout;
+mod mapping;
+mod queue;
+mod recovery;
+mod region;
 mod sys;
 
+pub use diagnostics::{Diagnostics, RecoveryCounts};
+pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
 
-use self::core::{claim_participant, Ctx, Region};
-use self::layout::{Header, Layout};
+use self::mapping::unmap;
+use self::region::{claim_participant, low, Ctx, Region};
 use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
-use ::core::fmt;
-use ::core::marker::PhantomData;
-use ::core::mem::{align_of, size_of};
-use ::core::ops::{Deref, DerefMut};
-use ::core::ptr::NonNull;
-use ::core::sync::atomic::{AtomicU64, Ordering::*};
-use std::ffi::CString;
-use std::io;
+use core::fmt;
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 /// Plain data that may live in memory shared between processes.
@@ -186,278 +190,6 @@ impl Default for Config {
     }
 }
 
-/// Why a region could not be created, opened or attached. Attaching never writes to the
-/// region when it fails.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ShmError {
-    /// The memory is smaller than the region needs.
-    TooSmall {
-        /// Bytes the region needs.
-        needed: usize,
-        /// Bytes available.
-        actual: usize,
-    },
-    /// The memory does not start on a [`REGION_ALIGN`]-byte boundary (or on an
-    /// `align_of::<T>()`-byte one, if `T` is aligned more strictly: the value's offset in the
-    /// region is only aligned relative to its start).
-    Misaligned {
-        /// Its address.
-        addr: usize,
-        /// The alignment required.
-        required: usize,
-    },
-    /// No region was initialised here (the magic number is 0), or the creator has not finished.
-    Uninitialised,
-    /// Something else lives here: the first 8 bytes are not [`MAGIC`].
-    BadMagic {
-        /// What was found.
-        found: u64,
-    },
-    /// A region of another layout version (another release of this crate).
-    VersionMismatch {
-        /// Version found in the header.
-        found: u32,
-        /// [`LAYOUT_VERSION`].
-        expected: u32,
-    },
-    /// The region holds a value of another size or alignment than `T`.
-    ValueMismatch {
-        /// `size_of::<T>()`.
-        expected_size: usize,
-        /// `align_of::<T>()`.
-        expected_align: usize,
-        /// Size recorded in the header.
-        found_size: u64,
-        /// Alignment recorded in the header.
-        found_align: u32,
-    },
-    /// The header is inconsistent (e.g. its sizes do not add up).
-    Corrupt(&'static str),
-    /// The configuration is out of range.
-    InvalidConfig(&'static str),
-    /// A shared-memory name must be 1..=250 bytes, without NUL or `/` after the leading `/`.
-    InvalidName,
-    /// A named region's creator did not finish initialising it in time.
-    InitTimeout,
-    /// A system call failed.
-    Io(io::Error),
-}
-
-impl fmt::Display for ShmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ShmError::TooSmall { needed, actual } => write!(
-                f,
-                "shared region too small: {actual} bytes, {needed} needed"
-            ),
-            ShmError::Misaligned { addr, required } => write!(
-                f,
-                "shared region at {addr:#x} is not aligned to {required} bytes"
-            ),
-            ShmError::Uninitialised => write!(f, "shared region is not initialised"),
-            ShmError::BadMagic { found } => write!(
-                f,
-                "not a gomutex shared region (magic {found:#018x}, expected {MAGIC:#018x})"
-            ),
-            ShmError::VersionMismatch { found, expected } => write!(
-                f,
-                "shared region has layout version {found}, this build uses {expected}"
-            ),
-            ShmError::ValueMismatch {
-                expected_size,
-                expected_align,
-                found_size,
-                found_align,
-            } => write!(
-                f,
-                "shared region holds a value of size {found_size} / align {found_align}, \
-                 expected size {expected_size} / align {expected_align}"
-            ),
-            ShmError::Corrupt(what) => write!(f, "shared region header is corrupt: {what}"),
-            ShmError::InvalidConfig(what) => write!(f, "invalid shared mutex config: {what}"),
-            ShmError::InvalidName => write!(f, "invalid shared memory name"),
-            ShmError::InitTimeout => {
-                write!(
-                    f,
-                    "timed out waiting for the shared region to be initialised"
-                )
-            }
-            ShmError::Io(e) => write!(f, "shared memory: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ShmError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ShmError::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<io::Error> for ShmError {
-    fn from(e: io::Error) -> Self {
-        ShmError::Io(e)
-    }
-}
-
-/// Why a lock call returned a guard in an error: the lock **is held** (the guard is inside),
-/// but the data may be inconsistent.
-pub enum LockError<G> {
-    /// A previous owner died while holding the lock (like `EOWNERDEAD`). Repair the data, then
-    /// call [`ShmMutexGuard::mark_consistent`]; until somebody does, every owner is told.
-    OwnerDied(G),
-    /// A previous owner panicked while holding the lock (std's poisoning).
-    Poisoned(G),
-}
-
-impl<G> LockError<G> {
-    /// The guard (the lock is held).
-    pub fn into_guard(self) -> G {
-        match self {
-            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
-        }
-    }
-    /// The guard, borrowed.
-    pub fn guard(&self) -> &G {
-        match self {
-            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
-        }
-    }
-    /// The guard, mutably borrowed.
-    pub fn guard_mut(&mut self) -> &mut G {
-        match self {
-            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
-        }
-    }
-}
-
-impl<G> fmt::Debug for LockError<G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LockError::OwnerDied(_) => f.write_str("OwnerDied(..)"),
-            LockError::Poisoned(_) => f.write_str("Poisoned(..)"),
-        }
-    }
-}
-
-impl<G> fmt::Display for LockError<G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LockError::OwnerDied(_) => {
-                f.write_str("a previous owner of the shared mutex died while holding it")
-            }
-            LockError::Poisoned(_) => {
-                f.write_str("a previous owner of the shared mutex panicked while holding it")
-            }
-        }
-    }
-}
-
-impl<G> std::error::Error for LockError<G> {}
-
-/// Why a `try_lock*` call did not return a clean guard.
-pub enum TryLockError<G> {
-    /// The lock is held (or belongs to the queue in starvation mode), or the timeout passed.
-    WouldBlock,
-    /// Acquired; a previous owner died while holding it (see [`LockError::OwnerDied`]).
-    OwnerDied(G),
-    /// Acquired; a previous owner panicked while holding it.
-    Poisoned(G),
-}
-
-impl<G> From<LockError<G>> for TryLockError<G> {
-    fn from(e: LockError<G>) -> Self {
-        match e {
-            LockError::OwnerDied(g) => TryLockError::OwnerDied(g),
-            LockError::Poisoned(g) => TryLockError::Poisoned(g),
-        }
-    }
-}
-
-impl<G> fmt::Debug for TryLockError<G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TryLockError::WouldBlock => f.write_str("WouldBlock"),
-            TryLockError::OwnerDied(_) => f.write_str("OwnerDied(..)"),
-            TryLockError::Poisoned(_) => f.write_str("Poisoned(..)"),
-        }
-    }
-}
-
-impl<G> fmt::Display for TryLockError<G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TryLockError::WouldBlock => f.write_str("the shared mutex is locked"),
-            TryLockError::OwnerDied(_) => {
-                f.write_str("a previous owner of the shared mutex died while holding it")
-            }
-            TryLockError::Poisoned(_) => {
-                f.write_str("a previous owner of the shared mutex panicked while holding it")
-            }
-        }
-    }
-}
-
-impl<G> std::error::Error for TryLockError<G> {}
-
-/// Result of [`ShmMutex::lock`].
-pub type LockResult<G> = Result<G, LockError<G>>;
-/// Result of [`ShmMutex::try_lock`] and its timed variants.
-pub type TryLockResult<G> = Result<G, TryLockError<G>>;
-
-/// A snapshot of a region's lock state, for tests and monitoring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Diagnostics {
-    /// Go's 32-bit state word (bit 0 locked, 1 woken, 2 starving, waiters << 3).
-    pub state: u32,
-    /// Waiters registered in the state word.
-    pub waiters: u32,
-    /// Pid of the owner, if the lock is held.
-    pub owner_pid: Option<u32>,
-    /// Waiter slots in use (queued, or holding a token not yet picked up).
-    pub queued_slots: u32,
-    /// Wake-up tokens released while nobody slept, not consumed yet.
-    pub stored_tokens: u32,
-    /// Waiter registrations summed over participants (equals `waiters` when quiescent).
-    pub registered_waiters: u64,
-    /// `WOKEN` owners, owed wake-ups and pending hand-offs summed over participants
-    /// (0 when quiescent).
-    pub in_flight: u64,
-    /// Participant slots in use.
-    pub participants: u32,
-    /// Owners found dead so far (over the region's life).
-    pub owner_deaths: u64,
-    /// The owner-died flag (set until `mark_consistent`).
-    pub owner_died: bool,
-    /// The poison flag.
-    pub poisoned: bool,
-    /// What recovery has done so far (over the region's life).
-    pub recovery: RecoveryCounts,
-}
-
-/// Counters of recovery actions, for tests and monitoring (approximate: a recovery that is
-/// itself interrupted by a death may be counted twice).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecoveryCounts {
-    /// The internal journal lock was taken over from a dead holder.
-    pub journal_takeovers: u64,
-    /// A dead holder's committed journal transaction was completed.
-    pub journal_replays: u64,
-    /// Waiter registrations of dead processes removed from the count.
-    pub dead_waiters_removed: u64,
-    /// `WOKEN` bits owned by dead processes cleared.
-    pub dead_woken_cleared: u64,
-    /// Wake-ups and hand-offs a dead unlocker owed, delivered on its behalf.
-    pub owed_wakeups_delivered: u64,
-    /// Hand-offs received by a dead waiter, passed on to the next.
-    pub handoffs_passed_on: u64,
-}
-
 enum Backing {
     /// We mapped it (anonymous or named): unmap on drop.
     Mapped,
@@ -486,434 +218,26 @@ unsafe impl<T: ShmSafe> Send for ShmMutex<T> {}
 // SAFETY: as above.
 unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
-/// The alignment a region holding `T` must start on: the value sits at an offset aligned to
-/// `max(REGION_ALIGN, align_of::<T>())` from the start, so an over-aligned `T` (up to the 4096
-/// `Layout` accepts) is only aligned if the start is too.
-fn region_align<T>() -> usize {
-    REGION_ALIGN.max(align_of::<T>())
-}
-
-fn check_base<T>(base: *const u8) -> Result<(), ShmError> {
-    let required = region_align::<T>();
-    if base.is_null() || !(base as usize).is_multiple_of(required) {
-        return Err(ShmError::Misaligned {
-            addr: base as usize,
-            required,
-        });
-    }
-    Ok(())
-}
-
-fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
-    check_base::<T>(base)?;
-    if len < HEADER_SIZE {
-        return Err(ShmError::TooSmall {
-            needed: HEADER_SIZE,
-            actual: len,
-        });
-    }
-    // SAFETY: `base` is aligned and at least a header long (checked); we only load atomics.
-    let h = unsafe { &*(base as *const Header) };
-    let magic = h.magic.load(Acquire);
-    if magic == 0 {
-        return Err(ShmError::Uninitialised);
-    }
-    if magic != MAGIC {
-        return Err(ShmError::BadMagic { found: magic });
-    }
-    let version = h.version.load(Relaxed);
-    if version != LAYOUT_VERSION {
-        return Err(ShmError::VersionMismatch {
-            found: version,
-            expected: LAYOUT_VERSION,
-        });
-    }
-    if h.header_size.load(Relaxed) as usize != HEADER_SIZE {
-        return Err(ShmError::Corrupt("header size"));
-    }
-    let (vs, va) = (h.value_size.load(Relaxed), h.value_align.load(Relaxed));
-    if vs != size_of::<T>() as u64 || va as usize != align_of::<T>() {
-        return Err(ShmError::ValueMismatch {
-            expected_size: size_of::<T>(),
-            expected_align: align_of::<T>(),
-            found_size: vs,
-            found_align: va,
-        });
-    }
-    let layout = Layout::new(
-        h.participants.load(Relaxed),
-        h.waiter_slots.load(Relaxed),
-        size_of::<T>(),
-        align_of::<T>(),
-    )
-    .ok_or(ShmError::Corrupt("slot counts"))?;
-    if layout.participants < 2 {
-        // Every region has at least one participant slot plus the spare "guest" slot; with
-        // fewer, every lock call would spin for 2 s and panic (`register`).
-        return Err(ShmError::Corrupt("participant count"));
-    }
-    if h.total_size.load(Relaxed) != layout.total_size as u64
-        || h.value_offset.load(Relaxed) != layout.value_offset as u64
-    {
-        return Err(ShmError::Corrupt("sizes do not add up"));
-    }
-    if len < layout.total_size {
-        return Err(ShmError::TooSmall {
-            needed: layout.total_size,
-            actual: len,
-        });
-    }
-    Ok(layout)
-}
-
-fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
-    if cfg.participants == 0 || cfg.participants >= layout::MAX_SLOTS {
-        return Err(ShmError::InvalidConfig("participants must be in 1..=65535"));
-    }
-    if cfg.waiter_slots > layout::MAX_SLOTS {
-        return Err(ShmError::InvalidConfig(
-            "waiter_slots must be at most 65536",
-        ));
-    }
-    // One extra participant slot is the "guest" a process borrows to reclaim dead
-    // participants when the table is full.
-    Layout::new(
-        cfg.participants + 1,
-        cfg.waiter_slots,
-        size_of::<T>(),
-        align_of::<T>(),
-    )
-    .ok_or(ShmError::InvalidConfig(
-        "the value is aligned to more than 4096 bytes, or too large",
-    ))
-}
-
-/// Initialise a region at `base` (checked: aligned, big enough).
-///
-/// # Safety
-/// `base..base+len` is writable memory nobody else uses until this returns; except that if
-/// `zeroed` (it is known to hold only zeros: a new anonymous mapping, a new `ftruncate`d
-/// object), others may already load its atomics (an opener polling for the magic).
-unsafe fn init_region<T: ShmSafe>(
-    base: *mut u8,
-    len: usize,
-    value: T,
-    cfg: Config,
-    zeroed: bool,
-) -> Result<Region, ShmError> {
-    let layout = layout_for::<T>(cfg)?;
-    check_base::<T>(base)?;
-    if len < layout.total_size {
-        return Err(ShmError::TooSmall {
-            needed: layout.total_size,
-            actual: len,
-        });
-    }
-    if !zeroed {
-        // SAFETY: writable and ours alone (caller's contract), `total_size <= len`.
-        unsafe { ::core::ptr::write_bytes(base, 0, layout.total_size) };
-    }
-    // SAFETY: aligned, in bounds; zeroed memory is a valid all-atomics header (its padding
-    // fields are never written, so others' `&Header` to it see no change).
-    let h = unsafe { &*(base as *const Header) };
-    h.version.store(LAYOUT_VERSION, Relaxed);
-    h.header_size.store(HEADER_SIZE as u32, Relaxed);
-    h.total_size.store(layout.total_size as u64, Relaxed);
-    h.participants.store(layout.participants, Relaxed);
-    h.waiter_slots.store(layout.waiter_slots, Relaxed);
-    h.value_offset.store(layout.value_offset as u64, Relaxed);
-    h.value_size.store(size_of::<T>() as u64, Relaxed);
-    h.value_align.store(align_of::<T>() as u32, Relaxed);
-    // SAFETY: the value offset is in bounds (layout) and aligned for T: it is a multiple of
-    // `align_of::<T>()` from a base aligned to it (`check_base`).
-    unsafe { ::core::ptr::write(base.add(layout.value_offset).cast::<T>(), value) };
-    // Publish: everything above happens-before any attach that sees the magic.
-    h.magic.store(MAGIC, Release);
-    // SAFETY: initialised above with this layout; the caller keeps it mapped.
-    Ok(unsafe { Region::new(NonNull::new_unchecked(base), layout) })
-}
-
-fn shm_name(name: &str) -> Result<CString, ShmError> {
-    let n = if name.starts_with('/') {
-        name.to_owned()
-    } else {
-        format!("/{name}")
-    };
-    if n.len() < 2 || n.len() > 251 || n[1..].contains('/') {
-        return Err(ShmError::InvalidName);
-    }
-    CString::new(n).map_err(|_| ShmError::InvalidName)
-}
-
-fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
-    let flags = if fd < 0 {
-        libc::MAP_SHARED | libc::MAP_ANONYMOUS
-    } else {
-        libc::MAP_SHARED
-    };
-    // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            ::core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error().into());
-    }
-    Ok(p.cast())
-}
-
-fn unmap(p: *mut u8, len: usize) {
-    // SAFETY: `p..p+len` is a mapping we made and no longer use.
-    unsafe { libc::munmap(p.cast(), len) };
-}
-
-struct Fd(libc::c_int);
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: our own descriptor.
-        unsafe { libc::close(self.0) };
-    }
-}
-
 impl<T: ShmSafe> ShmMutex<T> {
-    /// Bytes a region for `T` with this configuration occupies (what to map for
-    /// [`init_in_place`](Self::init_in_place)).
-    ///
-    /// ```
-    /// use gomutex::shm::{Config, ShmMutex};
-    /// let n = ShmMutex::<u64>::required_size(Config::default()).unwrap();
-    /// assert_eq!(n % 64, 0);
-    /// ```
-    pub fn required_size(cfg: Config) -> Result<usize, ShmError> {
-        Ok(layout_for::<T>(cfg)?.total_size)
-    }
-
-    fn from_region(region: Region, backing: Backing, map_len: usize) -> Self {
-        Self {
-            region,
-            backing,
-            map_len,
-            me: AtomicU64::new(0),
-            _t: PhantomData,
-        }
-    }
-
-    /// A new region in an anonymous shared mapping (`MAP_SHARED | MAP_ANONYMOUS`) holding
-    /// `value`, with the default [`Config`]. Children created with `fork()` afterwards share
-    /// it.
-    pub fn anonymous(value: T) -> Result<Self, ShmError> {
-        Self::anonymous_with(value, Config::default())
-    }
-
-    /// [`anonymous`](Self::anonymous) with explicit sizes.
-    pub fn anonymous_with(value: T, cfg: Config) -> Result<Self, ShmError> {
-        let len = layout_for::<T>(cfg)?.total_size;
-        let p = map_shared(-1, len)?;
-        // SAFETY: a fresh mapping of `len` bytes, page aligned, ours alone, zero-filled.
-        match unsafe { init_region(p, len, value, cfg, true) } {
-            Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
-            Err(e) => {
-                unmap(p, len);
-                Err(e)
-            }
-        }
-    }
-
-    /// Create a named region (`shm_open(name, O_CREAT | O_EXCL)`, mode 0600) holding `value`.
-    /// Fails with `Io(AlreadyExists)` if the name exists. `name` may omit the leading `/`.
-    pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
-        let cname = shm_name(name)?;
-        let len = layout_for::<T>(cfg)?.total_size;
-        // SAFETY: a NUL-terminated name; creates a new object.
-        let fd = unsafe {
-            libc::shm_open(
-                cname.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        let fd = Fd(fd);
-        let fail = |e: ShmError| {
-            // SAFETY: removing the name we just created.
-            unsafe { libc::shm_unlink(cname.as_ptr()) };
-            e
-        };
-        // SAFETY: our descriptor.
-        if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
-            return Err(fail(io::Error::last_os_error().into()));
-        }
-        let p = map_shared(fd.0, len).map_err(fail)?;
-        // SAFETY: a fresh mapping of the new (O_EXCL), just-extended, so zero-filled object,
-        // page aligned; openers only load its magic atomically until it is written, last.
-        match unsafe { init_region(p, len, value, cfg, true) } {
-            Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
-            Err(e) => {
-                unmap(p, len);
-                Err(fail(e))
-            }
-        }
-    }
-
-    /// Open an existing named region, waiting up to 1 s for its creator to finish
-    /// initialising it.
-    pub fn open(name: &str) -> Result<Self, ShmError> {
-        Self::open_timeout(name, Duration::from_secs(1))
-    }
-
-    /// [`open`](Self::open) with an explicit wait for initialisation. Fails with
-    /// `Io(NotFound)` if the name does not exist, [`ShmError::InitTimeout`] if it is not
-    /// initialised in time, or a validation error (nothing is written then).
-    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Self, ShmError> {
-        let cname = shm_name(name)?;
-        // SAFETY: a NUL-terminated name.
-        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        let fd = Fd(fd);
-        let deadline = Instant::now() + timeout;
-        loop {
-            // SAFETY: a zeroed stat buffer for fstat to fill.
-            let mut st: libc::stat = unsafe { ::core::mem::zeroed() };
-            // SAFETY: our descriptor, a valid buffer.
-            if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
-                return Err(io::Error::last_os_error().into());
-            }
-            let len = st.st_size as usize;
-            if len >= HEADER_SIZE {
-                let p = map_shared(fd.0, len)?;
-                match validate::<T>(p, len) {
-                    Ok(layout) => {
-                        // SAFETY: validated; mapped for `len >= total_size` bytes until drop.
-                        let r = unsafe { Region::new(NonNull::new_unchecked(p), layout) };
-                        return Ok(Self::from_region(r, Backing::Mapped, len));
-                    }
-                    Err(ShmError::Uninitialised) => unmap(p, len),
-                    Err(e) => {
-                        unmap(p, len);
-                        return Err(e);
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(ShmError::InitTimeout);
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Open the named region, or create it with `value` if it does not exist; `true` if this
-    /// call created it. Race-free: exactly one of several concurrent callers creates.
-    pub fn open_or_create(name: &str, value: T, cfg: Config) -> Result<(Self, bool), ShmError> {
-        loop {
-            match Self::create(name, value, cfg) {
-                Ok(m) => return Ok((m, true)),
-                Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-            match Self::open(name) {
-                Ok(m) => return Ok((m, false)),
-                // Unlinked between our two calls: try again.
-                Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Remove a name (`shm_unlink`). Processes that have it mapped keep their mapping.
-    pub fn unlink(name: &str) -> Result<(), ShmError> {
-        let cname = shm_name(name)?;
-        // SAFETY: a NUL-terminated name.
-        if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        Ok(())
-    }
-
-    /// Initialise a region in memory the caller mapped, holding `value`.
-    ///
-    /// # Safety
-    ///
-    /// * `ptr..ptr + len` is writable memory mapped `MAP_SHARED` (a shared file, `shm_open`,
-    ///   memfd or `MAP_SHARED | MAP_ANONYMOUS` object; never private or copy-on-write memory,
-    ///   where other processes would not see the lock) that stays mapped for the life of the
-    ///   returned handle;
-    /// * no other process or thread uses that memory until this returns (it is overwritten).
-    ///
-    /// Checks (and returns an error for, without writing) a misaligned `ptr` (it must be
-    /// [`REGION_ALIGN`]-aligned, or `align_of::<T>()`-aligned if that is more; `mmap` results
-    /// are) and a `len` below [`required_size`](Self::required_size).
-    pub unsafe fn init_in_place(
-        ptr: *mut u8,
-        len: usize,
-        value: T,
-        cfg: Config,
-    ) -> Result<Self, ShmError> {
-        // SAFETY: the caller's contract (the memory may hold anything: zero it).
-        let r = unsafe { init_region(ptr, len, value, cfg, false) }?;
-        Ok(Self::from_region(r, Backing::Borrowed, len))
-    }
-
-    /// Attach to a region another process (or [`init_in_place`](Self::init_in_place))
-    /// initialised in memory the caller mapped. Validates the header and writes nothing if it
-    /// is wrong.
-    ///
-    /// # Safety
-    ///
-    /// `ptr..ptr + len` is readable and writable `MAP_SHARED` memory that stays mapped for the
-    /// life of the returned handle, and, if it holds a valid header, is used only as a gomutex
-    /// region for `T` by everybody.
-    ///
-    /// ```
-    /// use gomutex::shm::{Config, ShmError, ShmMutex};
-    ///
-    /// let len = ShmMutex::<u32>::required_size(Config::default())?;
-    /// // SAFETY: a fresh shared anonymous mapping, unmapped below after the handles are gone.
-    /// let p = unsafe {
-    ///     libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE,
-    ///                libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
-    /// } as *mut u8;
-    /// // Zeroed memory is not a region: an error, and nothing written.
-    /// assert!(matches!(unsafe { ShmMutex::<u32>::attach(p, len) }, Err(ShmError::Uninitialised)));
-    /// let a = unsafe { ShmMutex::init_in_place(p, len, 5u32, Config::default()) }?;
-    /// let b = unsafe { ShmMutex::<u32>::attach(p, len) }?;
-    /// *a.lock().unwrap() += 1;
-    /// assert_eq!(*b.lock().unwrap(), 6);
-    /// // A different T is refused.
-    /// assert!(matches!(unsafe { ShmMutex::<u64>::attach(p, len) }, Err(ShmError::ValueMismatch { .. })));
-    /// drop((a, b));
-    /// unsafe { libc::munmap(p.cast(), len) };
-    /// # Ok::<(), ShmError>(())
-    /// ```
-    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, ShmError> {
-        let layout = validate::<T>(ptr, len)?;
-        // SAFETY: validated (non-null, aligned, big enough); kept mapped per the contract.
-        let r = unsafe { Region::new(NonNull::new_unchecked(ptr), layout) };
-        Ok(Self::from_region(r, Backing::Borrowed, len))
-    }
-
     /// This process's view, registering it as a participant on first use (and again in a
     /// forked child, whose pid differs).
     #[inline]
     fn ctx(&self) -> Ctx<'_> {
         let pid = sys::current_pid();
-        let c = self.me.load(Relaxed);
-        if c != 0 && (c >> 32) as u32 == pid {
-            return Ctx {
+        match self.registered(pid) {
+            Some(me) => Ctx {
                 r: &self.region,
-                me: (c as u32) - 1,
-            };
+                me,
+            },
+            None => self.register(pid),
         }
-        self.register(pid)
+    }
+
+    /// The participant index this handle cached for process `pid`, if it registered one.
+    #[inline]
+    fn registered(&self, pid: u32) -> Option<u32> {
+        let c = self.me.load(Relaxed);
+        (c != 0 && (c >> 32) as u32 == pid).then(|| (c as u32) - 1)
     }
 
     #[cold]
@@ -923,13 +247,10 @@ impl<T: ShmSafe> ShmMutex<T> {
         let guest = r.layout.participants - 1;
         let started = Instant::now();
         loop {
-            let c = self.me.load(Relaxed);
-            if c != 0 && (c >> 32) as u32 == pid {
-                // Another thread of this process registered while we waited for a slot.
-                return Ctx {
-                    r,
-                    me: (c as u32) - 1,
-                };
+            if let Some(me) = self.registered(pid) {
+                // Another thread of this process registered (while we waited for a slot, or
+                // while we claimed one: then we gave ours back).
+                return Ctx { r, me };
             }
             if let Some(i) = claim_participant(r, ident, guest) {
                 let mine = (u64::from(pid) << 32) | u64::from(i + 1);
@@ -942,13 +263,10 @@ impl<T: ShmSafe> ShmMutex<T> {
                 {
                     return Ctx { r, me: i };
                 }
-                // Another thread of this process registered meanwhile: use its slot.
+                // Another thread of this process registered meanwhile: give ours back and use
+                // its slot.
                 r.proc(i).ident.store(0, SeqCst);
-                let c = self.me.load(Relaxed);
-                return Ctx {
-                    r,
-                    me: (c as u32) - 1,
-                };
+                continue;
             }
             // Full: borrow the spare "guest" slot to reclaim dead participants. One thread at a
             // time, even within a process: a second user would go on scanning under the guest
@@ -1094,11 +412,8 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Whether the lock is held right now (a snapshot; in starvation mode between a hand-off
     /// and its receiver running this reports `true`).
     pub fn is_locked(&self) -> bool {
-        StateWord::load(&Ctx {
-            r: &self.region,
-            me: 0,
-        }) & (algo::LOCKED | algo::STARVING)
-            != 0
+        let state = low(self.region.hdr().state.load(Relaxed));
+        state & (algo::LOCKED | algo::STARVING) != 0
     }
 
     /// Whether a holder panicked (and nobody called `mark_consistent`/`clear_poison` since).
@@ -1116,43 +431,6 @@ impl<T: ShmSafe> ShmMutex<T> {
         self.region.hdr().owner_died.load(Acquire) != 0
     }
 
-    /// A snapshot of the lock's state.
-    pub fn diagnostics(&self) -> Diagnostics {
-        let h = self.region.hdr();
-        let w = h.state.load(SeqCst);
-        let state = w as u32;
-        let owner = (w >> 32) as u32;
-        let owner_pid = if state & algo::LOCKED != 0 && owner != 0 {
-            Some(sys::ident_pid(
-                self.region.proc(owner - 1).ident.load(SeqCst),
-            ))
-        } else {
-            None
-        };
-        let s = self.region.sums();
-        Diagnostics {
-            state,
-            waiters: algo::waiters(state),
-            owner_pid,
-            queued_slots: s.queued_slots,
-            stored_tokens: h.stored_normal.load(SeqCst) + h.stored_handoff.load(SeqCst),
-            registered_waiters: s.registered,
-            in_flight: s.woken + s.owes + s.handoff,
-            participants: s.participants,
-            owner_deaths: h.owner_deaths.load(SeqCst),
-            owner_died: h.owner_died.load(SeqCst) != 0,
-            poisoned: h.poisoned.load(SeqCst) != 0,
-            recovery: RecoveryCounts {
-                journal_takeovers: h.rec[self::core::REC_STEALS].load(SeqCst),
-                journal_replays: h.rec[self::core::REC_REPLAYS].load(SeqCst),
-                dead_waiters_removed: h.rec[self::core::REC_REGISTRATIONS].load(SeqCst),
-                dead_woken_cleared: h.rec[self::core::REC_WOKEN].load(SeqCst),
-                owed_wakeups_delivered: h.rec[self::core::REC_OWED].load(SeqCst),
-                handoffs_passed_on: h.rec[self::core::REC_HANDOFFS].load(SeqCst),
-            },
-        }
-    }
-
     /// Address and length of the region (for diagnostics, or to hand the memory to
     /// [`attach`](Self::attach) elsewhere).
     pub fn as_ptr_len(&self) -> (*mut u8, usize) {
@@ -1164,7 +442,9 @@ impl<T: ShmSafe> ShmMutex<T> {
 /// lock's slow paths (1 = journal committed, 2 = state word changed, 3 = journal applied,
 /// 4 = a normal-mode wake-up owed, 5 = a hand-off owed, 6 = a waiter picked up its token;
 /// 0 disarms). Lets tests kill a process in windows too narrow for random kills to hit.
-/// Costs one relaxed load on slow paths.
+/// Costs one relaxed load on slow paths. Exists only with the test-only `__crash-points`
+/// feature (this crate's tests enable it); without it the crash points compile to nothing.
+#[cfg(feature = "__crash-points")]
 #[doc(hidden)]
 pub fn __crash_at(point: u32) {
     sys::arm_crash(point);
@@ -1172,11 +452,10 @@ pub fn __crash_at(point: u32) {
 
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
-        let c = self.me.load(Relaxed);
-        if c != 0 && (c >> 32) as u32 == sys::current_pid() {
+        if let Some(me) = self.registered(sys::current_pid()) {
             Ctx {
                 r: &self.region,
-                me: (c as u32) - 1,
+                me,
             }
             .release_self();
         }
@@ -1307,12 +586,12 @@ impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
         }
         let ctx = self.m.ctx();
         // `algo::unlock`, with the release's CAS guessing the word we installed.
-        let guess = if self.word != 0 {
-            self.word
+        let new = if self.word != 0 {
+            ctx.release_from(self.word)
         } else {
-            u64::from(algo::LOCKED) | (u64::from(ctx.me + 1) << 32)
+            ctx.release_locked()
         };
-        algo::unlock_released(&ctx, &ctx, ctx.release_from(guess));
+        algo::unlock_released(&ctx, &ctx, new);
     }
 }
 

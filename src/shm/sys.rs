@@ -108,15 +108,35 @@ pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
     }
 }
 
+/// Crash points for tests (`shm::__crash_at`): where a process may be made to die. Compiled
+/// in only with the test-only `__crash-points` feature; without it [`crash_point`] is empty.
+pub(crate) mod crash {
+    /// Journal lock held, redo log committed, state word not changed yet.
+    pub const LOG_COMMITTED: u32 = 1;
+    /// Journal lock held, state word changed, accounting not applied yet.
+    pub const WORD_CHANGED: u32 = 2;
+    /// Journal lock held, everything applied, log not cleared yet.
+    pub const APPLIED: u32 = 3;
+    /// Normal-mode unlock: waiter removed and `WOKEN` set, wake-up not delivered yet.
+    pub const OWES_WAKEUP: u32 = 4;
+    /// Starving unlock: lock released, hand-off not delivered yet.
+    pub const OWES_HANDOFF: u32 = 5;
+    /// A sleeper picked up its token (normal: owns `WOKEN`; hand-off: owns the lock-to-be).
+    pub const TOKEN_TAKEN: u32 = 6;
+}
+
 /// A crash point armed in this process (0 = none); see `shm::__crash_at`.
+#[cfg(feature = "__crash-points")]
 static CRASH_AT: AtomicU32 = AtomicU32::new(0);
 
 /// Arm a crash point: the process SIGKILLs itself when it reaches it (tests only).
+#[cfg(feature = "__crash-points")]
 pub(crate) fn arm_crash(point: u32) {
     CRASH_AT.store(point, Ordering::Relaxed);
 }
 
 /// Die here if this point is armed (one relaxed load; only on slow paths).
+#[cfg(feature = "__crash-points")]
 #[inline]
 pub(crate) fn crash_point(point: u32) {
     if CRASH_AT.load(Ordering::Relaxed) == point {
@@ -124,6 +144,11 @@ pub(crate) fn crash_point(point: u32) {
         unsafe { libc::raise(libc::SIGKILL) };
     }
 }
+
+/// Crash points are compiled out: nothing.
+#[cfg(not(feature = "__crash-points"))]
+#[inline(always)]
+pub(crate) fn crash_point(_point: u32) {}
 
 /// The cached pid of this process; 0 = not known yet (or reset in a forked child).
 static PID: AtomicU32 = AtomicU32::new(0);

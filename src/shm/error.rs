@@ -1,0 +1,226 @@
+//! The errors of the shared-memory lock: why a region could not be set up ([`ShmError`]), and
+//! why a lock call returned its guard inside an error ([`LockError`], [`TryLockError`]).
+
+use super::layout::MAGIC;
+#[cfg(doc)]
+use super::{ShmMutex, ShmMutexGuard, LAYOUT_VERSION, REGION_ALIGN};
+use core::fmt;
+use std::io;
+
+/// Why a region could not be created, opened or attached. Attaching never writes to the
+/// region when it fails.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ShmError {
+    /// The memory is smaller than the region needs.
+    TooSmall {
+        /// Bytes the region needs.
+        needed: usize,
+        /// Bytes available.
+        actual: usize,
+    },
+    /// The memory does not start on a [`REGION_ALIGN`]-byte boundary (or on an
+    /// `align_of::<T>()`-byte one, if `T` is aligned more strictly: the value's offset in the
+    /// region is only aligned relative to its start).
+    Misaligned {
+        /// Its address.
+        addr: usize,
+        /// The alignment required.
+        required: usize,
+    },
+    /// No region was initialised here (the magic number is 0), or the creator has not finished.
+    Uninitialised,
+    /// Something else lives here: the first 8 bytes are not [`MAGIC`].
+    BadMagic {
+        /// What was found.
+        found: u64,
+    },
+    /// A region of another layout version (another release of this crate).
+    VersionMismatch {
+        /// Version found in the header.
+        found: u32,
+        /// [`LAYOUT_VERSION`].
+        expected: u32,
+    },
+    /// The region holds a value of another size or alignment than `T`.
+    ValueMismatch {
+        /// `size_of::<T>()`.
+        expected_size: usize,
+        /// `align_of::<T>()`.
+        expected_align: usize,
+        /// Size recorded in the header.
+        found_size: u64,
+        /// Alignment recorded in the header.
+        found_align: u32,
+    },
+    /// The header is inconsistent (e.g. its sizes do not add up).
+    Corrupt(&'static str),
+    /// The configuration is out of range.
+    InvalidConfig(&'static str),
+    /// A shared-memory name must be 1..=250 bytes, without NUL or `/` after the leading `/`.
+    InvalidName,
+    /// A named region's creator did not finish initialising it in time.
+    InitTimeout,
+    /// A system call failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for ShmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShmError::TooSmall { needed, actual } => write!(
+                f,
+                "shared region too small: {actual} bytes, {needed} needed"
+            ),
+            ShmError::Misaligned { addr, required } => write!(
+                f,
+                "shared region at {addr:#x} is not aligned to {required} bytes"
+            ),
+            ShmError::Uninitialised => write!(f, "shared region is not initialised"),
+            ShmError::BadMagic { found } => write!(
+                f,
+                "not a gomutex shared region (magic {found:#018x}, expected {MAGIC:#018x})"
+            ),
+            ShmError::VersionMismatch { found, expected } => write!(
+                f,
+                "shared region has layout version {found}, this build uses {expected}"
+            ),
+            ShmError::ValueMismatch {
+                expected_size,
+                expected_align,
+                found_size,
+                found_align,
+            } => write!(
+                f,
+                "shared region holds a value of size {found_size} / align {found_align}, \
+                 expected size {expected_size} / align {expected_align}"
+            ),
+            ShmError::Corrupt(what) => write!(f, "shared region header is corrupt: {what}"),
+            ShmError::InvalidConfig(what) => write!(f, "invalid shared mutex config: {what}"),
+            ShmError::InvalidName => write!(f, "invalid shared memory name"),
+            ShmError::InitTimeout => {
+                write!(
+                    f,
+                    "timed out waiting for the shared region to be initialised"
+                )
+            }
+            ShmError::Io(e) => write!(f, "shared memory: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ShmError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ShmError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for ShmError {
+    fn from(e: io::Error) -> Self {
+        ShmError::Io(e)
+    }
+}
+
+/// Why a lock call returned a guard in an error: the lock **is held** (the guard is inside),
+/// but the data may be inconsistent.
+pub enum LockError<G> {
+    /// A previous owner died while holding the lock (like `EOWNERDEAD`). Repair the data, then
+    /// call [`ShmMutexGuard::mark_consistent`]; until somebody does, every owner is told.
+    OwnerDied(G),
+    /// A previous owner panicked while holding the lock (std's poisoning).
+    Poisoned(G),
+}
+
+impl<G> LockError<G> {
+    /// The guard (the lock is held).
+    pub fn into_guard(self) -> G {
+        match self {
+            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
+        }
+    }
+    /// The guard, borrowed.
+    pub fn guard(&self) -> &G {
+        match self {
+            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
+        }
+    }
+    /// The guard, mutably borrowed.
+    pub fn guard_mut(&mut self) -> &mut G {
+        match self {
+            LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
+        }
+    }
+}
+
+impl<G> fmt::Debug for LockError<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::OwnerDied(_) => f.write_str("OwnerDied(..)"),
+            LockError::Poisoned(_) => f.write_str("Poisoned(..)"),
+        }
+    }
+}
+
+/// What [`LockError`] and [`TryLockError`] say about an acquired lock.
+const OWNER_DIED: &str = "a previous owner of the shared mutex died while holding it";
+const POISONED: &str = "a previous owner of the shared mutex panicked while holding it";
+
+impl<G> fmt::Display for LockError<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockError::OwnerDied(_) => OWNER_DIED,
+            LockError::Poisoned(_) => POISONED,
+        })
+    }
+}
+
+impl<G> std::error::Error for LockError<G> {}
+
+/// Why a `try_lock*` call did not return a clean guard.
+pub enum TryLockError<G> {
+    /// The lock is held (or belongs to the queue in starvation mode), or the timeout passed.
+    WouldBlock,
+    /// Acquired; a previous owner died while holding it (see [`LockError::OwnerDied`]).
+    OwnerDied(G),
+    /// Acquired; a previous owner panicked while holding it.
+    Poisoned(G),
+}
+
+impl<G> From<LockError<G>> for TryLockError<G> {
+    fn from(e: LockError<G>) -> Self {
+        match e {
+            LockError::OwnerDied(g) => TryLockError::OwnerDied(g),
+            LockError::Poisoned(g) => TryLockError::Poisoned(g),
+        }
+    }
+}
+
+impl<G> fmt::Debug for TryLockError<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryLockError::WouldBlock => f.write_str("WouldBlock"),
+            TryLockError::OwnerDied(_) => f.write_str("OwnerDied(..)"),
+            TryLockError::Poisoned(_) => f.write_str("Poisoned(..)"),
+        }
+    }
+}
+
+impl<G> fmt::Display for TryLockError<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TryLockError::WouldBlock => "the shared mutex is locked",
+            TryLockError::OwnerDied(_) => OWNER_DIED,
+            TryLockError::Poisoned(_) => POISONED,
+        })
+    }
+}
+
+impl<G> std::error::Error for TryLockError<G> {}
+
+/// Result of [`ShmMutex::lock`].
+pub type LockResult<G> = Result<G, LockError<G>>;
+/// Result of [`ShmMutex::try_lock`] and its timed variants.
+pub type TryLockResult<G> = Result<G, TryLockError<G>>;

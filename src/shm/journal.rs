@@ -1,0 +1,372 @@
+//! The journal: a small futex lock (`jlock`) whose word names its holder, and a redo log in
+//! the region. Every change of the state word other than the lock-free `LOCKED`/owner ones, every
+//! change of the per-participant accounting and of the queue is one transaction ([`Txn`]): its
+//! new values are written to the log, the log is marked committed, the word is CASed, the
+//! values are applied, the log is cleared. Whoever takes the journal lock from a dead holder
+//! replays a committed log (when the word CAS is found to have happened) or discards it.
+
+use super::layout::*;
+use super::queue::TICK;
+use super::recovery::{REC_REPLAYS, REC_STEALS};
+use super::region::{low, owner_of, Ctx, Region};
+use super::sys::{self, crash};
+use crate::algo::LOCKED;
+use core::sync::atomic::Ordering::*;
+use std::time::Instant;
+
+/// The journal lock's contended bit.
+const J_CONTENDED: u32 = 1 << 31;
+/// Log states.
+const LOG_EMPTY: u32 = 0;
+const LOG_COMMITTED: u32 = 1;
+/// Bits of the word that change only under the journal lock (Go's state without `LOCKED`).
+const NONLOCK: u64 = 0xffff_fffe;
+
+/// A field a transaction may write. Only fields that change exclusively under the journal lock
+/// (so that replaying absolute values is idempotent), plus slot states (applied as
+/// `QUEUED -> token` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target {
+    Registered(u32),
+    Woken(u32),
+    OwesNormal(u32),
+    OwesHandoff(u32),
+    Handoff(u32),
+    StoredNormal,
+    StoredHandoff,
+    OwnerDeaths,
+    SlotToken(u32),
+}
+
+impl Target {
+    /// Participant `p`'s count of tokens owed (taken a wake-up decision for, not delivered).
+    pub(super) fn owed(p: u32, handoff: bool) -> Self {
+        if handoff {
+            Target::OwesHandoff(p)
+        } else {
+            Target::OwesNormal(p)
+        }
+    }
+
+    fn encode(self) -> u32 {
+        let (k, i) = match self {
+            Target::Registered(i) => (1, i),
+            Target::Woken(i) => (2, i),
+            Target::OwesNormal(i) => (3, i),
+            Target::OwesHandoff(i) => (4, i),
+            Target::Handoff(i) => (5, i),
+            Target::StoredNormal => (6, 0),
+            Target::StoredHandoff => (7, 0),
+            Target::OwnerDeaths => (8, 0),
+            Target::SlotToken(i) => (9, i),
+        };
+        (k << 24) | i
+    }
+    fn decode(v: u32) -> Option<Self> {
+        let i = v & 0xff_ffff;
+        Some(match v >> 24 {
+            1 => Target::Registered(i),
+            2 => Target::Woken(i),
+            3 => Target::OwesNormal(i),
+            4 => Target::OwesHandoff(i),
+            5 => Target::Handoff(i),
+            6 => Target::StoredNormal,
+            7 => Target::StoredHandoff,
+            8 => Target::OwnerDeaths,
+            9 => Target::SlotToken(i),
+            _ => return None,
+        })
+    }
+}
+
+/// A journal transaction being built (only while holding the journal lock).
+pub(super) struct Txn {
+    pub(super) word: Option<(u64, u64)>,
+    n: usize,
+    ents: [(Target, u64); LOG_ENTRIES],
+    /// A slot to wake after commit.
+    pub(super) wake: Option<u32>,
+    /// A token was stored: wake slot-less waiters after commit.
+    pub(super) stored: bool,
+}
+
+impl Txn {
+    pub(super) fn new() -> Self {
+        Self {
+            word: None,
+            n: 0,
+            ents: [(Target::StoredNormal, 0); LOG_ENTRIES],
+            wake: None,
+            stored: false,
+        }
+    }
+
+    pub(super) fn set(&mut self, t: Target, v: u64) {
+        for e in &mut self.ents[..self.n] {
+            if e.0 == t {
+                e.1 = v;
+                return;
+            }
+        }
+        assert!(self.n < LOG_ENTRIES, "gomutex::shm: transaction too large");
+        self.ents[self.n] = (t, v);
+        self.n += 1;
+    }
+
+    /// Add `delta` to a counter (saturating at 0), relative to its value in this transaction.
+    pub(super) fn add(&mut self, r: &Region, t: Target, delta: i64) {
+        let cur = self.ents[..self.n]
+            .iter()
+            .find(|e| e.0 == t)
+            .map_or_else(|| read_target(r, t), |e| e.1);
+        self.set(t, (cur as i64 + delta).max(0) as u64);
+    }
+}
+
+fn read_target(r: &Region, t: Target) -> u64 {
+    match t {
+        Target::Registered(i) => r.proc(i).registered.load(SeqCst).into(),
+        Target::Woken(i) => r.proc(i).woken.load(SeqCst).into(),
+        Target::OwesNormal(i) => r.proc(i).owes_normal.load(SeqCst).into(),
+        Target::OwesHandoff(i) => r.proc(i).owes_handoff.load(SeqCst).into(),
+        Target::Handoff(i) => r.proc(i).handoff.load(SeqCst).into(),
+        Target::StoredNormal => r.hdr().stored_normal.load(SeqCst).into(),
+        Target::StoredHandoff => r.hdr().stored_handoff.load(SeqCst).into(),
+        Target::OwnerDeaths => r.hdr().owner_deaths.load(SeqCst),
+        Target::SlotToken(i) => r.slot(i).state.load(SeqCst).into(),
+    }
+}
+
+fn apply_target(r: &Region, t: Target, v: u64) {
+    let v32 = v as u32;
+    match t {
+        Target::Registered(i) => r.proc(i).registered.store(v32, SeqCst),
+        Target::Woken(i) => r.proc(i).woken.store(v32, SeqCst),
+        Target::OwesNormal(i) => r.proc(i).owes_normal.store(v32, SeqCst),
+        Target::OwesHandoff(i) => r.proc(i).owes_handoff.store(v32, SeqCst),
+        Target::Handoff(i) => r.proc(i).handoff.store(v32, SeqCst),
+        Target::StoredNormal => r.hdr().stored_normal.store(v32, SeqCst),
+        Target::StoredHandoff => r.hdr().stored_handoff.store(v32, SeqCst),
+        Target::OwnerDeaths => r.hdr().owner_deaths.store(v, SeqCst),
+        Target::SlotToken(i) => {
+            // Only a queued slot receives a token: if a replay finds the slot already free,
+            // its sleeper consumed the token before the writer died.
+            let _ = r
+                .slot(i)
+                .state
+                .compare_exchange(SLOT_QUEUED, v32, SeqCst, SeqCst);
+        }
+    }
+}
+
+/// Work left for after the journal lock is released.
+#[derive(Default)]
+pub(super) struct Post {
+    pub(super) wakes: [Option<u32>; 8],
+    pub(super) n_wakes: usize,
+    pub(super) stored: bool,
+    /// Finish a release made on a dead owner's behalf: the rest of Go's `Unlock` after the
+    /// subtraction left this state ([`crate::algo::unlock_released`]).
+    pub(super) released: Option<u32>,
+    pub(super) kick: bool,
+}
+
+impl Post {
+    pub(super) fn absorb(&mut self, ctx: &Ctx<'_>, tx: &Txn) {
+        self.stored |= tx.stored;
+        if let Some(w) = tx.wake {
+            if self.n_wakes == self.wakes.len() {
+                ctx.flush_wakes(self);
+            }
+            self.wakes[self.n_wakes] = Some(w);
+            self.n_wakes += 1;
+        }
+    }
+}
+
+/// The journal lock, held.
+pub(super) struct JGuard<'a> {
+    r: &'a Region,
+}
+
+impl Drop for JGuard<'_> {
+    fn drop(&mut self) {
+        let j = &self.r.hdr().jlock;
+        if j.swap(0, Release) & J_CONTENDED != 0 {
+            sys::futex_wake(j, 1);
+        }
+    }
+}
+
+impl<'a> Ctx<'a> {
+    pub(super) fn jlock(&self) -> JGuard<'a> {
+        let j = &self.r.hdr().jlock;
+        let me = self.tag();
+        // AcqRel, not just Acquire: a taker that later finds the holder dead re-checks the
+        // holder's identity after its own CAS; with the acquiring CASes also releasing, every
+        // holder's CAS is a release the takeover's RMW chain synchronises with, so that
+        // re-check is formally ordered after it (on x86 it is the same instruction).
+        if j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
+            return JGuard { r: self.r };
+        }
+        self.jlock_slow(me)
+    }
+
+    #[cold]
+    fn jlock_slow(&self, me: u32) -> JGuard<'a> {
+        let j = &self.r.hdr().jlock;
+        for _ in 0..64 {
+            if j.load(Relaxed) == 0 && j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
+                return JGuard { r: self.r };
+            }
+            core::hint::spin_loop();
+        }
+        // The holder is looked at once it has held the lock for TICK, timed from a fixed point:
+        // a wait cut short (EINTR from a periodic signal handler) must not restart the 10 ms,
+        // or a dead holder is never taken over. Progress (another holder) restarts it.
+        let mut watched = 0;
+        let mut check_at = Instant::now() + TICK;
+        loop {
+            let mut cur = j.load(Relaxed);
+            if cur == 0 {
+                // We may have shared the contended bit with other sleepers: keep it.
+                if j.compare_exchange(0, me | J_CONTENDED, AcqRel, Relaxed)
+                    .is_ok()
+                {
+                    return JGuard { r: self.r };
+                }
+                continue;
+            }
+            if cur & J_CONTENDED == 0 {
+                if j.compare_exchange(cur, cur | J_CONTENDED, Relaxed, Relaxed)
+                    .is_err()
+                {
+                    continue;
+                }
+                cur |= J_CONTENDED;
+            }
+            if cur & !J_CONTENDED != watched {
+                watched = cur & !J_CONTENDED;
+                check_at = Instant::now() + TICK;
+            }
+            sys::futex_wait(j, cur, Some(check_at));
+            if Instant::now() >= check_at {
+                check_at = Instant::now() + TICK;
+                let holder = (cur & !J_CONTENDED).wrapping_sub(1);
+                if holder != self.me && holder < self.r.layout.participants {
+                    let ident = self.r.proc(holder).ident.load(SeqCst);
+                    if ident != 0
+                        && sys::ident_dead(ident)
+                        && j.compare_exchange(cur, me | J_CONTENDED, SeqCst, Relaxed)
+                            .is_ok()
+                    {
+                        // ABA: while we were looking at /proc (or preempted), someone may have
+                        // taken over from the dead holder, freed its participant slot, and a new
+                        // process claimed it and now holds the journal lock with the same word.
+                        // The dead identity never comes back, so if the slot still holds it, the
+                        // word we replaced was the dead holder's. If not, give the word back
+                        // (it fails only if the live holder released meanwhile) and go on
+                        // waiting; we wrote nothing in between.
+                        if self.r.proc(holder).ident.load(SeqCst) != ident {
+                            let _ = j.compare_exchange(me | J_CONTENDED, cur, SeqCst, Relaxed);
+                            continue;
+                        }
+                        // Taken from a dead holder: finish or drop its transaction, and have
+                        // the next probe clean up the rest of what it left.
+                        self.r.hdr().rec[REC_STEALS].fetch_add(1, Relaxed);
+                        self.replay();
+                        self.r.hdr().scan_at.store(0, SeqCst);
+                        return JGuard { r: self.r };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Complete (or discard) the transaction a dead journal-lock holder left in the log.
+    fn replay(&self) {
+        let log = &self.r.hdr().log;
+        if log.state.load(Acquire) != LOG_COMMITTED {
+            return;
+        }
+        let apply = if log.has_word.load(SeqCst) != 0 {
+            let old = log.word_old.load(SeqCst);
+            let new = log.word_new.load(SeqCst);
+            let cur = self.r.hdr().state.load(SeqCst);
+            if old & NONLOCK != new & NONLOCK {
+                // Only the journal-lock holder changes these bits.
+                cur & NONLOCK == new & NONLOCK
+            } else {
+                // An ownership release (LOCKED + owner -> 0): done unless the same owner still
+                // holds (no one else can make that owner hold again: it is dead).
+                !(low(cur) & LOCKED != 0 && owner_of(cur) == owner_of(old))
+            }
+        } else {
+            true
+        };
+        if apply {
+            self.r.hdr().rec[REC_REPLAYS].fetch_add(1, Relaxed);
+            let n = (log.n.load(SeqCst) as usize).min(LOG_ENTRIES);
+            for e in &log.entries[..n] {
+                if let Some(t) = Target::decode(e.target.load(SeqCst)) {
+                    if self.target_in_range(t) {
+                        apply_target(self.r, t, e.value.load(SeqCst));
+                    }
+                }
+            }
+        }
+        log.state.store(LOG_EMPTY, Release);
+    }
+
+    fn target_in_range(&self, t: Target) -> bool {
+        let l = &self.r.layout;
+        match t {
+            Target::Registered(i)
+            | Target::Woken(i)
+            | Target::OwesNormal(i)
+            | Target::OwesHandoff(i)
+            | Target::Handoff(i) => i < l.participants,
+            Target::SlotToken(i) => i < l.waiter_slots,
+            _ => true,
+        }
+    }
+
+    /// Commit a transaction (journal lock held). `false` if its word CAS failed (nothing
+    /// written).
+    pub(super) fn commit(&self, tx: &Txn) -> bool {
+        let log = &self.r.hdr().log;
+        for (e, &(t, v)) in log.entries.iter().zip(&tx.ents[..tx.n]) {
+            e.target.store(t.encode(), Relaxed);
+            e.value.store(v, Relaxed);
+        }
+        log.n.store(tx.n as u32, Relaxed);
+        if let Some((old, new)) = tx.word {
+            log.has_word.store(1, Relaxed);
+            log.word_old.store(old, Relaxed);
+            log.word_new.store(new, Relaxed);
+        } else {
+            log.has_word.store(0, Relaxed);
+        }
+        log.state.store(LOG_COMMITTED, SeqCst);
+        sys::crash_point(crash::LOG_COMMITTED);
+        if let Some((old, new)) = tx.word {
+            if self
+                .r
+                .hdr()
+                .state
+                .compare_exchange(old, new, SeqCst, SeqCst)
+                .is_err()
+            {
+                log.state.store(LOG_EMPTY, SeqCst);
+                return false;
+            }
+            sys::crash_point(crash::WORD_CHANGED);
+        }
+        for &(t, v) in &tx.ents[..tx.n] {
+            apply_target(self.r, t, v);
+        }
+        sys::crash_point(crash::APPLIED);
+        log.state.store(LOG_EMPTY, Release);
+        true
+    }
+}

@@ -1,0 +1,430 @@
+//! Where a region comes from: an anonymous shared mapping, a named POSIX shared-memory object
+//! (`shm_open`), or memory the caller mapped; the checks every attach makes before it trusts a
+//! header, and the initialisation that publishes one.
+
+use super::layout::{self, Header, Layout, HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
+use super::region::Region;
+use super::{Backing, Config, ShmError, ShmMutex, ShmSafe};
+use core::marker::PhantomData;
+use core::mem::{align_of, size_of};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, Ordering::*};
+use std::ffi::CString;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// The alignment a region holding `T` must start on: the value sits at an offset aligned to
+/// `max(REGION_ALIGN, align_of::<T>())` from the start, so an over-aligned `T` (up to the 4096
+/// `Layout` accepts) is only aligned if the start is too.
+fn region_align<T>() -> usize {
+    REGION_ALIGN.max(align_of::<T>())
+}
+
+fn check_base<T>(base: *const u8) -> Result<(), ShmError> {
+    let required = region_align::<T>();
+    if base.is_null() || !(base as usize).is_multiple_of(required) {
+        return Err(ShmError::Misaligned {
+            addr: base as usize,
+            required,
+        });
+    }
+    Ok(())
+}
+
+fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
+    check_base::<T>(base)?;
+    if len < HEADER_SIZE {
+        return Err(ShmError::TooSmall {
+            needed: HEADER_SIZE,
+            actual: len,
+        });
+    }
+    // SAFETY: `base` is aligned and at least a header long (checked); we only load atomics.
+    let h = unsafe { &*(base as *const Header) };
+    let magic = h.magic.load(Acquire);
+    if magic == 0 {
+        return Err(ShmError::Uninitialised);
+    }
+    if magic != MAGIC {
+        return Err(ShmError::BadMagic { found: magic });
+    }
+    let version = h.version.load(Relaxed);
+    if version != LAYOUT_VERSION {
+        return Err(ShmError::VersionMismatch {
+            found: version,
+            expected: LAYOUT_VERSION,
+        });
+    }
+    if h.header_size.load(Relaxed) as usize != HEADER_SIZE {
+        return Err(ShmError::Corrupt("header size"));
+    }
+    let (vs, va) = (h.value_size.load(Relaxed), h.value_align.load(Relaxed));
+    if vs != size_of::<T>() as u64 || va as usize != align_of::<T>() {
+        return Err(ShmError::ValueMismatch {
+            expected_size: size_of::<T>(),
+            expected_align: align_of::<T>(),
+            found_size: vs,
+            found_align: va,
+        });
+    }
+    let layout = Layout::new(
+        h.participants.load(Relaxed),
+        h.waiter_slots.load(Relaxed),
+        size_of::<T>(),
+        align_of::<T>(),
+    )
+    .ok_or(ShmError::Corrupt("slot counts"))?;
+    if layout.participants < 2 {
+        // Every region has at least one participant slot plus the spare "guest" slot; with
+        // fewer, every lock call would spin for 2 s and panic (`register`).
+        return Err(ShmError::Corrupt("participant count"));
+    }
+    if h.total_size.load(Relaxed) != layout.total_size as u64
+        || h.value_offset.load(Relaxed) != layout.value_offset as u64
+    {
+        return Err(ShmError::Corrupt("sizes do not add up"));
+    }
+    if len < layout.total_size {
+        return Err(ShmError::TooSmall {
+            needed: layout.total_size,
+            actual: len,
+        });
+    }
+    Ok(layout)
+}
+
+fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
+    if cfg.participants == 0 || cfg.participants >= layout::MAX_SLOTS {
+        return Err(ShmError::InvalidConfig("participants must be in 1..=65535"));
+    }
+    if cfg.waiter_slots > layout::MAX_SLOTS {
+        return Err(ShmError::InvalidConfig(
+            "waiter_slots must be at most 65536",
+        ));
+    }
+    // One extra participant slot is the "guest" a process borrows to reclaim dead
+    // participants when the table is full.
+    Layout::new(
+        cfg.participants + 1,
+        cfg.waiter_slots,
+        size_of::<T>(),
+        align_of::<T>(),
+    )
+    .ok_or(ShmError::InvalidConfig(
+        "the value is aligned to more than 4096 bytes, or too large",
+    ))
+}
+
+/// Initialise a region at `base` (checked: aligned, big enough).
+///
+/// # Safety
+/// `base..base+len` is writable memory nobody else uses until this returns; except that if
+/// `zeroed` (it is known to hold only zeros: a new anonymous mapping, a new `ftruncate`d
+/// object), others may already load its atomics (an opener polling for the magic).
+unsafe fn init_region<T: ShmSafe>(
+    base: *mut u8,
+    len: usize,
+    value: T,
+    cfg: Config,
+    zeroed: bool,
+) -> Result<Region, ShmError> {
+    let layout = layout_for::<T>(cfg)?;
+    check_base::<T>(base)?;
+    if len < layout.total_size {
+        return Err(ShmError::TooSmall {
+            needed: layout.total_size,
+            actual: len,
+        });
+    }
+    if !zeroed {
+        // SAFETY: writable and ours alone (caller's contract), `total_size <= len`.
+        unsafe { core::ptr::write_bytes(base, 0, layout.total_size) };
+    }
+    // SAFETY: aligned, in bounds; zeroed memory is a valid all-atomics header (its padding
+    // fields are never written, so others' `&Header` to it see no change).
+    let h = unsafe { &*(base as *const Header) };
+    h.version.store(LAYOUT_VERSION, Relaxed);
+    h.header_size.store(HEADER_SIZE as u32, Relaxed);
+    h.total_size.store(layout.total_size as u64, Relaxed);
+    h.participants.store(layout.participants, Relaxed);
+    h.waiter_slots.store(layout.waiter_slots, Relaxed);
+    h.value_offset.store(layout.value_offset as u64, Relaxed);
+    h.value_size.store(size_of::<T>() as u64, Relaxed);
+    h.value_align.store(align_of::<T>() as u32, Relaxed);
+    // SAFETY: the value offset is in bounds (layout) and aligned for T: it is a multiple of
+    // `align_of::<T>()` from a base aligned to it (`check_base`).
+    unsafe { core::ptr::write(base.add(layout.value_offset).cast::<T>(), value) };
+    // Publish: everything above happens-before any attach that sees the magic.
+    h.magic.store(MAGIC, Release);
+    // SAFETY: initialised above with this layout; the caller keeps it mapped.
+    Ok(unsafe { Region::new(NonNull::new_unchecked(base), layout) })
+}
+
+fn shm_name(name: &str) -> Result<CString, ShmError> {
+    let n = if name.starts_with('/') {
+        name.to_owned()
+    } else {
+        format!("/{name}")
+    };
+    if n.len() < 2 || n.len() > 251 || n[1..].contains('/') {
+        return Err(ShmError::InvalidName);
+    }
+    CString::new(n).map_err(|_| ShmError::InvalidName)
+}
+
+fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
+    let flags = if fd < 0 {
+        libc::MAP_SHARED | libc::MAP_ANONYMOUS
+    } else {
+        libc::MAP_SHARED
+    };
+    // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(p.cast())
+}
+
+pub(super) fn unmap(p: *mut u8, len: usize) {
+    // SAFETY: `p..p+len` is a mapping we made and no longer use.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
+struct Fd(libc::c_int);
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+impl<T: ShmSafe> ShmMutex<T> {
+    /// Bytes a region for `T` with this configuration occupies (what to map for
+    /// [`init_in_place`](Self::init_in_place)).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmMutex};
+    /// let n = ShmMutex::<u64>::required_size(Config::default()).unwrap();
+    /// assert_eq!(n % 64, 0);
+    /// ```
+    pub fn required_size(cfg: Config) -> Result<usize, ShmError> {
+        Ok(layout_for::<T>(cfg)?.total_size)
+    }
+
+    fn from_region(region: Region, backing: Backing, map_len: usize) -> Self {
+        Self {
+            region,
+            backing,
+            map_len,
+            me: AtomicU64::new(0),
+            _t: PhantomData,
+        }
+    }
+
+    /// A new region in an anonymous shared mapping (`MAP_SHARED | MAP_ANONYMOUS`) holding
+    /// `value`, with the default [`Config`]. Children created with `fork()` afterwards share
+    /// it.
+    pub fn anonymous(value: T) -> Result<Self, ShmError> {
+        Self::anonymous_with(value, Config::default())
+    }
+
+    /// [`anonymous`](Self::anonymous) with explicit sizes.
+    pub fn anonymous_with(value: T, cfg: Config) -> Result<Self, ShmError> {
+        let len = layout_for::<T>(cfg)?.total_size;
+        let p = map_shared(-1, len)?;
+        // SAFETY: a fresh mapping of `len` bytes, page aligned, ours alone, zero-filled.
+        match unsafe { init_region(p, len, value, cfg, true) } {
+            Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
+            Err(e) => {
+                unmap(p, len);
+                Err(e)
+            }
+        }
+    }
+
+    /// Create a named region (`shm_open(name, O_CREAT | O_EXCL)`, mode 0600) holding `value`.
+    /// Fails with `Io(AlreadyExists)` if the name exists. `name` may omit the leading `/`.
+    pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
+        let cname = shm_name(name)?;
+        let len = layout_for::<T>(cfg)?.total_size;
+        // SAFETY: a NUL-terminated name; creates a new object.
+        let fd = unsafe {
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let fd = Fd(fd);
+        let fail = |e: ShmError| {
+            // SAFETY: removing the name we just created.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+            e
+        };
+        // SAFETY: our descriptor.
+        if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
+            return Err(fail(io::Error::last_os_error().into()));
+        }
+        let p = map_shared(fd.0, len).map_err(fail)?;
+        // SAFETY: a fresh mapping of the new (O_EXCL), just-extended, so zero-filled object,
+        // page aligned; openers only load its magic atomically until it is written, last.
+        match unsafe { init_region(p, len, value, cfg, true) } {
+            Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
+            Err(e) => {
+                unmap(p, len);
+                Err(fail(e))
+            }
+        }
+    }
+
+    /// Open an existing named region, waiting up to 1 s for its creator to finish
+    /// initialising it.
+    pub fn open(name: &str) -> Result<Self, ShmError> {
+        Self::open_timeout(name, Duration::from_secs(1))
+    }
+
+    /// [`open`](Self::open) with an explicit wait for initialisation. Fails with
+    /// `Io(NotFound)` if the name does not exist, [`ShmError::InitTimeout`] if it is not
+    /// initialised in time, or a validation error (nothing is written then).
+    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Self, ShmError> {
+        let cname = shm_name(name)?;
+        // SAFETY: a NUL-terminated name.
+        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let fd = Fd(fd);
+        let deadline = Instant::now() + timeout;
+        loop {
+            // SAFETY: a zeroed stat buffer for fstat to fill.
+            let mut st: libc::stat = unsafe { core::mem::zeroed() };
+            // SAFETY: our descriptor, a valid buffer.
+            if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+                return Err(io::Error::last_os_error().into());
+            }
+            let len = st.st_size as usize;
+            if len >= HEADER_SIZE {
+                let p = map_shared(fd.0, len)?;
+                match validate::<T>(p, len) {
+                    Ok(layout) => {
+                        // SAFETY: validated; mapped for `len >= total_size` bytes until drop.
+                        let r = unsafe { Region::new(NonNull::new_unchecked(p), layout) };
+                        return Ok(Self::from_region(r, Backing::Mapped, len));
+                    }
+                    Err(ShmError::Uninitialised) => unmap(p, len),
+                    Err(e) => {
+                        unmap(p, len);
+                        return Err(e);
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ShmError::InitTimeout);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Open the named region, or create it with `value` if it does not exist; `true` if this
+    /// call created it. Race-free: exactly one of several concurrent callers creates.
+    pub fn open_or_create(name: &str, value: T, cfg: Config) -> Result<(Self, bool), ShmError> {
+        loop {
+            match Self::create(name, value, cfg) {
+                Ok(m) => return Ok((m, true)),
+                Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            match Self::open(name) {
+                Ok(m) => return Ok((m, false)),
+                // Unlinked between our two calls: try again.
+                Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Remove a name (`shm_unlink`). Processes that have it mapped keep their mapping.
+    pub fn unlink(name: &str) -> Result<(), ShmError> {
+        let cname = shm_name(name)?;
+        // SAFETY: a NUL-terminated name.
+        if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        Ok(())
+    }
+
+    /// Initialise a region in memory the caller mapped, holding `value`.
+    ///
+    /// # Safety
+    ///
+    /// * `ptr..ptr + len` is writable memory mapped `MAP_SHARED` (a shared file, `shm_open`,
+    ///   memfd or `MAP_SHARED | MAP_ANONYMOUS` object; never private or copy-on-write memory,
+    ///   where other processes would not see the lock) that stays mapped for the life of the
+    ///   returned handle;
+    /// * no other process or thread uses that memory until this returns (it is overwritten).
+    ///
+    /// Checks (and returns an error for, without writing) a misaligned `ptr` (it must be
+    /// [`REGION_ALIGN`]-aligned, or `align_of::<T>()`-aligned if that is more; `mmap` results
+    /// are) and a `len` below [`required_size`](Self::required_size).
+    pub unsafe fn init_in_place(
+        ptr: *mut u8,
+        len: usize,
+        value: T,
+        cfg: Config,
+    ) -> Result<Self, ShmError> {
+        // SAFETY: the caller's contract (the memory may hold anything: zero it).
+        let r = unsafe { init_region(ptr, len, value, cfg, false) }?;
+        Ok(Self::from_region(r, Backing::Borrowed, len))
+    }
+
+    /// Attach to a region another process (or [`init_in_place`](Self::init_in_place))
+    /// initialised in memory the caller mapped. Validates the header and writes nothing if it
+    /// is wrong.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` is readable and writable `MAP_SHARED` memory that stays mapped for the
+    /// life of the returned handle, and, if it holds a valid header, is used only as a gomutex
+    /// region for `T` by everybody.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmError, ShmMutex};
+    ///
+    /// let len = ShmMutex::<u32>::required_size(Config::default())?;
+    /// // SAFETY: a fresh shared anonymous mapping, unmapped below after the handles are gone.
+    /// let p = unsafe {
+    ///     libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE,
+    ///                libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+    /// } as *mut u8;
+    /// // Zeroed memory is not a region: an error, and nothing written.
+    /// assert!(matches!(unsafe { ShmMutex::<u32>::attach(p, len) }, Err(ShmError::Uninitialised)));
+    /// let a = unsafe { ShmMutex::init_in_place(p, len, 5u32, Config::default()) }?;
+    /// let b = unsafe { ShmMutex::<u32>::attach(p, len) }?;
+    /// *a.lock().unwrap() += 1;
+    /// assert_eq!(*b.lock().unwrap(), 6);
+    /// // A different T is refused.
+    /// assert!(matches!(unsafe { ShmMutex::<u64>::attach(p, len) }, Err(ShmError::ValueMismatch { .. })));
+    /// drop((a, b));
+    /// unsafe { libc::munmap(p.cast(), len) };
+    /// # Ok::<(), ShmError>(())
+    /// ```
+    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, ShmError> {
+        let layout = validate::<T>(ptr, len)?;
+        // SAFETY: validated (non-null, aligned, big enough); kept mapped per the contract.
+        let r = unsafe { Region::new(NonNull::new_unchecked(ptr), layout) };
+        Ok(Self::from_region(r, Backing::Borrowed, len))
+    }
+}
