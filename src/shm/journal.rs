@@ -209,11 +209,24 @@ impl<'a> Ctx<'a> {
         if j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
             return JGuard { r: self.r };
         }
-        self.jlock_slow(me)
+        self.jlock_slow(me, false)
+    }
+
+    /// The journal lock, for a process that has just taken over this participant index from
+    /// its dead previous user ([`Ctx::adopt`]): a journal-lock word naming this index was left
+    /// by that dead user (no other thread uses the index meanwhile), so it is taken over at
+    /// once; every other holder is treated as by [`Ctx::jlock`].
+    pub(super) fn jlock_adopting(&self) -> JGuard<'a> {
+        let j = &self.r.hdr().jlock;
+        let me = self.tag();
+        if j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
+            return JGuard { r: self.r };
+        }
+        self.jlock_slow(me, true)
     }
 
     #[cold]
-    fn jlock_slow(&self, me: u32) -> JGuard<'a> {
+    fn jlock_slow(&self, me: u32, adopting: bool) -> JGuard<'a> {
         let j = &self.r.hdr().jlock;
         for _ in 0..64 {
             if j.load(Relaxed) == 0 && j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
@@ -245,6 +258,16 @@ impl<'a> Ctx<'a> {
                 }
                 cur |= J_CONTENDED;
             }
+            if adopting && cur & !J_CONTENDED == me {
+                // Left by the dead previous user of our index (see `jlock_adopting`).
+                if j.compare_exchange(cur, me | J_CONTENDED, SeqCst, Relaxed)
+                    .is_ok()
+                {
+                    self.took_over();
+                    return JGuard { r: self.r };
+                }
+                continue;
+            }
             if cur & !J_CONTENDED != watched {
                 watched = cur & !J_CONTENDED;
                 check_at = Instant::now() + TICK;
@@ -271,16 +294,20 @@ impl<'a> Ctx<'a> {
                             let _ = j.compare_exchange(me | J_CONTENDED, cur, SeqCst, Relaxed);
                             continue;
                         }
-                        // Taken from a dead holder: finish or drop its transaction, and have
-                        // the next probe clean up the rest of what it left.
-                        self.r.hdr().rec[REC_STEALS].fetch_add(1, Relaxed);
-                        self.replay();
-                        self.r.hdr().scan_at.store(0, SeqCst);
+                        self.took_over();
                         return JGuard { r: self.r };
                     }
                 }
             }
         }
+    }
+
+    /// The journal lock was just taken from a dead holder: finish or drop its transaction, and
+    /// have the next probe clean up the rest of what it left.
+    fn took_over(&self) {
+        self.r.hdr().rec[REC_STEALS].fetch_add(1, Relaxed);
+        self.replay();
+        self.r.hdr().scan_at.store(0, SeqCst);
     }
 
     /// Complete (or discard) the transaction a dead journal-lock holder left in the log.

@@ -75,6 +75,7 @@
 //! | owning `WOKEN` (spinner or woken waiter) | recorded; recovery clears `WOKEN` and wakes a waiter |
 //! | as a hand-off receiver before its fix-up | recorded; recovery passes the hand-off to the next waiter (or ends starvation mode) |
 //! | holding the journal lock | its word names it: the next taker replays or discards its redo log |
+//! | borrowing the spare participant slot to recover others (every regular slot held by the dead) | the next newcomer adopts the spare slot: it takes the journal lock over and undoes what the borrower left, then recovers the rest |
 //!
 //! # Limits
 //!
@@ -273,8 +274,19 @@ impl<T: ShmSafe> ShmMutex<T> {
             // index after the first gave the slot back and a third process claimed it, and two
             // processes with one index break the journal lock's "holder is dead" test (a
             // holder that is `me` is never taken over) and the per-participant accounting.
+            //
+            // A borrower that died with the guest slot (maybe holding the journal lock, or
+            // owing a wake-up or a hand-off from the recovery it was doing) leaves its identity
+            // there: adopt the slot, undoing what it left. Otherwise, with every regular slot
+            // also held by the dead, no live process would have an index to recover from.
             let g = r.proc(guest);
-            if g.ident.compare_exchange(0, ident, SeqCst, SeqCst).is_ok() {
+            let held = g.ident.load(SeqCst);
+            let took = if held == 0 {
+                g.ident.compare_exchange(0, ident, SeqCst, SeqCst).is_ok()
+            } else {
+                held != ident && sys::ident_dead(held) && Ctx { r, me: guest }.adopt(held, ident)
+            };
+            if took {
                 /// Gives the guest slot back, also if the scan unwinds.
                 struct GiveBack<'a>(&'a AtomicU64);
                 impl Drop for GiveBack<'_> {

@@ -140,14 +140,48 @@ impl Ctx<'_> {
     /// leaving the accounting invariants (module docs) true.
     fn recover_locked(&self, d: u32, ident: u64, post: &mut Post) -> bool {
         if d == self.me || self.r.proc(d).ident.load(SeqCst) != ident {
-            return false; // recovered already (and maybe reused)
+            return false; // recovered already (and maybe reused, or adopted)
         }
+        let owned = self.undo_dead(d, post);
+        self.free_if_idle(d, ident);
+        owned
+    }
+
+    /// Steps 1–4 of [`Ctx::recover_locked`]: undo everything participant `d` left (journal
+    /// lock held). Returns whether it owned the lock.
+    fn undo_dead(&self, d: u32, post: &mut Post) -> bool {
         let owned = self.release_for_dead_owner(d, post);
         self.unqueue_dead(d);
         self.deliver_owed_by_dead(d, post);
         self.undo_dead_waiters(d, post);
-        self.free_if_idle(d);
         owned
+    }
+
+    /// Take over participant index `self.me` (the guest slot) from its dead user `dead`, then
+    /// undo what that user left under the index (a wake-up or hand-off it owed from a recovery,
+    /// the journal lock), as [`Ctx::recover`] would for any dead participant. `false` if
+    /// another process took the index first.
+    ///
+    /// Needed when every regular participant slot is held by a dead process and the guest's
+    /// borrower died too: no live process then has an index from which to recover the guest
+    /// slot, so recovery (and every newcomer) would stop for good.
+    pub(crate) fn adopt(&self, dead: u64, ident: u64) -> bool {
+        let p = self.r.proc(self.me);
+        // The CAS makes us the index's only user; from then on a death of ours leaves our own
+        // (dead) identity here, to be adopted or recovered in turn.
+        if p.ident
+            .compare_exchange(dead, ident, SeqCst, SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        let mut post = Post::default();
+        {
+            let _g = self.jlock_adopting();
+            self.undo_dead(self.me, &mut post);
+        }
+        self.finish(post);
+        true
     }
 
     /// Step 1: `d` owned the lock: release it on its behalf (Go's `Unlock`, finished after the
@@ -269,9 +303,15 @@ impl Ctx<'_> {
     }
 
     /// Step 5: free `d`'s participant slot once nothing refers to it.
-    fn free_if_idle(&self, d: u32) {
+    fn free_if_idle(&self, d: u32, ident: u64) {
         if self.r.holds_nothing(d) {
-            self.r.proc(d).ident.store(0, SeqCst);
+            // A CAS: a newcomer may have adopted the slot meanwhile (`adopt`, the guest slot),
+            // and then it is the newcomer's.
+            let _ = self
+                .r
+                .proc(d)
+                .ident
+                .compare_exchange(ident, 0, SeqCst, SeqCst);
         }
     }
 
