@@ -54,21 +54,13 @@ pub struct ParkSema {
 }
 
 impl ParkSema {
-    /// An empty queue with no tokens.
-    #[cfg(not(gomutex_loom))]
-    pub const fn new() -> Self {
-        Self {
-            tokens: AtomicU32::new(0),
-            front: AtomicU32::new(0),
-        }
-    }
-
-    /// An empty queue with no tokens.
-    #[cfg(gomutex_loom)]
-    pub fn new() -> Self {
-        Self {
-            tokens: AtomicU32::new(0),
-            front: AtomicU32::new(0),
+    const_new! {
+        /// An empty queue with no tokens.
+        pub fn new() -> Self {
+            Self {
+                tokens: AtomicU32::new(0),
+                front: AtomicU32::new(0),
+            }
         }
     }
 
