@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod anon;
+
 /// Pin the calling thread to `cpu` (if given).
 pub fn pin_to(cpu: Option<usize>) {
     let Some(cpu) = cpu else { return };
