@@ -98,7 +98,7 @@ fn try_lock_for_reports_poisoning() {
 }
 
 /// Samples a lock's state word on its own thread until [`Watch::finish`], checking two of Go's
-/// invariants that hold at every instant, timeouts included (reference/go-mutex.md §6.7):
+/// invariants that hold at every instant, timeouts included (docs/algorithm.md, invariant 7):
 /// STARVING implies at least one counted waiter (else an unlock hands off to nobody) and
 /// implies WOKEN clear. Catches a broken state even when later traffic would repair it.
 struct Watch {
