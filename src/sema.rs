@@ -43,8 +43,8 @@ const FRONT: usize = 1;
 /// `unpark_filter`'s `filter`/`callback`), so `Relaxed` is enough for them.
 ///
 /// `parking_lot_core` only appends, so "front" is implemented with park tokens: re-queued
-/// sleepers park with [`FRONT`], and while `front` says one is parked, `release` skips ordinary
-/// sleepers until it reaches it.
+/// sleepers park with the token `FRONT`, and while `front` says one is parked, `release` skips
+/// ordinary sleepers until it reaches it.
 #[derive(Debug)]
 pub struct ParkSema {
     /// Wake-ups released while nobody slept.
