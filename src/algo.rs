@@ -188,7 +188,7 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
             {
                 awoke = true;
             }
-            spin::spin_round(word);
+            spin::spin_round();
             iter += 1;
             old = word.load();
             continue;
