@@ -166,7 +166,8 @@ fn shm_name(name: &str) -> Result<CString, ShmError> {
     } else {
         format!("/{name}")
     };
-    if n.len() < 2 || n.len() > 251 || n[1..].contains('/') {
+    // "/." and "/.." name the directory `shm_open` works in (or its parent), never an object.
+    if n.len() < 2 || n.len() > 251 || n[1..].contains('/') || n == "/." || n == "/.." {
         return Err(ShmError::InvalidName);
     }
     CString::new(n).map_err(|_| ShmError::InvalidName)
@@ -307,7 +308,8 @@ impl<T: ShmSafe> ShmMutex<T> {
             return Err(io::Error::last_os_error().into());
         }
         let fd = Fd(fd);
-        let deadline = Instant::now() + timeout;
+        // `None` (wait as long as it takes) if the timeout overflows `Instant`.
+        let deadline = crate::park::deadline_after(timeout);
         loop {
             // SAFETY: a zeroed stat buffer for fstat to fill.
             let mut st: libc::stat = unsafe { core::mem::zeroed() };
@@ -316,6 +318,14 @@ impl<T: ShmSafe> ShmMutex<T> {
                 return Err(io::Error::last_os_error().into());
             }
             let len = st.st_size as usize;
+            if (1..HEADER_SIZE).contains(&len) {
+                // The creator sets the full size in one `ftruncate` (an object between its
+                // `shm_open` and that call is empty): this size is final, and no region.
+                return Err(ShmError::TooSmall {
+                    needed: HEADER_SIZE,
+                    actual: len,
+                });
+            }
             if len >= HEADER_SIZE {
                 let p = map_shared(fd.0, len)?;
                 match validate::<T>(p, len) {
@@ -331,7 +341,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                     }
                 }
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(ShmError::InitTimeout);
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -426,5 +436,104 @@ impl<T: ShmSafe> ShmMutex<T> {
         // SAFETY: validated (non-null, aligned, big enough); kept mapped per the contract.
         let r = unsafe { Region::new(NonNull::new_unchecked(ptr), layout) };
         Ok(Self::from_region(r, Backing::Borrowed, len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn uniq(tag: &str) -> String {
+        format!("/gomutex-unit-{tag}-{}", std::process::id())
+    }
+
+    /// A named object of `len` bytes made with plain `shm_open` (not a region).
+    fn raw_object(name: &str, len: usize) -> Fd {
+        let cname = shm_name(name).unwrap();
+        // SAFETY: a NUL-terminated name.
+        let fd = unsafe {
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        assert!(fd >= 0, "shm_open: {}", io::Error::last_os_error());
+        // SAFETY: our descriptor.
+        assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
+        Fd(fd)
+    }
+
+    #[test]
+    fn dot_names_are_invalid() {
+        for n in [".", "..", "/.", "/.."] {
+            assert!(matches!(shm_name(n), Err(ShmError::InvalidName)), "{n}");
+            assert!(matches!(
+                ShmMutex::create(n, 0u32, Config::default()),
+                Err(ShmError::InvalidName)
+            ));
+            assert!(matches!(
+                ShmMutex::<u32>::open(n),
+                Err(ShmError::InvalidName)
+            ));
+        }
+        // Names that merely contain dots stay valid.
+        assert!(shm_name("...").is_ok());
+        assert!(shm_name(".a").is_ok());
+    }
+
+    #[test]
+    fn open_of_an_object_smaller_than_the_header_is_too_small_at_once() {
+        for len in [1, 32, HEADER_SIZE - 1] {
+            let name = uniq(&format!("small{len}"));
+            let _fd = raw_object(&name, len);
+            let t = Instant::now();
+            let r = ShmMutex::<u32>::open_timeout(&name, Duration::from_secs(2));
+            let took = t.elapsed();
+            ShmMutex::<u32>::unlink(&name).unwrap();
+            match r {
+                Err(ShmError::TooSmall { needed, actual }) => {
+                    assert_eq!((needed, actual), (HEADER_SIZE, len));
+                }
+                other => panic!("{len} bytes: {other:?}"),
+            }
+            assert!(took < Duration::from_millis(500), "{len} bytes: {took:?}");
+        }
+        // An empty object may be a creator between `shm_open` and `ftruncate`: waited for.
+        let name = uniq("empty");
+        let _fd = raw_object(&name, 0);
+        let r = ShmMutex::<u32>::open_timeout(&name, Duration::from_millis(20));
+        ShmMutex::<u32>::unlink(&name).unwrap();
+        assert!(matches!(r, Err(ShmError::InitTimeout)), "{r:?}");
+    }
+
+    #[test]
+    fn open_timeout_max_does_not_overflow() {
+        let name = uniq("tmax");
+        let a = ShmMutex::create(&name, 7u32, Config::default()).unwrap();
+        let b = ShmMutex::<u32>::open_timeout(&name, Duration::MAX).unwrap();
+        ShmMutex::<u32>::unlink(&name).unwrap();
+        assert_eq!(*b.lock().unwrap(), 7);
+        // A timed lock with the largest timeout, or a deadline far away, waits like `lock`.
+        for far in [false, true] {
+            std::thread::scope(|s| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let a = &a;
+                s.spawn(move || {
+                    let g = a.lock().unwrap();
+                    tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(30));
+                    drop(g);
+                });
+                rx.recv().unwrap();
+                let r = if far {
+                    b.try_lock_until(Instant::now() + Duration::from_secs(1 << 62))
+                } else {
+                    b.try_lock_for(Duration::MAX)
+                };
+                assert!(r.is_ok());
+            });
+        }
     }
 }

@@ -382,7 +382,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn try_lock_for(&self, timeout: Duration) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        self.try_lock_until_opt(Instant::now().checked_add(timeout))
+        self.try_lock_until_opt(crate::park::deadline_after(timeout))
     }
 
     /// Acquire the lock, waiting at most until `deadline`.
