@@ -492,7 +492,7 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutex<T> {
             }
         }
         let diag = self.diagnostics();
-        d.field("owner_pid", &diag.owner_pid)
+        d.field("owner_pid", diag.owner_debug())
             .field("waiters", &diag.waiters)
             .field("poisoned", &diag.poisoned)
             .field("owner_died", &diag.owner_died);
