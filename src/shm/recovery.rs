@@ -93,8 +93,11 @@ impl Ctx<'_> {
         {
             return;
         }
-        let owner = owner_of(h.state.load(SeqCst));
-        if owner != 0 && owner - 1 != self.me && owner - 1 < self.r.layout.participants {
+        let w = h.state.load(SeqCst);
+        let owner = owner_of(w);
+        if low(w) & LOCKED != 0 && self.no_such_participant(owner) {
+            self.recover_phantom_owner();
+        } else if owner != 0 && owner - 1 != self.me && owner - 1 < self.r.layout.participants {
             let ident = self.r.proc(owner - 1).ident.load(SeqCst);
             if ident != 0 && sys::ident_dead(ident) {
                 self.recover(owner - 1, ident);
@@ -139,10 +142,125 @@ impl Ctx<'_> {
             }
             found = found.max(dead);
             if left == 0 || left >= left_before {
-                return (found, owned);
+                break;
             }
             left_before = left;
         }
+        if pid.is_none() {
+            self.repair_orphans();
+        }
+        (found, owned)
+    }
+
+    /// Whether `tag` (participant index + 1, as in the state word) names no participant: 0,
+    /// out of range, or an empty participant slot. Only a faulty peer leaves such a tag as the
+    /// owner, `WOKEN` holder or queued waiter (a participant slot is emptied only once it
+    /// holds nothing, under the journal lock); it is treated like a dead participant.
+    fn no_such_participant(&self, tag: u32) -> bool {
+        tag == 0 || tag > self.r.layout.participants || self.r.proc(tag - 1).ident.load(SeqCst) == 0
+    }
+
+    /// The lock is held by no participant ([`Ctx::no_such_participant`]): release it as for a
+    /// dead owner (the next owner is told).
+    fn recover_phantom_owner(&self) {
+        let mut post = Post::default();
+        {
+            let _g = self.jlock();
+            let cur = self.r.hdr().state.load(SeqCst);
+            // Re-checked under the journal lock: no participant can take a held lock, and a
+            // slot is claimed lock-free but becomes an owner only by taking the lock.
+            if low(cur) & LOCKED != 0 && self.no_such_participant(owner_of(cur)) {
+                self.release_for_owner(owner_of(cur), &mut post);
+            }
+        }
+        self.finish(post);
+    }
+
+    /// What only a faulty peer leaves (journal lock held, once per full scan, O(waiter
+    /// slots and participants)): waiter slots naming no participant, counters in empty participant
+    /// slots, and a `WOKEN` bit or a hand-off in flight that no participant or stored token
+    /// accounts for (the invariants in the module docs). Each would leave waiters asleep
+    /// beside a free lock for good.
+    fn repair_orphans(&self) {
+        let (r, h) = (self.r, self.r.hdr());
+        let mut post = Post::default();
+        {
+            let _g = self.jlock();
+            // 1. A waiter slot naming no participant: nobody sleeps there. A token it got (it
+            // may have been at the front of the queue) goes to the next waiter instead.
+            for i in 0..r.layout.waiter_slots {
+                let s = r.slot(i);
+                let v = s.state.load(SeqCst);
+                if v == SLOT_FREE || !self.no_such_participant(s.proc.load(SeqCst).wrapping_add(1))
+                {
+                    continue;
+                }
+                if s.state
+                    .compare_exchange(v, SLOT_FREE, SeqCst, SeqCst)
+                    .is_ok()
+                    && v != SLOT_QUEUED
+                {
+                    let mut tx = Txn::new();
+                    self.deliver(&mut tx, v == SLOT_TOKEN_HANDOFF);
+                    self.commit(&tx);
+                    post.absorb(self, &tx);
+                }
+            }
+            // 2. Counters in an empty participant slot belong to nobody (its tokens were just
+            // passed on): cleared, and the word is repaired below.
+            for i in 0..r.layout.participants {
+                let p = r.proc(i);
+                if i == self.me || p.ident.load(SeqCst) != 0 || self.r.holds_nothing(i) {
+                    continue;
+                }
+                let mut tx = Txn::new();
+                for t in [
+                    Target::Registered(i),
+                    Target::Woken(i),
+                    Target::OwesNormal(i),
+                    Target::OwesHandoff(i),
+                    Target::Handoff(i),
+                ] {
+                    tx.set(t, 0);
+                }
+                self.commit(&tx);
+            }
+            // 3. The word's WOKEN and hand-off against what accounts for them.
+            let (mut woken, mut handoff) = (0u64, 0u64);
+            for i in 0..r.layout.participants {
+                let p = r.proc(i);
+                woken += u64::from(p.woken.load(SeqCst)) + u64::from(p.owes_normal.load(SeqCst));
+                handoff +=
+                    u64::from(p.handoff.load(SeqCst)) + u64::from(p.owes_handoff.load(SeqCst));
+            }
+            woken += u64::from(h.stored_normal.load(SeqCst));
+            handoff += u64::from(h.stored_handoff.load(SeqCst));
+            for _ in 0..4 {
+                let cur = h.state.load(SeqCst);
+                let l = low(cur);
+                let mut tx = Txn::new();
+                if l & WOKEN != 0 && woken == 0 {
+                    // Nobody is awake to clear it: clear it and wake a waiter (kick).
+                    tx.word = Some((cur, cur & !u64::from(WOKEN)));
+                    post.kick = true;
+                } else if l & (STARVING | LOCKED) == STARVING && handoff == 0 {
+                    // A hand-off nobody owes, holds or stored: give one to the front waiter,
+                    // or leave starvation mode if there is none.
+                    if algo::waiters(l) > 0 {
+                        self.deliver(&mut tx, true);
+                        handoff = 1;
+                    } else {
+                        tx.word = Some((cur, word(l & !STARVING, owner_of(cur))));
+                    }
+                } else {
+                    break;
+                }
+                if self.commit(&tx) {
+                    post.absorb(self, &tx);
+                }
+            }
+        }
+        self.finish(post);
     }
 
     /// The lock is free, not starving, nobody is awake and waiters sleep: in Go that is only
@@ -217,15 +335,21 @@ impl Ctx<'_> {
         true
     }
 
-    /// Step 1: `d` owned the lock: release it on its behalf (Go's `Unlock`, finished after the
-    /// journal lock in `post`) and tell the next owner. The flag is set before the release,
-    /// outside the log (the next owner may clear it at once). Returns whether it owned it.
+    /// Step 1: `d` owned the lock: release it on its behalf ([`Ctx::release_for_owner`]).
     fn release_for_dead_owner(&self, d: u32, post: &mut Post) -> bool {
+        self.release_for_owner(d + 1, post)
+    }
+
+    /// Release the lock on behalf of its owner `tag` (participant index + 1 in the word), if
+    /// that owner still holds it: Go's `Unlock`, finished after the journal lock in `post`, and
+    /// tell the next owner. The flag is set before the release, outside the log (the next
+    /// owner may clear it at once). Returns whether `tag` owned it.
+    fn release_for_owner(&self, tag: u32, post: &mut Post) -> bool {
         let (r, h) = (self.r, self.r.hdr());
         let mut owned = false;
         loop {
             let cur = h.state.load(SeqCst);
-            if low(cur) & LOCKED == 0 || owner_of(cur) != d + 1 {
+            if low(cur) & LOCKED == 0 || owner_of(cur) != tag {
                 return owned;
             }
             owned = true;
@@ -472,5 +596,88 @@ mod tests {
             "{d:?}"
         );
         drop(m.lock().unwrap());
+    }
+
+    /// Start a thread that takes the lock and reports how it went; wait until it sleeps in
+    /// the queue (the caller holds the lock).
+    fn queued_waiter(m: &'static ShmMutex<u32>) -> mpsc::Receiver<bool> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let died = matches!(m.lock(), Err(crate::shm::LockError::OwnerDied(_)));
+            let _ = tx.send(died);
+        });
+        let t = std::time::Instant::now();
+        while m.diagnostics().queued_slots == 0 || m.diagnostics().waiters == 0 {
+            assert!(t.elapsed() < Duration::from_secs(2), "waiter did not queue");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        rx
+    }
+
+    fn leaked() -> &'static ShmMutex<u32> {
+        let m: &'static ShmMutex<u32> = Box::leak(Box::new(small()));
+        drop(m.lock().unwrap()); // this process is participant 0
+        m
+    }
+
+    #[test]
+    fn woken_set_by_nobody_does_not_wedge_waiters() {
+        // WOKEN alone, and WOKEN "owned" by an empty participant slot.
+        for holder in [None, Some(1)] {
+            let m = leaked();
+            let g = m.lock().unwrap();
+            let rx = queued_waiter(m);
+            m.region.hdr().state.fetch_or(u64::from(WOKEN), SeqCst);
+            if let Some(i) = holder {
+                m.region.proc(i).woken.store(1, SeqCst);
+            }
+            drop(g); // a normal unlock: WOKEN set, so it wakes nobody
+            let died = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_else(|_| {
+                panic!("holder {holder:?}: the waiter sleeps through a free lock")
+            });
+            assert!(!died);
+        }
+    }
+
+    #[test]
+    fn phantom_queued_slot_at_the_front_does_not_wedge_waiters() {
+        // A queued slot naming a participant out of range, or an empty participant slot.
+        for proc in [1000, 1] {
+            let m = leaked();
+            let g = m.lock().unwrap();
+            let rx = queued_waiter(m);
+            let r = &m.region;
+            let free = (0..r.layout.waiter_slots)
+                .find(|&i| r.slot(i).state.load(SeqCst) == SLOT_FREE)
+                .unwrap();
+            let s = r.slot(free);
+            s.proc.store(proc, SeqCst);
+            s.class.store(CLASS_FRONT, SeqCst);
+            s.ticket.store(0, SeqCst);
+            s.state.store(SLOT_QUEUED, SeqCst);
+            drop(g); // the wake-up goes to the phantom
+            let died = rx
+                .recv_timeout(Duration::from_secs(1))
+                .unwrap_or_else(|_| panic!("proc {proc}: the waiter sleeps through a free lock"));
+            assert!(!died);
+        }
+    }
+
+    #[test]
+    fn lock_held_by_nobody_is_taken_back() {
+        // LOCKED with owner 0, an empty participant slot (index 1), an index out of range.
+        for owner in [0, 2, 1000] {
+            let m = leaked();
+            m.region.hdr().state.store(word(LOCKED, owner), SeqCst);
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let died = matches!(m.lock(), Err(crate::shm::LockError::OwnerDied(_)));
+                let _ = tx.send(died);
+            });
+            let died = rx
+                .recv_timeout(Duration::from_secs(1))
+                .unwrap_or_else(|_| panic!("owner {owner}: the lock is never taken back"));
+            assert!(died, "owner {owner}: the next owner must be told");
+        }
     }
 }
