@@ -209,6 +209,71 @@ impl Drop for Fd {
     }
 }
 
+/// How [`ShmMutex::open_with`] and [`ShmMutex::open_or_create_with`] treat an existing named
+/// region.
+///
+/// ```
+/// use gomutex::shm::OpenOptions;
+/// use std::time::Duration;
+/// let o = OpenOptions::new().timeout(Duration::from_millis(100));
+/// assert!(!o.allow_other_owner);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenOptions {
+    /// How long to wait for the creator to finish initialising the region (default 1 s;
+    /// `Duration::MAX` waits as long as it takes).
+    pub timeout: Duration,
+    /// Accept an object owned by another user than the caller's effective uid (default
+    /// `false`: [`ShmError::NotOwner`]). Any user who can write the object can hold the lock
+    /// for ever, corrupt its state, or truncate it (every process that maps it then dies of
+    /// `SIGBUS`); and anyone may create a name first in `/dev/shm`. Set it only when the owner
+    /// is trusted, e.g. a service whose clients run as other users.
+    pub allow_other_owner: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(1),
+            allow_other_owner: false,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// The defaults: wait 1 s, refuse an object owned by another user.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set [`timeout`](Self::timeout).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Set [`allow_other_owner`](Self::allow_other_owner).
+    pub fn allow_other_owner(mut self, allow: bool) -> Self {
+        self.allow_other_owner = allow;
+        self
+    }
+}
+
+/// Refuse an object another user owns, unless `opts` allow it.
+fn check_owner(name: &CString, st: &libc::stat, opts: &OpenOptions) -> Result<(), ShmError> {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if st.st_uid != uid && !opts.allow_other_owner {
+        return Err(ShmError::NotOwner {
+            name: name.to_string_lossy().into_owned(),
+            owner_uid: st.st_uid,
+            uid,
+        });
+    }
+    Ok(())
+}
+
 impl<T: ShmSafe> ShmMutex<T> {
     /// Bytes a region for `T` with this configuration occupies (what to map for
     /// [`init_in_place`](Self::init_in_place)).
@@ -292,15 +357,23 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     /// Open an existing named region, waiting up to 1 s for its creator to finish
-    /// initialising it.
+    /// initialising it. Refuses an object owned by another user ([`ShmError::NotOwner`]; see
+    /// [`open_with`](Self::open_with)).
     pub fn open(name: &str) -> Result<Self, ShmError> {
-        Self::open_timeout(name, Duration::from_secs(1))
+        Self::open_with(name, OpenOptions::new())
     }
 
-    /// [`open`](Self::open) with an explicit wait for initialisation. Fails with
-    /// `Io(NotFound)` if the name does not exist, [`ShmError::InitTimeout`] if it is not
-    /// initialised in time, or a validation error (nothing is written then).
+    /// [`open`](Self::open) with an explicit wait for initialisation.
     pub fn open_timeout(name: &str, timeout: Duration) -> Result<Self, ShmError> {
+        Self::open_with(name, OpenOptions::new().timeout(timeout))
+    }
+
+    /// Open an existing named region. Fails with `Io(NotFound)` if the name does not exist,
+    /// [`ShmError::NotOwner`] if another user owns the object (unless
+    /// [`OpenOptions::allow_other_owner`]), [`ShmError::TooSmall`] if it is smaller than a
+    /// header, [`ShmError::InitTimeout`] if it is not initialised within
+    /// [`OpenOptions::timeout`], or a validation error (nothing is written then).
+    pub fn open_with(name: &str, opts: OpenOptions) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
         // SAFETY: a NUL-terminated name.
         let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
@@ -309,13 +382,19 @@ impl<T: ShmSafe> ShmMutex<T> {
         }
         let fd = Fd(fd);
         // `None` (wait as long as it takes) if the timeout overflows `Instant`.
-        let deadline = crate::park::deadline_after(timeout);
+        let deadline = crate::park::deadline_after(opts.timeout);
+        let mut owner_checked = false;
         loop {
             // SAFETY: a zeroed stat buffer for fstat to fill.
             let mut st: libc::stat = unsafe { core::mem::zeroed() };
             // SAFETY: our descriptor, a valid buffer.
             if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
                 return Err(io::Error::last_os_error().into());
+            }
+            if !owner_checked {
+                // Before mapping anything: a squatter's object is not even read.
+                check_owner(&cname, &st, &opts)?;
+                owner_checked = true;
             }
             let len = st.st_size as usize;
             if (1..HEADER_SIZE).contains(&len) {
@@ -349,15 +428,27 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     /// Open the named region, or create it with `value` if it does not exist; `true` if this
-    /// call created it. Race-free: exactly one of several concurrent callers creates.
+    /// call created it. Race-free: exactly one of several concurrent callers creates. An
+    /// existing object owned by another user is refused ([`ShmError::NotOwner`]).
     pub fn open_or_create(name: &str, value: T, cfg: Config) -> Result<(Self, bool), ShmError> {
+        Self::open_or_create_with(name, value, cfg, OpenOptions::new())
+    }
+
+    /// [`open_or_create`](Self::open_or_create), opening an existing object as
+    /// [`open_with`](Self::open_with) does.
+    pub fn open_or_create_with(
+        name: &str,
+        value: T,
+        cfg: Config,
+        opts: OpenOptions,
+    ) -> Result<(Self, bool), ShmError> {
         loop {
             match Self::create(name, value, cfg) {
                 Ok(m) => return Ok((m, true)),
                 Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
-            match Self::open(name) {
+            match Self::open_with(name, opts) {
                 Ok(m) => return Ok((m, false)),
                 // Unlinked between our two calls: try again.
                 Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
@@ -535,5 +626,42 @@ mod tests {
                 assert!(r.is_ok());
             });
         }
+    }
+
+    #[test]
+    fn object_of_another_user_is_refused_unless_allowed() {
+        let name = uniq("owner");
+        let a = ShmMutex::create(&name, 7u32, Config::default()).unwrap();
+        let cname = shm_name(&name).unwrap();
+        // SAFETY: a NUL-terminated name.
+        let fd = Fd(unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) });
+        assert!(fd.0 >= 0);
+        // Hand the object to `nobody` (needs CAP_CHOWN: skipped without it).
+        // SAFETY: our descriptor.
+        if unsafe { libc::fchown(fd.0, 65534, 65534) } != 0 {
+            ShmMutex::<u32>::unlink(&name).unwrap();
+            eprintln!("skipped: fchown needs CAP_CHOWN");
+            return;
+        }
+        let refused = ShmMutex::<u32>::open(&name);
+        let refused_too = ShmMutex::open_or_create(&name, 0u32, Config::default());
+        let allowed = ShmMutex::<u32>::open_with(&name, OpenOptions::new().allow_other_owner(true));
+        ShmMutex::<u32>::unlink(&name).unwrap();
+        match refused {
+            Err(e @ ShmError::NotOwner { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&name) && msg.contains("65534"), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            refused_too,
+            Err(ShmError::NotOwner {
+                owner_uid: 65534,
+                ..
+            })
+        ));
+        *allowed.unwrap().lock().unwrap() += 1;
+        assert_eq!(*a.lock().unwrap(), 8);
     }
 }

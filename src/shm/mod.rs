@@ -115,6 +115,7 @@ mod sys;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
+pub use mapping::OpenOptions;
 
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
