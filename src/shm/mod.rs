@@ -100,6 +100,13 @@
 //!   for 2 s to reclaim dead participants.
 //! * After a death the protected data may be half-updated: that is what
 //!   [`LockError::OwnerDied`] is for.
+//! * A named object owned by another uid is refused ([`ShmError::NotOwner`]) unless
+//!   [`OpenOptions::allow_other_owner`]: whoever can write it controls the lock. A peer that
+//!   truncates the object kills every process that maps it with `SIGBUS` (inherent; seal a
+//!   memfd with `F_SEAL_SHRINK` for memory you share yourself). A peer that corrupts the
+//!   region may hold the lock for good, but cannot make the library panic, hang a call with a
+//!   deadline, or stall recovery: counts are clamped, and an owner, `WOKEN` holder or queued
+//!   waiter that names no participant is treated like a dead one.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
 
 mod diagnostics;
