@@ -18,7 +18,8 @@ pub struct Diagnostics {
     pub state: u32,
     /// Waiters registered in the state word.
     pub waiters: u32,
-    /// Pid of the owner, if the lock is held.
+    /// Pid of the owner, if the lock is held by a participant that can be told (see
+    /// `owner_unknown`).
     pub owner_pid: Option<u32>,
     /// Waiter slots in use (queued, or holding a token not yet picked up).
     pub queued_slots: u32,
@@ -39,6 +40,10 @@ pub struct Diagnostics {
     pub poisoned: bool,
     /// What recovery has done so far (over the region's life).
     pub recovery: RecoveryCounts,
+    /// The lock is held but its owner cannot be told: the state word names no participant,
+    /// one out of range or an empty participant slot (left so by a faulty peer, until
+    /// recovery takes the lock back). `owner_pid` is `None` then.
+    pub owner_unknown: bool,
 }
 
 /// Counters of recovery actions, for tests and monitoring (approximate: a recovery that is
@@ -66,22 +71,26 @@ impl<T: ShmSafe> ShmMutex<T> {
         let h = self.region.hdr();
         let w = h.state.load(SeqCst);
         let (state, owner) = (low(w), owner_of(w));
-        let owner_pid = if state & algo::LOCKED != 0 && owner != 0 {
-            Some(sys::ident_pid(
-                self.region.proc(owner - 1).ident.load(SeqCst),
-            ))
-        } else {
-            None
-        };
+        // Every value read here may have been written by a faulty peer: an index is checked
+        // before use and sums saturate, so a snapshot never panics.
+        let owner_ident = (state & algo::LOCKED != 0).then(|| {
+            (owner != 0 && owner - 1 < self.region.layout.participants)
+                .then(|| self.region.proc(owner - 1).ident.load(SeqCst))
+                .filter(|&ident| ident != 0)
+        });
+        let owner_pid = owner_ident.flatten().map(sys::ident_pid);
         let s = self.region.sums();
         Diagnostics {
             state,
             waiters: algo::waiters(state),
             owner_pid,
             queued_slots: s.queued_slots,
-            stored_tokens: h.stored_normal.load(SeqCst) + h.stored_handoff.load(SeqCst),
+            stored_tokens: h
+                .stored_normal
+                .load(SeqCst)
+                .saturating_add(h.stored_handoff.load(SeqCst)),
             registered_waiters: s.registered,
-            in_flight: s.woken + s.owes + s.handoff,
+            in_flight: s.woken.saturating_add(s.owes).saturating_add(s.handoff),
             participants: s.participants,
             owner_deaths: h.owner_deaths.load(SeqCst),
             owner_died: h.owner_died.load(SeqCst) != 0,
@@ -94,6 +103,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                 owed_wakeups_delivered: h.rec[REC_OWED].load(SeqCst),
                 handoffs_passed_on: h.rec[REC_HANDOFFS].load(SeqCst),
             },
+            owner_unknown: owner_ident.is_some_and(|i| i.is_none()),
         }
     }
 }
@@ -109,6 +119,17 @@ pub(crate) struct Sums {
     pub participants: u32,
 }
 
+impl Diagnostics {
+    /// The owner for `Debug` output: its pid, `None` (free), or `"unknown"`.
+    pub(crate) fn owner_debug(&self) -> &dyn core::fmt::Debug {
+        if self.owner_unknown {
+            &"unknown"
+        } else {
+            &self.owner_pid
+        }
+    }
+}
+
 impl Region {
     pub(crate) fn sums(&self) -> Sums {
         let mut s = Sums::default();
@@ -119,7 +140,9 @@ impl Region {
             }
             s.registered += u64::from(p.registered.load(SeqCst));
             s.woken += u64::from(p.woken.load(SeqCst));
-            s.owes += u64::from(p.owes_normal.load(SeqCst) + p.owes_handoff.load(SeqCst));
+            // u64 sums of u32 counters: at most 2^16 participants, no overflow.
+            s.owes +=
+                u64::from(p.owes_normal.load(SeqCst)) + u64::from(p.owes_handoff.load(SeqCst));
             s.handoff += u64::from(p.handoff.load(SeqCst));
         }
         for i in 0..self.layout.waiter_slots {
@@ -128,5 +151,78 @@ impl Region {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::Config;
+
+    fn region_of(m: &ShmMutex<u32>) -> &Region {
+        &m.region
+    }
+
+    #[test]
+    fn snapshots_of_a_corrupt_region_never_panic() {
+        let m = ShmMutex::anonymous_with(
+            0u32,
+            Config {
+                participants: 2,
+                waiter_slots: 2,
+            },
+        )
+        .unwrap();
+        let r = region_of(&m);
+        let h = r.hdr();
+        // Counters at their maximum: their sums must not overflow (debug builds panic).
+        h.stored_normal.store(u32::MAX, SeqCst);
+        h.stored_handoff.store(u32::MAX, SeqCst);
+        for i in 0..r.layout.participants {
+            let p = r.proc(i);
+            for c in [
+                &p.registered,
+                &p.woken,
+                &p.owes_normal,
+                &p.owes_handoff,
+                &p.handoff,
+            ] {
+                c.store(u32::MAX, SeqCst);
+            }
+        }
+        // LOCKED with an owner index out of range.
+        h.state
+            .store(super::super::region::word(algo::LOCKED, 1000), SeqCst);
+        let d = m.diagnostics();
+        assert_eq!(d.owner_pid, None);
+        assert!(d.owner_unknown);
+        assert_eq!(d.stored_tokens, u32::MAX);
+        assert_eq!(format!("{:?}", d.owner_debug()), "\"unknown\"");
+        assert!(format!("{d:?}").contains("owner_unknown: true"));
+        // LOCKED by an empty participant slot: not pid 0.
+        h.state
+            .store(super::super::region::word(algo::LOCKED, 1), SeqCst);
+        let d = m.diagnostics();
+        assert_eq!(d.owner_pid, None);
+        assert!(d.owner_unknown);
+        // LOCKED with no owner at all.
+        h.state
+            .store(super::super::region::word(algo::LOCKED, 0), SeqCst);
+        assert!(m.diagnostics().owner_unknown);
+        // The handle's `Debug` does not panic either (its `try_lock` may take the lock back
+        // from the phantom owner, so the next owner is told).
+        let _ = format!("{m:?}");
+        // A real owner is known.
+        h.state.store(0, SeqCst);
+        let g = m.lock().unwrap_or_else(|e| e.into_guard());
+        let d = m.diagnostics();
+        assert_eq!(d.owner_pid, Some(sys::current_pid()));
+        assert!(!d.owner_unknown);
+        assert_eq!(
+            format!("{:?}", d.owner_debug()),
+            format!("Some({})", sys::current_pid())
+        );
+        drop(g);
+        assert!(!m.diagnostics().owner_unknown);
     }
 }

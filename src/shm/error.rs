@@ -63,6 +63,16 @@ pub enum ShmError {
     InitTimeout,
     /// A system call failed.
     Io(io::Error),
+    /// A named object exists but belongs to another user: refused, since whoever can write
+    /// it controls the lock (see [`OpenOptions::allow_other_owner`](super::OpenOptions)).
+    NotOwner {
+        /// The object's name (with its leading `/`).
+        name: String,
+        /// Its owner.
+        owner_uid: u32,
+        /// This process's effective uid.
+        uid: u32,
+    },
 }
 
 impl fmt::Display for ShmError {
@@ -105,6 +115,16 @@ impl fmt::Display for ShmError {
                 )
             }
             ShmError::Io(e) => write!(f, "shared memory: {e}"),
+            ShmError::NotOwner {
+                name,
+                owner_uid,
+                uid,
+            } => write!(
+                f,
+                "shared memory object {name} is owned by uid {owner_uid}, not by this \
+                 process's uid {uid}: refused (anyone who can write it controls the lock; \
+                 OpenOptions::allow_other_owner trusts it)"
+            ),
         }
     }
 }

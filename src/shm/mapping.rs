@@ -166,7 +166,8 @@ fn shm_name(name: &str) -> Result<CString, ShmError> {
     } else {
         format!("/{name}")
     };
-    if n.len() < 2 || n.len() > 251 || n[1..].contains('/') {
+    // "/." and "/.." name the directory `shm_open` works in (or its parent), never an object.
+    if n.len() < 2 || n.len() > 251 || n[1..].contains('/') || n == "/." || n == "/.." {
         return Err(ShmError::InvalidName);
     }
     CString::new(n).map_err(|_| ShmError::InvalidName)
@@ -206,6 +207,71 @@ impl Drop for Fd {
         // SAFETY: our own descriptor.
         unsafe { libc::close(self.0) };
     }
+}
+
+/// How [`ShmMutex::open_with`] and [`ShmMutex::open_or_create_with`] treat an existing named
+/// region.
+///
+/// ```
+/// use gomutex::shm::OpenOptions;
+/// use std::time::Duration;
+/// let o = OpenOptions::new().timeout(Duration::from_millis(100));
+/// assert!(!o.allow_other_owner);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenOptions {
+    /// How long to wait for the creator to finish initialising the region (default 1 s;
+    /// `Duration::MAX` waits as long as it takes).
+    pub timeout: Duration,
+    /// Accept an object owned by another user than the caller's effective uid (default
+    /// `false`: [`ShmError::NotOwner`]). Any user who can write the object can hold the lock
+    /// for ever, corrupt its state, or truncate it (every process that maps it then dies of
+    /// `SIGBUS`); and anyone may create a name first in `/dev/shm`. Set it only when the owner
+    /// is trusted, e.g. a service whose clients run as other users.
+    pub allow_other_owner: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(1),
+            allow_other_owner: false,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// The defaults: wait 1 s, refuse an object owned by another user.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set [`timeout`](Self::timeout).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Set [`allow_other_owner`](Self::allow_other_owner).
+    pub fn allow_other_owner(mut self, allow: bool) -> Self {
+        self.allow_other_owner = allow;
+        self
+    }
+}
+
+/// Refuse an object another user owns, unless `opts` allow it.
+fn check_owner(name: &CString, st: &libc::stat, opts: &OpenOptions) -> Result<(), ShmError> {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if st.st_uid != uid && !opts.allow_other_owner {
+        return Err(ShmError::NotOwner {
+            name: name.to_string_lossy().into_owned(),
+            owner_uid: st.st_uid,
+            uid,
+        });
+    }
+    Ok(())
 }
 
 impl<T: ShmSafe> ShmMutex<T> {
@@ -291,15 +357,23 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     /// Open an existing named region, waiting up to 1 s for its creator to finish
-    /// initialising it.
+    /// initialising it. Refuses an object owned by another user ([`ShmError::NotOwner`]; see
+    /// [`open_with`](Self::open_with)).
     pub fn open(name: &str) -> Result<Self, ShmError> {
-        Self::open_timeout(name, Duration::from_secs(1))
+        Self::open_with(name, OpenOptions::new())
     }
 
-    /// [`open`](Self::open) with an explicit wait for initialisation. Fails with
-    /// `Io(NotFound)` if the name does not exist, [`ShmError::InitTimeout`] if it is not
-    /// initialised in time, or a validation error (nothing is written then).
+    /// [`open`](Self::open) with an explicit wait for initialisation.
     pub fn open_timeout(name: &str, timeout: Duration) -> Result<Self, ShmError> {
+        Self::open_with(name, OpenOptions::new().timeout(timeout))
+    }
+
+    /// Open an existing named region. Fails with `Io(NotFound)` if the name does not exist,
+    /// [`ShmError::NotOwner`] if another user owns the object (unless
+    /// [`OpenOptions::allow_other_owner`]), [`ShmError::TooSmall`] if it is smaller than a
+    /// header, [`ShmError::InitTimeout`] if it is not initialised within
+    /// [`OpenOptions::timeout`], or a validation error (nothing is written then).
+    pub fn open_with(name: &str, opts: OpenOptions) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
         // SAFETY: a NUL-terminated name.
         let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
@@ -307,7 +381,9 @@ impl<T: ShmSafe> ShmMutex<T> {
             return Err(io::Error::last_os_error().into());
         }
         let fd = Fd(fd);
-        let deadline = Instant::now() + timeout;
+        // `None` (wait as long as it takes) if the timeout overflows `Instant`.
+        let deadline = crate::park::deadline_after(opts.timeout);
+        let mut owner_checked = false;
         loop {
             // SAFETY: a zeroed stat buffer for fstat to fill.
             let mut st: libc::stat = unsafe { core::mem::zeroed() };
@@ -315,7 +391,20 @@ impl<T: ShmSafe> ShmMutex<T> {
             if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
                 return Err(io::Error::last_os_error().into());
             }
+            if !owner_checked {
+                // Before mapping anything: a squatter's object is not even read.
+                check_owner(&cname, &st, &opts)?;
+                owner_checked = true;
+            }
             let len = st.st_size as usize;
+            if (1..HEADER_SIZE).contains(&len) {
+                // The creator sets the full size in one `ftruncate` (an object between its
+                // `shm_open` and that call is empty): this size is final, and no region.
+                return Err(ShmError::TooSmall {
+                    needed: HEADER_SIZE,
+                    actual: len,
+                });
+            }
             if len >= HEADER_SIZE {
                 let p = map_shared(fd.0, len)?;
                 match validate::<T>(p, len) {
@@ -331,7 +420,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                     }
                 }
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(ShmError::InitTimeout);
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -339,15 +428,27 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     /// Open the named region, or create it with `value` if it does not exist; `true` if this
-    /// call created it. Race-free: exactly one of several concurrent callers creates.
+    /// call created it. Race-free: exactly one of several concurrent callers creates. An
+    /// existing object owned by another user is refused ([`ShmError::NotOwner`]).
     pub fn open_or_create(name: &str, value: T, cfg: Config) -> Result<(Self, bool), ShmError> {
+        Self::open_or_create_with(name, value, cfg, OpenOptions::new())
+    }
+
+    /// [`open_or_create`](Self::open_or_create), opening an existing object as
+    /// [`open_with`](Self::open_with) does.
+    pub fn open_or_create_with(
+        name: &str,
+        value: T,
+        cfg: Config,
+        opts: OpenOptions,
+    ) -> Result<(Self, bool), ShmError> {
         loop {
             match Self::create(name, value, cfg) {
                 Ok(m) => return Ok((m, true)),
                 Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
-            match Self::open(name) {
+            match Self::open_with(name, opts) {
                 Ok(m) => return Ok((m, false)),
                 // Unlinked between our two calls: try again.
                 Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
@@ -426,5 +527,141 @@ impl<T: ShmSafe> ShmMutex<T> {
         // SAFETY: validated (non-null, aligned, big enough); kept mapped per the contract.
         let r = unsafe { Region::new(NonNull::new_unchecked(ptr), layout) };
         Ok(Self::from_region(r, Backing::Borrowed, len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn uniq(tag: &str) -> String {
+        format!("/gomutex-unit-{tag}-{}", std::process::id())
+    }
+
+    /// A named object of `len` bytes made with plain `shm_open` (not a region).
+    fn raw_object(name: &str, len: usize) -> Fd {
+        let cname = shm_name(name).unwrap();
+        // SAFETY: a NUL-terminated name.
+        let fd = unsafe {
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        assert!(fd >= 0, "shm_open: {}", io::Error::last_os_error());
+        // SAFETY: our descriptor.
+        assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
+        Fd(fd)
+    }
+
+    #[test]
+    fn dot_names_are_invalid() {
+        for n in [".", "..", "/.", "/.."] {
+            assert!(matches!(shm_name(n), Err(ShmError::InvalidName)), "{n}");
+            assert!(matches!(
+                ShmMutex::create(n, 0u32, Config::default()),
+                Err(ShmError::InvalidName)
+            ));
+            assert!(matches!(
+                ShmMutex::<u32>::open(n),
+                Err(ShmError::InvalidName)
+            ));
+        }
+        // Names that merely contain dots stay valid.
+        assert!(shm_name("...").is_ok());
+        assert!(shm_name(".a").is_ok());
+    }
+
+    #[test]
+    fn open_of_an_object_smaller_than_the_header_is_too_small_at_once() {
+        for len in [1, 32, HEADER_SIZE - 1] {
+            let name = uniq(&format!("small{len}"));
+            let _fd = raw_object(&name, len);
+            let t = Instant::now();
+            let r = ShmMutex::<u32>::open_timeout(&name, Duration::from_secs(2));
+            let took = t.elapsed();
+            ShmMutex::<u32>::unlink(&name).unwrap();
+            match r {
+                Err(ShmError::TooSmall { needed, actual }) => {
+                    assert_eq!((needed, actual), (HEADER_SIZE, len));
+                }
+                other => panic!("{len} bytes: {other:?}"),
+            }
+            assert!(took < Duration::from_millis(500), "{len} bytes: {took:?}");
+        }
+        // An empty object may be a creator between `shm_open` and `ftruncate`: waited for.
+        let name = uniq("empty");
+        let _fd = raw_object(&name, 0);
+        let r = ShmMutex::<u32>::open_timeout(&name, Duration::from_millis(20));
+        ShmMutex::<u32>::unlink(&name).unwrap();
+        assert!(matches!(r, Err(ShmError::InitTimeout)), "{r:?}");
+    }
+
+    #[test]
+    fn open_timeout_max_does_not_overflow() {
+        let name = uniq("tmax");
+        let a = ShmMutex::create(&name, 7u32, Config::default()).unwrap();
+        let b = ShmMutex::<u32>::open_timeout(&name, Duration::MAX).unwrap();
+        ShmMutex::<u32>::unlink(&name).unwrap();
+        assert_eq!(*b.lock().unwrap(), 7);
+        // A timed lock with the largest timeout, or a deadline far away, waits like `lock`.
+        for far in [false, true] {
+            std::thread::scope(|s| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let a = &a;
+                s.spawn(move || {
+                    let g = a.lock().unwrap();
+                    tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(30));
+                    drop(g);
+                });
+                rx.recv().unwrap();
+                let r = if far {
+                    b.try_lock_until(Instant::now() + Duration::from_secs(1 << 62))
+                } else {
+                    b.try_lock_for(Duration::MAX)
+                };
+                assert!(r.is_ok());
+            });
+        }
+    }
+
+    #[test]
+    fn object_of_another_user_is_refused_unless_allowed() {
+        let name = uniq("owner");
+        let a = ShmMutex::create(&name, 7u32, Config::default()).unwrap();
+        let cname = shm_name(&name).unwrap();
+        // SAFETY: a NUL-terminated name.
+        let fd = Fd(unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) });
+        assert!(fd.0 >= 0);
+        // Hand the object to `nobody` (needs CAP_CHOWN: skipped without it).
+        // SAFETY: our descriptor.
+        if unsafe { libc::fchown(fd.0, 65534, 65534) } != 0 {
+            ShmMutex::<u32>::unlink(&name).unwrap();
+            eprintln!("skipped: fchown needs CAP_CHOWN");
+            return;
+        }
+        let refused = ShmMutex::<u32>::open(&name);
+        let refused_too = ShmMutex::open_or_create(&name, 0u32, Config::default());
+        let allowed = ShmMutex::<u32>::open_with(&name, OpenOptions::new().allow_other_owner(true));
+        ShmMutex::<u32>::unlink(&name).unwrap();
+        match refused {
+            Err(e @ ShmError::NotOwner { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&name) && msg.contains("65534"), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            refused_too,
+            Err(ShmError::NotOwner {
+                owner_uid: 65534,
+                ..
+            })
+        ));
+        *allowed.unwrap().lock().unwrap() += 1;
+        assert_eq!(*a.lock().unwrap(), 8);
     }
 }

@@ -100,6 +100,13 @@
 //!   for 2 s to reclaim dead participants.
 //! * After a death the protected data may be half-updated: that is what
 //!   [`LockError::OwnerDied`] is for.
+//! * A named object owned by another uid is refused ([`ShmError::NotOwner`]) unless
+//!   [`OpenOptions::allow_other_owner`]: whoever can write it controls the lock. A peer that
+//!   truncates the object kills every process that maps it with `SIGBUS` (inherent; seal a
+//!   memfd with `F_SEAL_SHRINK` for memory you share yourself). A peer that corrupts the
+//!   region may hold the lock for good, but cannot make the library panic, hang a call with a
+//!   deadline, or stall recovery: counts are clamped, and an owner, `WOKEN` holder or queued
+//!   waiter that names no participant is treated like a dead one.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
 
 mod diagnostics;
@@ -115,6 +122,7 @@ mod sys;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
+pub use mapping::OpenOptions;
 
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
@@ -382,7 +390,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn try_lock_for(&self, timeout: Duration) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        self.try_lock_until_opt(Instant::now().checked_add(timeout))
+        self.try_lock_until_opt(crate::park::deadline_after(timeout))
     }
 
     /// Acquire the lock, waiting at most until `deadline`.
@@ -492,7 +500,7 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutex<T> {
             }
         }
         let diag = self.diagnostics();
-        d.field("owner_pid", &diag.owner_pid)
+        d.field("owner_pid", diag.owner_debug())
             .field("waiters", &diag.waiters)
             .field("poisoned", &diag.poisoned)
             .field("owner_died", &diag.owner_died);

@@ -14,6 +14,12 @@
 //!
 //! So when a participant is found dead, the survivors know exactly what it held and undo it
 //! (`Ctx::recover`, in five steps).
+//!
+//! The invariants also bound every count: a participant owes at most one wake-up and one
+//! hand-off, owns `WOKEN` at most once, holds at most one hand-off, and its registrations are
+//! at most `waiters(word) + stored_normal + Σ owes_normal`. Larger counts can only have been
+//! written by a faulty peer; recovery clamps them, so undoing one participant is a bounded
+//! number of transactions, each O(waiter slots + participants), whatever the region holds.
 
 use super::journal::{Post, Target, Txn};
 use super::layout::*;
@@ -34,6 +40,33 @@ pub(crate) const REC_REGISTRATIONS: usize = 2;
 pub(crate) const REC_WOKEN: usize = 3;
 pub(crate) const REC_OWED: usize = 4;
 pub(crate) const REC_HANDOFFS: usize = 5;
+/// Successful transactions step 4 makes for one dead participant before it leaves the rest
+/// for a later scan. A real one needs at most seven (pass a hand-off on, clear `WOKEN`, take
+/// each kind of stored token and undo it, remove its registrations); only counts written by a
+/// faulty peer could ask for more.
+const UNDO_BUDGET: u32 = 16;
+
+/// `state` with up to `n` of a dead participant's registered waiters removed, under
+/// [`algo::deregistered`]'s rule (as many single removals would do): `(new state, removed)`, or
+/// `None` if none may leave now.
+fn deregistered_up_to(state: u32, n: u32) -> Option<(u32, u32)> {
+    let handoff_in_flight = state & (STARVING | LOCKED) == STARVING;
+    let keep = if handoff_in_flight { 3 } else { 1 };
+    let waiters = algo::waiters(state);
+    if waiters < keep || n == 0 {
+        return None;
+    }
+    let k = n.min(waiters - keep + 1);
+    let new = state - k * algo::WAITER;
+    Some((
+        if algo::waiters(new) == 0 {
+            new & !STARVING
+        } else {
+            new
+        },
+        k,
+    ))
+}
 
 impl Ctx<'_> {
     /// Run what a recovery left for after the journal lock.
@@ -60,8 +93,11 @@ impl Ctx<'_> {
         {
             return;
         }
-        let owner = owner_of(h.state.load(SeqCst));
-        if owner != 0 && owner - 1 != self.me && owner - 1 < self.r.layout.participants {
+        let w = h.state.load(SeqCst);
+        let owner = owner_of(w);
+        if low(w) & LOCKED != 0 && self.no_such_participant(owner) {
+            self.recover_phantom_owner();
+        } else if owner != 0 && owner - 1 != self.me && owner - 1 < self.r.layout.participants {
             let ident = self.r.proc(owner - 1).ident.load(SeqCst);
             if ident != 0 && sys::ident_dead(ident) {
                 self.recover(owner - 1, ident);
@@ -106,10 +142,125 @@ impl Ctx<'_> {
             }
             found = found.max(dead);
             if left == 0 || left >= left_before {
-                return (found, owned);
+                break;
             }
             left_before = left;
         }
+        if pid.is_none() {
+            self.repair_orphans();
+        }
+        (found, owned)
+    }
+
+    /// Whether `tag` (participant index + 1, as in the state word) names no participant: 0,
+    /// out of range, or an empty participant slot. Only a faulty peer leaves such a tag as the
+    /// owner, `WOKEN` holder or queued waiter (a participant slot is emptied only once it
+    /// holds nothing, under the journal lock); it is treated like a dead participant.
+    fn no_such_participant(&self, tag: u32) -> bool {
+        tag == 0 || tag > self.r.layout.participants || self.r.proc(tag - 1).ident.load(SeqCst) == 0
+    }
+
+    /// The lock is held by no participant ([`Ctx::no_such_participant`]): release it as for a
+    /// dead owner (the next owner is told).
+    fn recover_phantom_owner(&self) {
+        let mut post = Post::default();
+        {
+            let _g = self.jlock();
+            let cur = self.r.hdr().state.load(SeqCst);
+            // Re-checked under the journal lock: no participant can take a held lock, and a
+            // slot is claimed lock-free but becomes an owner only by taking the lock.
+            if low(cur) & LOCKED != 0 && self.no_such_participant(owner_of(cur)) {
+                self.release_for_owner(owner_of(cur), &mut post);
+            }
+        }
+        self.finish(post);
+    }
+
+    /// What only a faulty peer leaves (journal lock held, once per full scan, O(waiter
+    /// slots and participants)): waiter slots naming no participant, counters in empty participant
+    /// slots, and a `WOKEN` bit or a hand-off in flight that no participant or stored token
+    /// accounts for (the invariants in the module docs). Each would leave waiters asleep
+    /// beside a free lock for good.
+    fn repair_orphans(&self) {
+        let (r, h) = (self.r, self.r.hdr());
+        let mut post = Post::default();
+        {
+            let _g = self.jlock();
+            // 1. A waiter slot naming no participant: nobody sleeps there. A token it got (it
+            // may have been at the front of the queue) goes to the next waiter instead.
+            for i in 0..r.layout.waiter_slots {
+                let s = r.slot(i);
+                let v = s.state.load(SeqCst);
+                if v == SLOT_FREE || !self.no_such_participant(s.proc.load(SeqCst).wrapping_add(1))
+                {
+                    continue;
+                }
+                if s.state
+                    .compare_exchange(v, SLOT_FREE, SeqCst, SeqCst)
+                    .is_ok()
+                    && v != SLOT_QUEUED
+                {
+                    let mut tx = Txn::new();
+                    self.deliver(&mut tx, v == SLOT_TOKEN_HANDOFF);
+                    self.commit(&tx);
+                    post.absorb(self, &tx);
+                }
+            }
+            // 2. Counters in an empty participant slot belong to nobody (its tokens were just
+            // passed on): cleared, and the word is repaired below.
+            for i in 0..r.layout.participants {
+                let p = r.proc(i);
+                if i == self.me || p.ident.load(SeqCst) != 0 || self.r.holds_nothing(i) {
+                    continue;
+                }
+                let mut tx = Txn::new();
+                for t in [
+                    Target::Registered(i),
+                    Target::Woken(i),
+                    Target::OwesNormal(i),
+                    Target::OwesHandoff(i),
+                    Target::Handoff(i),
+                ] {
+                    tx.set(t, 0);
+                }
+                self.commit(&tx);
+            }
+            // 3. The word's WOKEN and hand-off against what accounts for them.
+            let (mut woken, mut handoff) = (0u64, 0u64);
+            for i in 0..r.layout.participants {
+                let p = r.proc(i);
+                woken += u64::from(p.woken.load(SeqCst)) + u64::from(p.owes_normal.load(SeqCst));
+                handoff +=
+                    u64::from(p.handoff.load(SeqCst)) + u64::from(p.owes_handoff.load(SeqCst));
+            }
+            woken += u64::from(h.stored_normal.load(SeqCst));
+            handoff += u64::from(h.stored_handoff.load(SeqCst));
+            for _ in 0..4 {
+                let cur = h.state.load(SeqCst);
+                let l = low(cur);
+                let mut tx = Txn::new();
+                if l & WOKEN != 0 && woken == 0 {
+                    // Nobody is awake to clear it: clear it and wake a waiter (kick).
+                    tx.word = Some((cur, cur & !u64::from(WOKEN)));
+                    post.kick = true;
+                } else if l & (STARVING | LOCKED) == STARVING && handoff == 0 {
+                    // A hand-off nobody owes, holds or stored: give one to the front waiter,
+                    // or leave starvation mode if there is none.
+                    if algo::waiters(l) > 0 {
+                        self.deliver(&mut tx, true);
+                        handoff = 1;
+                    } else {
+                        tx.word = Some((cur, word(l & !STARVING, owner_of(cur))));
+                    }
+                } else {
+                    break;
+                }
+                if self.commit(&tx) {
+                    post.absorb(self, &tx);
+                }
+            }
+        }
+        self.finish(post);
     }
 
     /// The lock is free, not starving, nobody is awake and waiters sleep: in Go that is only
@@ -184,15 +335,21 @@ impl Ctx<'_> {
         true
     }
 
-    /// Step 1: `d` owned the lock: release it on its behalf (Go's `Unlock`, finished after the
-    /// journal lock in `post`) and tell the next owner. The flag is set before the release,
-    /// outside the log (the next owner may clear it at once). Returns whether it owned it.
+    /// Step 1: `d` owned the lock: release it on its behalf ([`Ctx::release_for_owner`]).
     fn release_for_dead_owner(&self, d: u32, post: &mut Post) -> bool {
+        self.release_for_owner(d + 1, post)
+    }
+
+    /// Release the lock on behalf of its owner `tag` (participant index + 1 in the word), if
+    /// that owner still holds it: Go's `Unlock`, finished after the journal lock in `post`, and
+    /// tell the next owner. The flag is set before the release, outside the log (the next
+    /// owner may clear it at once). Returns whether `tag` owned it.
+    fn release_for_owner(&self, tag: u32, post: &mut Post) -> bool {
         let (r, h) = (self.r, self.r.hdr());
         let mut owned = false;
         loop {
             let cur = h.state.load(SeqCst);
-            if low(cur) & LOCKED == 0 || owner_of(cur) != d + 1 {
+            if low(cur) & LOCKED == 0 || owner_of(cur) != tag {
                 return owned;
             }
             owned = true;
@@ -223,19 +380,20 @@ impl Ctx<'_> {
         }
     }
 
-    /// Step 3: the wake-ups and hand-offs `d` owed, delivered on its behalf.
+    /// Step 3: the wake-ups and hand-offs `d` owed, delivered on its behalf. At most one of
+    /// each (module docs): a larger count is garbage, dropped with the one delivered.
     fn deliver_owed_by_dead(&self, d: u32, post: &mut Post) {
-        let (r, h, p) = (self.r, self.r.hdr(), self.r.proc(d));
+        let (h, p) = (self.r.hdr(), self.r.proc(d));
         for handoff in [false, true] {
             let owes = if handoff {
                 &p.owes_handoff
             } else {
                 &p.owes_normal
             };
-            while owes.load(SeqCst) > 0 {
+            if owes.load(SeqCst) > 0 {
                 h.rec[REC_OWED].fetch_add(1, Relaxed);
                 let mut tx = Txn::new();
-                tx.add(r, Target::owed(d, handoff), -1);
+                tx.set(Target::owed(d, handoff), 0);
                 self.deliver(&mut tx, handoff);
                 self.commit(&tx);
                 post.absorb(self, &tx);
@@ -243,17 +401,32 @@ impl Ctx<'_> {
         }
     }
 
+    /// The most registrations one participant can legitimately have (journal lock held):
+    /// `waiters(word) + stored_normal + Σ owes_normal` (module docs).
+    fn registrations_possible(&self) -> u64 {
+        let (r, h) = (self.r, self.r.hdr());
+        let owed: u64 = (0..r.layout.participants)
+            .map(|i| u64::from(r.proc(i).owes_normal.load(SeqCst)))
+            .sum();
+        u64::from(algo::waiters(low(h.state.load(SeqCst))))
+            + u64::from(h.stored_normal.load(SeqCst))
+            + owed
+    }
+
     /// Step 4: what `d`'s waiters held: a hand-off received, `WOKEN`, registrations. A
-    /// registration that may not leave yet (see below) stays for a later scan.
+    /// registration that may not leave yet (see below) stays for a later scan, and so does
+    /// whatever is left after [`UNDO_BUDGET`] transactions (only garbage counts need more).
     fn undo_dead_waiters(&self, d: u32, post: &mut Post) {
         let (r, h, p) = (self.r, self.r.hdr(), self.r.proc(d));
-        loop {
+        let mut budget = UNDO_BUDGET;
+        while budget > 0 {
             if p.handoff.load(SeqCst) > 0 {
                 // It received a hand-off and died before taking ownership: drop its waiter
-                // and pass the hand-off on (or end starvation mode if it was the last).
+                // and pass the hand-off on (or end starvation mode if it was the last). One
+                // at most is in flight: a larger count is garbage, dropped with it.
                 let cur = h.state.load(SeqCst);
                 let mut tx = Txn::new();
-                tx.add(r, Target::Handoff(d), -1);
+                tx.set(Target::Handoff(d), 0);
                 if let Some(new_low) = algo::handoff_declined(low(cur)) {
                     tx.add(r, Target::Registered(d), -1);
                     if new_low & STARVING != 0 {
@@ -262,6 +435,7 @@ impl Ctx<'_> {
                     tx.word = Some((cur, word(new_low, owner_of(cur))));
                 }
                 if self.commit(&tx) {
+                    budget -= 1;
                     h.rec[REC_HANDOFFS].fetch_add(1, Relaxed);
                     post.absorb(self, &tx);
                 }
@@ -274,28 +448,37 @@ impl Ctx<'_> {
                     tx.word = Some((cur, cur & !u64::from(WOKEN)));
                 }
                 if self.commit(&tx) {
+                    budget -= 1;
                     h.rec[REC_WOKEN].fetch_add(1, Relaxed);
                     post.kick = true;
                 }
             } else if p.registered.load(SeqCst) > 0 {
-                // A waiter of its is still counted: a token in flight to nobody in particular
-                // is as good as its own; otherwise leave the count under
-                // `algo::deregistered`'s rule (during a hand-off the receiver and one more
-                // waiter stay counted); if it may not, retry at a later scan (the fix-up is a
-                // few instructions away).
+                let registered = p.registered.load(SeqCst);
+                let possible = self.registrations_possible();
                 let mut tx = Txn::new();
-                if !take_stored_for(r, &mut tx, d) {
+                if u64::from(registered) > possible {
+                    // More than the word and the tokens can account for: garbage.
+                    tx.set(Target::Registered(d), possible);
+                } else if !take_stored_for(r, &mut tx, d) {
+                    // A waiter of its is still counted: a token in flight to nobody in
+                    // particular is as good as its own (above); otherwise its registrations
+                    // leave the count under `algo::deregistered`'s rule (during a hand-off
+                    // the receiver and one more waiter stay counted), all in one transaction;
+                    // if none may, retry at a later scan (the fix-up is a few instructions
+                    // away).
                     let cur = h.state.load(SeqCst);
-                    let Some(new_low) = algo::deregistered(low(cur)) else {
+                    let Some((new_low, k)) = deregistered_up_to(low(cur), registered) else {
                         // A token it could take is owed by a live unlocker, or a live hand-off
                         // receiver has not taken ownership yet: finish later.
                         return;
                     };
                     tx.word = Some((cur, word(new_low, owner_of(cur))));
-                    tx.add(r, Target::Registered(d), -1);
-                    h.rec[REC_REGISTRATIONS].fetch_add(1, Relaxed);
+                    tx.add(r, Target::Registered(d), -i64::from(k));
+                    h.rec[REC_REGISTRATIONS].fetch_add(u64::from(k), Relaxed);
                 }
-                self.commit(&tx);
+                if self.commit(&tx) {
+                    budget -= 1;
+                }
             } else {
                 return;
             }
@@ -325,6 +508,176 @@ impl Ctx<'_> {
         });
         if self.r.holds_nothing(self.me) && !in_queue {
             self.r.proc(self.me).ident.store(0, SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::{Config, ShmMutex};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// An identity that is certainly dead: our pid with another start time (a predecessor).
+    fn dead_ident() -> u64 {
+        let me = sys::self_ident();
+        sys::make_ident(sys::ident_pid(me), (me >> sys::PID_BITS) + 1)
+    }
+
+    fn small() -> ShmMutex<u32> {
+        ShmMutex::anonymous_with(
+            0u32,
+            Config {
+                participants: 2,
+                waiter_slots: 2,
+            },
+        )
+        .unwrap()
+    }
+
+    /// Run `f` on another thread; panic if it takes longer than `limit`.
+    fn within<R: Send + 'static>(
+        limit: Duration,
+        what: &str,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("{what}: not done after {limit:?}"))
+    }
+
+    #[test]
+    fn bulk_deregistration_is_repeated_single_ones() {
+        for flags in 0..8u32 {
+            for waiters in 0..6u32 {
+                let state = flags | (waiters * algo::WAITER);
+                for n in 0..8u32 {
+                    let (mut s, mut k) = (state, 0);
+                    while k < n {
+                        match algo::deregistered(s) {
+                            Some(next) => (s, k) = (next, k + 1),
+                            None => break,
+                        }
+                    }
+                    let want = (k > 0).then_some((s, k));
+                    assert_eq!(deregistered_up_to(state, n), want, "{state:#x} {n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn recovery_of_garbage_counts_is_bounded() {
+        let m: &'static ShmMutex<u32> = Box::leak(Box::new(small()));
+        let r = &m.region;
+        let p = r.proc(0);
+        p.ident.store(dead_ident(), SeqCst);
+        for c in [
+            &p.registered,
+            &p.woken,
+            &p.owes_normal,
+            &p.owes_handoff,
+            &p.handoff,
+        ] {
+            c.store(u32::MAX, SeqCst);
+        }
+        let found = within(Duration::from_secs(2), "recovery", move || m.recover());
+        assert_eq!(found, 1);
+        // Everything it claimed to hold is gone, and its slot is free again.
+        assert_eq!(r.proc(0).ident.load(SeqCst), 0);
+        let d = m.diagnostics();
+        assert_eq!(
+            (d.waiters, d.registered_waiters, d.in_flight),
+            (0, 0, 0),
+            "{d:?}"
+        );
+        drop(m.lock().unwrap());
+    }
+
+    /// Start a thread that takes the lock and reports how it went; wait until it sleeps in
+    /// the queue (the caller holds the lock).
+    fn queued_waiter(m: &'static ShmMutex<u32>) -> mpsc::Receiver<bool> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let died = matches!(m.lock(), Err(crate::shm::LockError::OwnerDied(_)));
+            let _ = tx.send(died);
+        });
+        let t = std::time::Instant::now();
+        while m.diagnostics().queued_slots == 0 || m.diagnostics().waiters == 0 {
+            assert!(t.elapsed() < Duration::from_secs(2), "waiter did not queue");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        rx
+    }
+
+    fn leaked() -> &'static ShmMutex<u32> {
+        let m: &'static ShmMutex<u32> = Box::leak(Box::new(small()));
+        drop(m.lock().unwrap()); // this process is participant 0
+        m
+    }
+
+    #[test]
+    fn woken_set_by_nobody_does_not_wedge_waiters() {
+        // WOKEN alone, and WOKEN "owned" by an empty participant slot.
+        for holder in [None, Some(1)] {
+            let m = leaked();
+            let g = m.lock().unwrap();
+            let rx = queued_waiter(m);
+            m.region.hdr().state.fetch_or(u64::from(WOKEN), SeqCst);
+            if let Some(i) = holder {
+                m.region.proc(i).woken.store(1, SeqCst);
+            }
+            drop(g); // a normal unlock: WOKEN set, so it wakes nobody
+            let died = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_else(|_| {
+                panic!("holder {holder:?}: the waiter sleeps through a free lock")
+            });
+            assert!(!died);
+        }
+    }
+
+    #[test]
+    fn phantom_queued_slot_at_the_front_does_not_wedge_waiters() {
+        // A queued slot naming a participant out of range, or an empty participant slot.
+        for proc in [1000, 1] {
+            let m = leaked();
+            let g = m.lock().unwrap();
+            let rx = queued_waiter(m);
+            let r = &m.region;
+            let free = (0..r.layout.waiter_slots)
+                .find(|&i| r.slot(i).state.load(SeqCst) == SLOT_FREE)
+                .unwrap();
+            let s = r.slot(free);
+            s.proc.store(proc, SeqCst);
+            s.class.store(CLASS_FRONT, SeqCst);
+            s.ticket.store(0, SeqCst);
+            s.state.store(SLOT_QUEUED, SeqCst);
+            drop(g); // the wake-up goes to the phantom
+            let died = rx
+                .recv_timeout(Duration::from_secs(1))
+                .unwrap_or_else(|_| panic!("proc {proc}: the waiter sleeps through a free lock"));
+            assert!(!died);
+        }
+    }
+
+    #[test]
+    fn lock_held_by_nobody_is_taken_back() {
+        // LOCKED with owner 0, an empty participant slot (index 1), an index out of range.
+        for owner in [0, 2, 1000] {
+            let m = leaked();
+            m.region.hdr().state.store(word(LOCKED, owner), SeqCst);
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let died = matches!(m.lock(), Err(crate::shm::LockError::OwnerDied(_)));
+                let _ = tx.send(died);
+            });
+            let died = rx
+                .recv_timeout(Duration::from_secs(1))
+                .unwrap_or_else(|_| panic!("owner {owner}: the lock is never taken back"));
+            assert!(died, "owner {owner}: the next owner must be told");
         }
     }
 }
