@@ -7,11 +7,12 @@
 #     test over an independent std queue, the accept protocol on a real RawMutex);
 #   * doc tests of Mutex, RawMutex, Condvar and the crate root;
 #   * tests/stress.rs (sizes reduced under cfg(miri)), on two scheduler seeds;
-#   * the API tests of tests/std_api.rs that are not timing or volume tests.
+#   * the API tests of tests/std_api.rs and the timed-lock tests of tests/timed.rs that are not
+#     timing or volume tests.
 # Left out: anything on shared memory (src/shm, tests/shm_*, accept's shm tests: Miri only
 # supports MAP_PRIVATE|MAP_ANONYMOUS mmap), fork/exec and subprocess tests (misuse, prefork),
-# CPU pinning and wall-clock fairness tests (fairness, queue_discipline), and the std_api
-# condvar/deadline tests with thousands of rounds.
+# CPU pinning and wall-clock fairness tests (fairness, queue_discipline), the std_api condvar
+# tests with thousands of rounds, and the timed.rs stress tests against starvation hand-offs.
 #
 # MIRIFLAGS: -Zmiri-permissive-provenance because parking_lot_core's WordLock casts integers
 # to pointers (a warning otherwise; not a bug in this crate). Override MIRIFLAGS to add more.
@@ -41,8 +42,12 @@ cargo +nightly miri test --test std_api -- --exact \
     debug_output_matches_std_unlocked_locked_poisoned guard_display_and_debug_match_std \
     into_inner_get_mut_default_from poisoning_matches_std size_is_small \
     try_lock_would_block_like_std unsized_data_through_box_and_arc \
-    try_lock_for_reports_poisoning try_lock_for_succeeds_when_released_in_time \
-    try_lock_for_times_out_while_held condvar_notify_before_wait_is_not_remembered \
+    condvar_notify_before_wait_is_not_remembered \
     condvar_wait_timeout_reports_a_notify_in_time condvar_notify_all_wakes_every_waiter
+
+step "miri: tests/timed.rs, timed-lock API subset"
+cargo +nightly miri test --test timed -- --exact \
+    try_lock_for_reports_poisoning try_lock_for_succeeds_when_released_in_time \
+    try_lock_for_times_out_while_held
 
 step "miri: done"

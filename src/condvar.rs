@@ -50,21 +50,13 @@ impl WaitTimeoutResult {
 }
 
 impl Condvar {
-    /// A new condition variable.
-    #[cfg(not(gomutex_loom))]
-    #[must_use]
-    pub const fn new() -> Self {
-        Self {
-            seq: AtomicU32::new(0),
-        }
-    }
-
-    /// A new condition variable.
-    #[cfg(gomutex_loom)]
-    #[must_use]
-    pub fn new() -> Self {
-        Self {
-            seq: AtomicU32::new(0),
+    const_new! {
+        /// A new condition variable.
+        #[must_use]
+        pub fn new() -> Self {
+            Self {
+                seq: AtomicU32::new(0),
+            }
         }
     }
 

@@ -25,6 +25,21 @@
 //! clock; [`RawMutex`] instantiates it for threads of one process.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
+/// Defines a type's `new` once: a `const fn` in normal builds (so locks can live in `static`s)
+/// and a plain `fn` under `--cfg gomutex_loom`, whose loom atomics have no `const`
+/// constructor. Attributes and doc comments apply to whichever of the two is compiled.
+macro_rules! const_new {
+    ($(#[$attr:meta])* $vis:vis fn new($($arg:ident: $ty:ty),* $(,)?) -> Self $body:block) => {
+        $(#[$attr])*
+        #[cfg(not(gomutex_loom))]
+        $vis const fn new($($arg: $ty),*) -> Self $body
+
+        $(#[$attr])*
+        #[cfg(gomutex_loom)]
+        $vis fn new($($arg: $ty),*) -> Self $body
+    };
+}
+
 pub mod accept;
 pub mod algo;
 pub mod clock;

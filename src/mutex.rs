@@ -73,30 +73,21 @@ pub struct MutexGuard<'a, T: ?Sized + 'a> {
 unsafe impl<T: ?Sized + Sync> Sync for MutexGuard<'_, T> {}
 
 impl<T> Mutex<T> {
-    /// A new unlocked mutex holding `t`.
-    ///
-    /// ```
-    /// use gomutex::Mutex;
-    /// static M: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-    /// M.lock().unwrap().push(1);
-    /// ```
-    #[cfg(not(gomutex_loom))]
-    #[inline]
-    pub const fn new(t: T) -> Self {
-        Self {
-            raw: RawMutex::new(),
-            poison: poison::Flag::new(),
-            data: UnsafeCell::new(t),
-        }
-    }
-
-    /// A new unlocked mutex holding `t`.
-    #[cfg(gomutex_loom)]
-    pub fn new(t: T) -> Self {
-        Self {
-            raw: RawMutex::new(),
-            poison: poison::Flag::new(),
-            data: UnsafeCell::new(t),
+    const_new! {
+        /// A new unlocked mutex holding `t`.
+        ///
+        /// ```
+        /// use gomutex::Mutex;
+        /// static M: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+        /// M.lock().unwrap().push(1);
+        /// ```
+        #[inline]
+        pub fn new(t: T) -> Self {
+            Self {
+                raw: RawMutex::new(),
+                poison: poison::Flag::new(),
+                data: UnsafeCell::new(t),
+            }
         }
     }
 

@@ -30,21 +30,13 @@ pub struct RawMutex {
 }
 
 impl RawMutex {
-    /// An unlocked lock.
-    #[cfg(not(gomutex_loom))]
-    pub const fn new() -> Self {
-        Self {
-            state: AtomicU32::new(0),
-            queue: ParkSema::new(),
-        }
-    }
-
-    /// An unlocked lock.
-    #[cfg(gomutex_loom)]
-    pub fn new() -> Self {
-        Self {
-            state: AtomicU32::new(0),
-            queue: ParkSema::new(),
+    const_new! {
+        /// An unlocked lock.
+        pub fn new() -> Self {
+            Self {
+                state: AtomicU32::new(0),
+                queue: ParkSema::new(),
+            }
         }
     }
 

@@ -43,8 +43,8 @@ const FRONT: usize = 1;
 /// `unpark_filter`'s `filter`/`callback`), so `Relaxed` is enough for them.
 ///
 /// `parking_lot_core` only appends, so "front" is implemented with park tokens: re-queued
-/// sleepers park with [`FRONT`], and while `front` says one is parked, `release` skips ordinary
-/// sleepers until it reaches it.
+/// sleepers park with the token `FRONT`, and while `front` says one is parked, `release` skips
+/// ordinary sleepers until it reaches it.
 #[derive(Debug)]
 pub struct ParkSema {
     /// Wake-ups released while nobody slept.
@@ -54,21 +54,13 @@ pub struct ParkSema {
 }
 
 impl ParkSema {
-    /// An empty queue with no tokens.
-    #[cfg(not(gomutex_loom))]
-    pub const fn new() -> Self {
-        Self {
-            tokens: AtomicU32::new(0),
-            front: AtomicU32::new(0),
-        }
-    }
-
-    /// An empty queue with no tokens.
-    #[cfg(gomutex_loom)]
-    pub fn new() -> Self {
-        Self {
-            tokens: AtomicU32::new(0),
-            front: AtomicU32::new(0),
+    const_new! {
+        /// An empty queue with no tokens.
+        pub fn new() -> Self {
+            Self {
+                tokens: AtomicU32::new(0),
+                front: AtomicU32::new(0),
+            }
         }
     }
 

@@ -15,6 +15,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::anon::AnonShared;
+
 // ------------------------------------------------------------------ helpers
 
 /// Fork; the child runs `f` and exits with its code (101 if it panicked).
@@ -46,40 +49,6 @@ fn wait(pid: libc::pid_t) -> i32 {
 fn kill9(pid: libc::pid_t) {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-}
-
-/// A small anonymous shared array of counters for test bookkeeping (not the lock's region).
-struct Shared {
-    p: *mut u64,
-    n: usize,
-}
-impl Shared {
-    fn new(n: usize) -> Self {
-        // SAFETY: a fresh shared anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                n * 8,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Self { p: p.cast(), n }
-    }
-    fn at(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
-        assert!(i < self.n);
-        // SAFETY: in bounds, aligned, zero-initialised shared memory.
-        unsafe { &*(self.p.add(i) as *const std::sync::atomic::AtomicU64) }
-    }
-}
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.p.cast(), self.n * 8) };
-    }
 }
 
 use std::sync::atomic::Ordering::SeqCst;
@@ -196,7 +165,7 @@ fn threads_and_processes() {
 /// time (sleeping 100 µs inside); the victim must still get it 10 times in a bounded time.
 fn fairness_two_processes() {
     let m = ShmMutex::anonymous(0u64).unwrap();
-    let flags = Shared::new(4); // 0: stop, 1: victim worst wait ns, 2: victim total ns
+    let flags = AnonShared::counters(4); // 0: stop, 1: victim worst wait ns, 2: victim total ns
     let greedy = fork(|| {
         while flags.at(0).load(SeqCst) == 0 {
             let g = ok(m.lock());
@@ -324,43 +293,27 @@ fn child_main(args: &[String]) -> i32 {
 }
 
 /// A region to attach to, as raw shared memory, plus a byte snapshot helper.
-struct Raw {
-    p: *mut u8,
-    len: usize,
-}
+struct Raw(AnonShared);
 impl Raw {
     fn new(len: usize) -> Self {
-        // SAFETY: a fresh shared anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Self { p: p.cast(), len }
+        Self(AnonShared::new(len).expect("mmap"))
+    }
+    fn p(&self) -> *mut u8 {
+        self.0.as_ptr()
     }
     fn bytes(&self) -> Vec<u8> {
         // SAFETY: our mapping, no concurrent writers in these tests.
-        unsafe { std::slice::from_raw_parts(self.p, self.len) }.to_vec()
+        unsafe { std::slice::from_raw_parts(self.p(), self.0.len()) }.to_vec()
     }
     fn put_u64(&self, off: usize, v: u64) {
+        assert!(off + 8 <= self.0.len());
         // SAFETY: in bounds of our mapping.
-        unsafe { (self.p.add(off) as *mut u64).write_unaligned(v) }
+        unsafe { (self.p().add(off) as *mut u64).write_unaligned(v) }
     }
     fn put_u32(&self, off: usize, v: u32) {
+        assert!(off + 4 <= self.0.len());
         // SAFETY: in bounds of our mapping.
-        unsafe { (self.p.add(off) as *mut u32).write_unaligned(v) }
-    }
-}
-impl Drop for Raw {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.p.cast(), self.len) };
+        unsafe { (self.p().add(off) as *mut u32).write_unaligned(v) }
     }
 }
 
@@ -375,7 +328,7 @@ fn attach_fails<T: ShmSafe>(
 ) {
     let before = raw.bytes();
     // SAFETY: shared memory we own and keep mapped; on error nothing is kept.
-    let r = unsafe { ShmMutex::<T>::attach(raw.p.add(off), len) };
+    let r = unsafe { ShmMutex::<T>::attach(raw.p().add(off), len) };
     match r {
         Ok(_) => panic!("{what}: attach succeeded"),
         Err(e) => {
@@ -399,7 +352,7 @@ fn bad_attach_writes_nothing() {
     });
     // Garbage: wrong magic.
     // SAFETY: in bounds.
-    unsafe { std::ptr::write_bytes(raw.p, 0xa5, size) };
+    unsafe { std::ptr::write_bytes(raw.p(), 0xa5, size) };
     attach_fails::<u64>(
         &raw,
         0,
@@ -417,16 +370,16 @@ fn bad_attach_writes_nothing() {
     });
     // A real region, then damage one field at a time.
     // SAFETY: our mapping, nobody else uses it.
-    let m = unsafe { ShmMutex::init_in_place(raw.p, size, 42u64, cfg) }.unwrap();
+    let m = unsafe { ShmMutex::init_in_place(raw.p(), size, 42u64, cfg) }.unwrap();
     drop(m);
     let pristine = raw.bytes();
     // SAFETY: as above.
-    let ok_attach = unsafe { ShmMutex::<u64>::attach(raw.p, size) }.unwrap();
+    let ok_attach = unsafe { ShmMutex::<u64>::attach(raw.p(), size) }.unwrap();
     assert_eq!(*ok(ok_attach.lock()), 42);
     drop(ok_attach);
     let restore = |raw: &Raw| {
         // SAFETY: in bounds.
-        unsafe { std::ptr::copy_nonoverlapping(pristine.as_ptr(), raw.p, pristine.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(pristine.as_ptr(), raw.p(), pristine.len()) };
     };
     restore(&raw);
     attach_fails::<u64>(
@@ -497,11 +450,12 @@ fn bad_attach_writes_nothing() {
     });
     let before2 = raw2.bytes();
     // SAFETY: our mapping.
-    let r = unsafe { ShmMutex::init_in_place(raw2.p.add(64), wide, Wide([0; 16]), cfg) };
+    let r = unsafe { ShmMutex::init_in_place(raw2.p().add(64), wide, Wide([0; 16]), cfg) };
     assert!(matches!(r, Err(ShmError::Misaligned { required: 128, .. })));
     assert!(raw2.bytes() == before2, "failed init wrote");
     // SAFETY: our mapping, aligned for Wide.
-    let m = unsafe { ShmMutex::init_in_place(raw2.p.add(128), wide, Wide([7; 16]), cfg) }.unwrap();
+    let m =
+        unsafe { ShmMutex::init_in_place(raw2.p().add(128), wide, Wide([7; 16]), cfg) }.unwrap();
     let g = ok(m.lock());
     assert_eq!((&*g as *const Wide as usize) % 128, 0);
     assert_eq!(g.0[15], 7);
@@ -510,10 +464,10 @@ fn bad_attach_writes_nothing() {
     // In-place init checks too, writing nothing.
     let before = raw.bytes();
     // SAFETY: our mapping.
-    let r = unsafe { ShmMutex::init_in_place(raw.p.add(8), size, 1u64, cfg) };
+    let r = unsafe { ShmMutex::init_in_place(raw.p().add(8), size, 1u64, cfg) };
     assert!(matches!(r, Err(ShmError::Misaligned { .. })));
     // SAFETY: our mapping.
-    let r = unsafe { ShmMutex::init_in_place(raw.p, size - 64, 1u64, cfg) };
+    let r = unsafe { ShmMutex::init_in_place(raw.p(), size - 64, 1u64, cfg) };
     assert!(matches!(r, Err(ShmError::TooSmall { .. })));
     assert!(raw.bytes() == before, "failed init wrote");
 
@@ -562,7 +516,7 @@ fn bad_attach_writes_nothing() {
 /// time and is told, and keeps being told until it marks the data consistent.
 fn owner_death_detected_by_waiter() {
     let m = ShmMutex::anonymous([0u64; 2]).unwrap();
-    let flags = Shared::new(2);
+    let flags = AnonShared::counters(2);
     let victim = fork(|| {
         let mut g = ok(m.lock());
         g[0] += 1; // torn: b not updated
@@ -614,7 +568,7 @@ fn owner_death_detected_by_waiter() {
 /// owner is told. force_unlock of a pid that did not hold it returns false.
 fn force_unlock_after_waitpid() {
     let m = ShmMutex::anonymous(7u32).unwrap();
-    let flags = Shared::new(1);
+    let flags = AnonShared::counters(1);
     let victim = fork(|| {
         let g = ok(m.lock());
         flags.at(0).store(1, SeqCst);
@@ -798,7 +752,7 @@ fn fork_while_holding() {
 /// A stopped (SIGSTOP) owner is alive: never taken over, force_unlock leaves it alone.
 fn stopped_owner_not_taken_over() {
     let m = ShmMutex::anonymous(0u32).unwrap();
-    let flags = Shared::new(1);
+    let flags = AnonShared::counters(1);
     let holder = fork(|| {
         let mut g = ok(m.lock());
         flags.at(0).store(1, SeqCst);
@@ -857,7 +811,7 @@ fn wait_limit(pid: libc::pid_t, limit: Duration, what: &str) -> i32 {
 fn crash_points() {
     for point in 1..=6u32 {
         let m = ShmMutex::anonymous([0u64; 2]).unwrap();
-        let done = Shared::new(1);
+        let done = AnonShared::counters(1);
         let work = |armed: bool, iters: u64| -> i32 {
             if armed {
                 gomutex::shm::__crash_at(point);
@@ -991,7 +945,7 @@ fn participants_reclaimed() {
 /// Timed locks across processes.
 fn timed_lock_cross_process() {
     let m = ShmMutex::anonymous(0u32).unwrap();
-    let flags = Shared::new(1);
+    let flags = AnonShared::counters(1);
     let holder = fork(|| {
         let g = ok(m.lock());
         flags.at(0).store(1, SeqCst);

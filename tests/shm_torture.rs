@@ -13,8 +13,11 @@
 //! a lost update or an unreported death would break it.
 
 use gomutex::shm::{Config, ShmMutex, TryLockError};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::anon::AnonShared;
 
 const WORKERS: usize = 6;
 /// Threads per worker process (odd workers run two, to exercise per-process accounting).
@@ -46,33 +49,9 @@ const LOCKING: u64 = 1;
 const IN_CS: u64 = 2;
 const UNLOCKING: u64 = 3;
 
-struct Side(*mut AtomicU64);
-// SAFETY: shared memory of atomics.
-unsafe impl Sync for Side {}
-impl Side {
-    fn new() -> Self {
-        // SAFETY: a fresh shared anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                SIDE_LEN * 8,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Side(p.cast())
-    }
-    fn at(&self, i: usize) -> &AtomicU64 {
-        assert!(i < SIDE_LEN);
-        // SAFETY: in bounds of a zeroed shared mapping of AtomicU64s.
-        unsafe { &*self.0.add(i) }
-    }
-    fn done_sum(&self) -> u64 {
-        (0..WORKERS).map(|w| self.at(DONE + w).load(SeqCst)).sum()
-    }
+/// Sum of the workers' completed sections (`done[w]`).
+fn done_sum(side: &AnonShared) -> u64 {
+    (0..WORKERS).map(|w| side.at(DONE + w).load(SeqCst)).sum()
 }
 
 fn mono_ns() -> u64 {
@@ -100,7 +79,7 @@ impl Rng {
 
 type Data = [u64; 4];
 
-fn worker_thread(m: &ShmMutex<Data>, side: &Side, w: usize, t: usize) {
+fn worker_thread(m: &ShmMutex<Data>, side: &AnonShared, w: usize, t: usize) {
     let pid = u64::from(std::process::id());
     let phase = side.at(PHASE + w * MAX_THREADS + t);
     let mut rng = Rng(pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ mono_ns() ^ (t as u64 + 1));
@@ -117,7 +96,7 @@ fn worker_thread(m: &ShmMutex<Data>, side: &Side, w: usize, t: usize) {
         let mut g = match r {
             Ok(g) => {
                 phase.store(IN_CS, SeqCst);
-                let sum = side.done_sum();
+                let sum = done_sum(side);
                 if g[2] != 0 || g[0] != g[1] || g[0] != sum {
                     eprintln!(
                         "VIOLATION: clean acquisition saw marker {} a {} b {} done {}",
@@ -135,7 +114,7 @@ fn worker_thread(m: &ShmMutex<Data>, side: &Side, w: usize, t: usize) {
                 side.at(REC_SUM + o).fetch_add(dt, SeqCst);
                 side.at(REC_MAX + o).fetch_max(dt, SeqCst);
                 side.at(REC_N + o).fetch_add(1, SeqCst);
-                let sum = side.done_sum();
+                let sum = done_sum(side);
                 g[0] = sum;
                 g[1] = sum;
                 g[2] = 0;
@@ -181,7 +160,7 @@ fn worker_thread(m: &ShmMutex<Data>, side: &Side, w: usize, t: usize) {
     phase.store(IDLE, SeqCst);
 }
 
-fn spawn_worker(m: &ShmMutex<Data>, side: &Side, w: usize) -> libc::pid_t {
+fn spawn_worker(m: &ShmMutex<Data>, side: &AnonShared, w: usize) -> libc::pid_t {
     // SAFETY: the supervisor is single-threaded.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
@@ -207,12 +186,12 @@ fn wait_blocking(pid: libc::pid_t) -> i32 {
     st
 }
 
-fn dump(m: &ShmMutex<Data>, side: &Side, why: &str) -> ! {
+fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
     eprintln!("FAILED: {why}");
     eprintln!("diagnostics: {:?}", m.diagnostics());
     eprintln!(
         "done {} reports {} violations {}",
-        side.done_sum(),
+        done_sum(side),
         side.at(REPORTS).load(SeqCst),
         side.at(VIOLATIONS).load(SeqCst)
     );
@@ -235,14 +214,14 @@ fn main() {
         waiter_slots: 8, // fewer than the 9 worker threads: slot exhaustion happens too
     };
     let m = ShmMutex::anonymous_with([0u64; 4], cfg).unwrap();
-    let side = Side::new();
+    let side = AnonShared::counters(SIDE_LEN);
     let mut pids: Vec<libc::pid_t> = (0..WORKERS).map(|w| spawn_worker(&m, &side, w)).collect();
     let mut rng = Rng(0x1234_5678_9abc_def1 ^ mono_ns());
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);
     let (mut kills, mut by_phase) = (0u64, [0u64; 4]);
     let (mut holding_kills, mut forced, mut forced_true) = (0u64, 0u64, 0u64);
-    let mut last_progress = (Instant::now(), side.done_sum());
+    let mut last_progress = (Instant::now(), done_sum(&side));
     while Instant::now() < end {
         std::thread::sleep(Duration::from_micros(500 + rng.below(10_000)));
         let w = rng.below(WORKERS as u64) as usize;
@@ -271,7 +250,7 @@ fn main() {
             forced_true += u64::from(m.force_unlock(pids[w] as u32));
         }
         pids[w] = spawn_worker(&m, &side, w);
-        let done = side.done_sum();
+        let done = done_sum(&side);
         if done != last_progress.1 {
             last_progress = (Instant::now(), done);
         } else if last_progress.0.elapsed() > Duration::from_secs(5) {
@@ -317,7 +296,7 @@ fn main() {
         }
         Err(e) => dump(&m, &side, &format!("final lock: {e:?}")),
     };
-    let done = side.done_sum();
+    let done = done_sum(&side);
     let (a, b, marker) = (g[0], g[1], g[2]);
     g.mark_consistent();
     drop(g);

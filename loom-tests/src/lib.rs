@@ -7,7 +7,7 @@
 //!
 //! * [`CheckedWord`] — a [`StateWord`] that forwards every operation to gomutex's own
 //!   `impl StateWord for AtomicU32` (same orderings) and feeds every transition to a [`Ghost`]
-//!   that checks the invariants of `reference/go-mutex.md` §6 on each one;
+//!   that checks the invariants of `docs/algorithm.md` on each one;
 //! * [`Logged`] — a [`WaitQueue`] wrapper that tells the ghost about every sleep, wake-up and
 //!   token, so the ghost knows who owns `WOKEN`, who receives a hand-off, and who is asleep;
 //! * [`TimedQueue`] — a test-only queue with the [`WaitQueue`] contract whose timed
@@ -71,6 +71,31 @@ where
     n
 }
 
+/// [`model`] with a fresh [`Stats`] shared by every execution: `f` gets the counters (to build
+/// its [`Harness`]), and they are printed after the model and returned for its assertions.
+pub fn model_with_stats<F>(name: &str, preemption_bound: usize, f: F) -> Arc<Stats>
+where
+    F: Fn(&Arc<Stats>) + Sync + Send + 'static,
+{
+    let stats = Stats::new();
+    let s = stats.clone();
+    model(name, preemption_bound, move || f(&s));
+    eprintln!("{stats:?}");
+    stats
+}
+
+/// Join every thread of a model, propagating a panic.
+pub fn join_all<T>(threads: impl IntoIterator<Item = loom::thread::JoinHandle<T>>) {
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// The value of one counter (of [`Stats`], or any other kept across executions).
+pub fn get(c: &AtomicUsize) -> usize {
+    c.load(Relaxed)
+}
+
 /// Counters kept across all executions of one model.
 #[derive(Default)]
 pub struct Stats {
@@ -121,9 +146,6 @@ impl Stats {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
-    pub fn get(c: &AtomicUsize) -> usize {
-        c.load(Relaxed)
-    }
 }
 
 impl fmt::Debug for Stats {
@@ -173,7 +195,7 @@ fn me() -> ThreadId {
 // Ghost state
 // ---------------------------------------------------------------------------------------------
 
-/// Who owns the WOKEN bit (go-mutex.md §6.6).
+/// Who owns the WOKEN bit (invariant 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Woken {
     None,
@@ -199,7 +221,7 @@ pub struct Ghost {
     /// Thread holding the lock (set by the transition that sets LOCKED).
     holder: Option<ThreadId>,
     woken: Woken,
-    /// Registered waiters that have consumed no token and have not left (go-mutex.md §6.5).
+    /// Registered waiters that have consumed no token and have not left (invariant 5).
     sleepers: Vec<ThreadId>,
     /// Normal-mode wake-ups decided (unlock's CAS) and not consumed yet.
     normal_tokens: u32,
@@ -342,7 +364,7 @@ impl Ghost {
             "state changed from inside the queue: {}",
             ctx()
         );
-        // §6.5: the count never underflows (a wrapped count is huge) nor reaches 29 bits here.
+        // Invariant 5: the count never underflows (a wrapped count is huge) nor reaches 29 bits here.
         assert!(nn < 16, "waiter count out of range: {}", ctx());
         let in_try = self.in_try_lock.contains(&t);
         assert!(
@@ -369,7 +391,7 @@ impl Ghost {
                 }
             }
             Op::FetchAdd => {
-                // The hand-off receiver's fix-up (§6.7): it must see L = 0, W = 0, N >= 1.
+                // The hand-off receiver's fix-up (invariant 7): it must see L = 0, W = 0, N >= 1.
                 assert!(
                     remove(&mut self.receivers, t),
                     "fix-up by a thread that received no hand-off: {}",
@@ -391,7 +413,7 @@ impl Ghost {
                 } else {
                     bump(&self.stats.stay_starving);
                 }
-                // §6.9: the last waiter leaves starvation mode.
+                // Invariant 9: the last waiter leaves starvation mode.
                 assert!(
                     !(ns && nn == 0),
                     "starving with no waiter after fix-up: {}",
@@ -399,7 +421,7 @@ impl Ghost {
                 );
             }
             Op::Cas if in_try => {
-                // §6.13: try_lock only sets LOCKED on a free, non-starving lock.
+                // Invariant 13: try_lock only sets LOCKED on a free, non-starving lock.
                 assert!(
                     new == old | LOCKED && !ol && !os,
                     "try_lock changed more than LOCKED or took a starving lock: {}",
@@ -424,7 +446,7 @@ impl Ghost {
                 self.sleepers.push(t);
             }
             Op::Cas if nn + 1 == on && nw && !ow => {
-                // Normal-mode unlock picks a waiter to wake (§6.10).
+                // Normal-mode unlock picks a waiter to wake (invariant 10).
                 assert!(
                     !ol && !os && new == (old - WAITER) | WOKEN,
                     "unlock wake: {}",
@@ -493,7 +515,7 @@ impl Ghost {
                 bump(&self.stats.gave_up_clearing_woken);
             }
             Op::Cas if nn == on => {
-                // lockSlow acquires with its CAS (§6.8: never while STARVING).
+                // lockSlow acquires with its CAS (invariant 8: never while STARVING).
                 assert!(!ol && !os && nl, "slow-path acquire: {}", ctx());
                 assert!(
                     new & !WOKEN == (old | LOCKED) & !WOKEN,
@@ -560,13 +582,13 @@ impl Ghost {
             s & STARVING != 0,
             waiters(s),
         );
-        // §6.7
+        // Invariant 7.
         assert!(
             !st || (!w && n >= 1),
             "STARVING needs !WOKEN and a waiter: {}",
             ctx()
         );
-        // §6.6: WOKEN set exactly while an awake contender (or its token) exists.
+        // Invariant 6: WOKEN set exactly while an awake contender (or its token) exists.
         assert_eq!(
             w,
             self.woken != Woken::None,
@@ -574,7 +596,7 @@ impl Ghost {
             self.woken,
             ctx()
         );
-        // §6.5: every registered waiter is asleep (or about to be) or a receiver, or its count
+        // Invariant 5: every registered waiter is asleep (or about to be) or a receiver, or its count
         // went to a normal-mode token in flight.
         assert_eq!(
             self.sleepers.len() + self.receivers.len(),
@@ -585,7 +607,7 @@ impl Ghost {
             self.normal_tokens,
             ctx()
         );
-        // §6.7: STARVING && !LOCKED exactly while one hand-off is on its way to a counted
+        // Invariant 7: STARVING && !LOCKED exactly while one hand-off is on its way to a counted
         // waiter.
         let chain = usize::from(self.handoff_unreleased.is_some())
             + self.handoff_tokens as usize
@@ -611,7 +633,7 @@ impl Ghost {
             "{t:?} sleeps without being a registered waiter{}",
             self.h()
         );
-        // §6.11: a waiter that slept before in this lock call goes to the front.
+        // Invariant 11: a waiter that slept before in this lock call goes to the front.
         assert_eq!(
             lifo,
             self.slept.contains(&t),
@@ -704,7 +726,7 @@ impl Ghost {
         }
     }
 
-    /// Everything is back to rest (go-mutex.md §6.4).
+    /// Everything is back to rest (invariant 4).
     fn assert_quiescent(&self) {
         assert_eq!(self.holder, None, "lock still held{}", self.h());
         assert_eq!(self.woken, Woken::None, "WOKEN still owned{}", self.h());
@@ -1030,7 +1052,7 @@ impl Introspect for TimedQueue {
 // ---------------------------------------------------------------------------------------------
 
 /// Every waiter has waited "more than 1 ms" as soon as it wakes: forces starvation mode without
-/// a ticker thread (go-mutex.md §6, "threshold 0").
+/// a ticker thread (docs/algorithm.md, "Time in a model": threshold 0).
 pub struct AlwaysStarving;
 impl Clock for AlwaysStarving {
     type Instant = ();
@@ -1060,7 +1082,7 @@ pub struct Harness<Q> {
     pub word: CheckedWord,
     pub queue: Logged<Q>,
     /// Touched in every critical section: loom reports any two accesses not ordered by
-    /// happens-before, so this checks mutual exclusion and §6.2 on every acquisition path.
+    /// happens-before, so this checks mutual exclusion and invariant 2 on every acquisition path.
     pub cell: loom::cell::UnsafeCell<u64>,
     ghost: SharedGhost,
 }
@@ -1168,7 +1190,7 @@ impl<Q: WaitQueue + Introspect> Harness<Q> {
             self.acquired();
             self.critical_section();
         } else {
-            // §6.13: it fails only when LOCKED or STARVING was seen.
+            // Invariant 13: it fails only when LOCKED or STARVING was seen.
             let seen = *g.last_seen.get(&t).expect("try_lock observed nothing");
             assert!(
                 seen & (LOCKED | STARVING) != 0,
@@ -1215,7 +1237,7 @@ impl<Q: WaitQueue + Introspect> Harness<Q> {
         self.cell.with_mut(|p| unsafe { *p += 1 });
     }
 
-    /// After all threads joined: quiescence (§6.4) and the number of critical sections.
+    /// After all threads joined: quiescence (invariant 4) and the number of critical sections.
     pub fn assert_quiescent(&self, critical_sections: u64) {
         let s = self.word.value();
         assert_eq!(s, 0, "state not 0 at the end: {}", show(s));

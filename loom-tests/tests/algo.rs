@@ -5,14 +5,10 @@
 use gomutex::algo::waiters;
 use gomutex::clock::{advance_virtual_clock, Monotonic};
 use gomutex::sema::ParkSema;
-use gomutex_loom_tests::{model, AlwaysStarving, Harness, NeverStarving, Stats};
+use gomutex_loom_tests::{get, join_all, model_with_stats, AlwaysStarving, Harness, NeverStarving};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
-
-fn get(c: &std::sync::atomic::AtomicUsize) -> usize {
-    Stats::get(c)
-}
 
 /// Normal mode (the clock never says "starving"): two lockers and a `try_lock`.
 ///
@@ -23,9 +19,7 @@ fn get(c: &std::sync::atomic::AtomicUsize) -> usize {
 /// the token persists); quiescence.
 #[test]
 fn normal_mode_lock_lock_trylock() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("normal_mode_lock_lock_trylock", 3, move || {
+    let stats = model_with_stats("normal_mode_lock_lock_trylock", 3, move |s| {
         let h = Arc::new(Harness::new(ParkSema::new(), s.clone()));
         let ts: Vec<_> = (0..2)
             .map(|_| {
@@ -40,12 +34,9 @@ fn normal_mode_lock_lock_trylock() {
         if ok {
             h.unlock();
         }
-        for t in ts {
-            t.join().unwrap();
-        }
+        join_all(ts);
         h.assert_quiescent(2 + u64::from(ok));
     });
-    eprintln!("{stats:?}");
     assert!(
         get(&stats.normal_wakeups) > 0,
         "no normal-mode wake-up explored"
@@ -66,9 +57,7 @@ fn normal_mode_lock_lock_trylock() {
 /// registered again or is done.
 #[test]
 fn normal_mode_requeue_is_lifo() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("normal_mode_requeue_is_lifo", 4, move || {
+    let stats = model_with_stats("normal_mode_requeue_is_lifo", 4, move |s| {
         let h = Arc::new(Harness::new(ParkSema::new(), s.clone()));
         let b_done = Arc::new(AtomicBool::new(false));
         let (h1, d1) = (h.clone(), b_done.clone());
@@ -85,7 +74,6 @@ fn normal_mode_requeue_is_lifo() {
         a.join().unwrap();
         h.assert_quiescent(3);
     });
-    eprintln!("{stats:?}");
     assert!(get(&stats.requeues) > 0, "no woken waiter re-queued");
     assert_eq!(get(&stats.handoffs), 0);
 }
@@ -104,9 +92,7 @@ fn normal_mode_requeue_is_lifo() {
 /// runs before the receiver sleeps.
 #[test]
 fn starvation_mode_handoff() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("starvation_mode_handoff", 2, move || {
+    let stats = model_with_stats("starvation_mode_handoff", 2, move |s| {
         let h = Arc::new(Harness::new(ParkSema::new(), s.clone()));
         let b_done = Arc::new(AtomicBool::new(false));
         let (h1, d1) = (h.clone(), b_done.clone());
@@ -131,11 +117,9 @@ fn starvation_mode_handoff() {
                 n += 1;
             }
         }
-        a.join().unwrap();
-        b.join().unwrap();
+        join_all([a, b]);
         h.assert_quiescent(n);
     });
-    eprintln!("{stats:?}");
     assert!(
         get(&stats.starving_set) > 0,
         "starvation mode never entered"
@@ -161,12 +145,10 @@ fn starvation_mode_handoff() {
 /// after it (B does not). Both regimes must be reached.
 #[test]
 fn virtual_clock_starvation() {
-    let stats = Stats::new();
-    let s = stats.clone();
     let handoff_runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let other_runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (hr, nr) = (handoff_runs.clone(), other_runs.clone());
-    model("virtual_clock_starvation", 3, move || {
+    let stats = model_with_stats("virtual_clock_starvation", 3, move |s| {
         let before = get(&s.handoffs);
         let h = Arc::new(Harness::new(ParkSema::new(), s.clone()));
         let b_done = Arc::new(AtomicBool::new(false));
@@ -186,8 +168,7 @@ fn virtual_clock_starvation() {
             h2.unlock();
             d2.store(true, SeqCst);
         });
-        a.join().unwrap();
-        b.join().unwrap();
+        join_all([a, b]);
         h.assert_quiescent(3);
         if get(&s.handoffs) > before {
             hr.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -195,7 +176,6 @@ fn virtual_clock_starvation() {
             nr.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    eprintln!("{stats:?}");
     let (hr, nr) = (get(&handoff_runs), get(&other_runs));
     eprintln!("executions with a hand-off: {hr}, without: {nr}");
     assert!(hr > 0, "the virtual clock never led to a hand-off");
@@ -213,9 +193,7 @@ fn virtual_clock_starvation() {
 /// must leave it.
 #[test]
 fn starvation_mode_three_lockers() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("starvation_mode_three_lockers", 2, move || {
+    let stats = model_with_stats("starvation_mode_three_lockers", 2, move |s| {
         let h = Arc::new(Harness::new(ParkSema::new(), s.clone()));
         let done = Arc::new(AtomicUsize::new(0));
         let (h1, d1) = (h.clone(), done.clone());
@@ -236,11 +214,9 @@ fn starvation_mode_three_lockers() {
         h.lock::<AlwaysStarving>();
         h.unlock();
         done.fetch_add(1, SeqCst);
-        a.join().unwrap();
-        b.join().unwrap();
+        join_all([a, b]);
         h.assert_quiescent(4);
     });
-    eprintln!("{stats:?}");
     assert!(get(&stats.handoffs) > 0);
     assert!(
         get(&stats.stay_starving) > 0,
@@ -256,9 +232,7 @@ fn starvation_mode_three_lockers() {
 /// `old -> old | LOCKED` and that it never reaches the queue.
 #[test]
 fn try_lock_never_blocks() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("try_lock_never_blocks", 3, move || {
+    let stats = model_with_stats("try_lock_never_blocks", 3, move |s| {
         let h = Arc::new(Harness::new(ParkSema::new(), s.clone()));
         h.lock::<NeverStarving>();
         let h1 = h.clone();
@@ -276,6 +250,5 @@ fn try_lock_never_blocks() {
         a.join().unwrap();
         h.assert_quiescent(2);
     });
-    eprintln!("{stats:?}");
     assert_eq!(get(&stats.try_ok), 0);
 }

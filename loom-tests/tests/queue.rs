@@ -3,7 +3,7 @@
 //! `lifo` sleepers before first-time sleepers, FIFO within a class).
 
 use gomutex::sema::{ParkSema, WaitQueue};
-use gomutex_loom_tests::model;
+use gomutex_loom_tests::{join_all, model};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -59,10 +59,10 @@ fn queue_two_sleepers_two_releasers() {
     });
 }
 
-/// Queue discipline (go-mutex.md §6.11): sleepers park in a fixed order (the main thread waits
-/// for each to be parked before starting the next), then releases one at a time (each waiting
-/// until its sleeper has run) must serve the re-queued (`lifo`) sleepers first, oldest first as
-/// the `WaitQueue` contract says, then the first-time sleepers in FIFO order.
+/// Queue discipline (docs/algorithm.md, invariant 11): sleepers park in a fixed order (the main
+/// thread waits for each to be parked before starting the next), then releases one at a time
+/// (each waiting until its sleeper has run) must serve the re-queued (`lifo`) sleepers first,
+/// oldest first as the `WaitQueue` contract says, then the first-time sleepers in FIFO order.
 fn discipline(
     name: &'static str,
     bound: usize,
@@ -90,9 +90,7 @@ fn discipline(
                 thread::yield_now();
             }
         }
-        for t in ts {
-            t.join().unwrap();
-        }
+        join_all(ts);
         assert_eq!(*order.lock().unwrap(), expect);
         assert_eq!((q.stored_tokens(), q.parked()), (0, 0));
     });

@@ -6,7 +6,7 @@
 use gomutex::algo::{waiters, STARVING};
 use gomutex::clock::advance_virtual_clock;
 use gomutex::{Condvar, Mutex, RawMutex};
-use gomutex_loom_tests::model;
+use gomutex_loom_tests::{join_all, model};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use loom::sync::Arc;
@@ -80,9 +80,7 @@ fn raw_mutex_lock_lock_trylock() {
             s.cs();
             unsafe { s.m.unlock() };
         }
-        for t in ts {
-            t.join().unwrap();
-        }
+        join_all(ts);
         s.assert_quiescent(2 + u64::from(ok));
     });
 }
@@ -121,8 +119,7 @@ fn raw_mutex_starvation_handoff() {
             unsafe { s2.m.unlock() };
             d2.store(true, SeqCst);
         });
-        a.join().unwrap();
-        b.join().unwrap();
+        join_all([a, b]);
         s.assert_quiescent(3);
     });
     let n = seen.load(Relaxed);
@@ -176,9 +173,7 @@ fn condvar_notify_all_two_waiters() {
             *g = true;
             cv.notify_all();
         }
-        for t in ts {
-            t.join().unwrap();
-        }
+        join_all(ts);
         assert_eq!(m.raw().state(), 0);
         assert_eq!(m.raw().stored_tokens(), 0);
         assert_eq!(m.raw().parked(), 0);

@@ -7,16 +7,13 @@
 
 use gomutex::algo::{waiters, STARVING};
 use gomutex_loom_tests::{
-    far_deadline, model, AlwaysStarving, Harness, NeverStarving, Stats, TimedQueue,
+    far_deadline, get, join_all, model_with_stats, AlwaysStarving, Harness, NeverStarving,
+    TimedQueue,
 };
 use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
 use std::time::{Duration, Instant};
-
-fn get(c: &std::sync::atomic::AtomicUsize) -> usize {
-    Stats::get(c)
-}
 
 /// Normal mode: A locks (and waits in its critical section until the others are registered or
 /// done), B locks, the main thread calls `lock_until` with a deadline that may pass while it
@@ -25,9 +22,7 @@ fn get(c: &std::sync::atomic::AtomicUsize) -> usize {
 /// flight, and waiting for a token that is ours.
 #[test]
 fn timed_lock_normal_mode() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("timed_lock_normal_mode", 2, move || {
+    let stats = model_with_stats("timed_lock_normal_mode", 2, move |s| {
         let h = Arc::new(Harness::new(TimedQueue::new(), s.clone()));
         let done = Arc::new(AtomicUsize::new(0));
         let (h1, d1) = (h.clone(), done.clone());
@@ -48,11 +43,9 @@ fn timed_lock_normal_mode() {
             h.unlock();
         }
         done.fetch_add(1, SeqCst);
-        a.join().unwrap();
-        b.join().unwrap();
+        join_all([a, b]);
         h.assert_quiescent(2 + u64::from(ok));
     });
-    eprintln!("{stats:?}");
     assert!(get(&stats.timeouts) > 0, "no sleep timed out");
     assert!(get(&stats.deregisters) > 0, "no waiter left the count");
     assert!(
@@ -69,9 +62,7 @@ fn timed_lock_normal_mode() {
 /// and the last one out leaves starvation mode.
 #[test]
 fn timed_lock_starvation_mode() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("timed_lock_starvation_mode", 2, move || {
+    let stats = model_with_stats("timed_lock_starvation_mode", 2, move |s| {
         let h = Arc::new(Harness::new(TimedQueue::new(), s.clone()));
         let done = Arc::new(AtomicUsize::new(0));
         let (h1, d1) = (h.clone(), done.clone());
@@ -93,11 +84,9 @@ fn timed_lock_starvation_mode() {
             h.unlock();
         }
         done.fetch_add(1, SeqCst);
-        a.join().unwrap();
-        b.join().unwrap();
+        join_all([a, b]);
         h.assert_quiescent(3 + u64::from(ok));
     });
-    eprintln!("{stats:?}");
     assert!(get(&stats.handoffs) > 0);
     assert!(
         get(&stats.deregisters_starving) > 0,
@@ -116,9 +105,7 @@ fn timed_lock_starvation_mode() {
 /// the timed contender B has finished.
 #[test]
 fn timed_spinner_gives_up_clearing_woken() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("timed_spinner_gives_up_clearing_woken", 3, move || {
+    let stats = model_with_stats("timed_spinner_gives_up_clearing_woken", 3, move |s| {
         let h = Arc::new(Harness::new(TimedQueue::new(), s.clone()));
         h.lock::<NeverStarving>();
         let h1 = h.clone();
@@ -138,7 +125,6 @@ fn timed_spinner_gives_up_clearing_woken() {
         a.join().unwrap();
         h.assert_quiescent(2);
     });
-    eprintln!("{stats:?}");
     assert!(
         get(&stats.gave_up_clearing_woken) > 0,
         "the give-up-with-WOKEN path was not taken"
@@ -158,9 +144,7 @@ fn timed_spinner_gives_up_clearing_woken() {
 /// deadline passing, T leaving, the fix-up and the rest is explored.
 #[test]
 fn timed_lock_leaves_during_handoff() {
-    let stats = Stats::new();
-    let s = stats.clone();
-    model("timed_lock_leaves_during_handoff", 3, move || {
+    let stats = model_with_stats("timed_lock_leaves_during_handoff", 3, move |s| {
         loom::stop_exploring();
         let h = Arc::new(Harness::new(TimedQueue::new(), s.clone()));
         h.lock::<AlwaysStarving>();
@@ -197,7 +181,6 @@ fn timed_lock_leaves_during_handoff() {
             .count();
         h.assert_quiescent(2 + ok as u64);
     });
-    eprintln!("{stats:?}");
     assert!(
         get(&stats.deregisters_handoff_in_flight) > 0,
         "no waiter left while a hand-off was in flight"

@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod anon;
+
 /// Pin the calling thread to `cpu` (if given).
 pub fn pin_to(cpu: Option<usize>) {
     let Some(cpu) = cpu else { return };
@@ -35,4 +37,29 @@ pub fn two_cpus() -> Option<(usize, usize)> {
         (0..libc::CPU_SETSIZE as usize).filter(move |&c| libc::CPU_ISSET(c, &set))
     };
     Some((cpus.next()?, cpus.next()?))
+}
+
+/// Join `handles`, failing (instead of hanging) if they are not all done within `limit`.
+pub fn join_within<T: Send + 'static>(
+    limit: std::time::Duration,
+    handles: Vec<std::thread::JoinHandle<T>>,
+) -> Vec<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let n = handles.len();
+    for (i, h) in handles.into_iter().enumerate() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((i, h.join()));
+        });
+    }
+    let deadline = std::time::Instant::now() + limit;
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let (i, r) = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("threads still running after {limit:?}: lost wake-up?"));
+        out[i] = Some(r.unwrap_or_else(|e| std::panic::resume_unwind(e)));
+    }
+    out.into_iter().map(Option::unwrap).collect()
 }

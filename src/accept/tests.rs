@@ -1,0 +1,415 @@
+//! Unit tests of the accept lock: the decision logic on a scripted `AcceptMutex`, the
+//! listener arming, and the protocol on a real `RawMutex` and on a shared-memory lock.
+
+use super::*;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+/// A scripted lock: `try_lock`/`lock_for` answer from queues (default: free), every call is
+/// recorded.
+#[derive(Default)]
+struct Script {
+    tries: RefCell<VecDeque<Option<Acquired>>>,
+    waits: RefCell<VecDeque<Option<Acquired>>>,
+    log: RefCell<Vec<String>>,
+    locked: RefCell<bool>,
+}
+
+impl Script {
+    fn busy_tries(n: usize) -> Self {
+        let s = Script::default();
+        s.tries.borrow_mut().extend(std::iter::repeat_n(None, n));
+        s
+    }
+    fn log(&self) -> Vec<String> {
+        self.log.borrow().clone()
+    }
+}
+
+impl AcceptMutex for Script {
+    fn try_lock(&self) -> Option<Acquired> {
+        self.log.borrow_mut().push("try".into());
+        let r = self
+            .tries
+            .borrow_mut()
+            .pop_front()
+            .unwrap_or(Some(Acquired::Clean));
+        if r.is_some() {
+            assert!(!*self.locked.borrow(), "acquired twice");
+            *self.locked.borrow_mut() = true;
+        }
+        r
+    }
+    fn lock_for(&self, t: Duration) -> Option<Acquired> {
+        self.log
+            .borrow_mut()
+            .push(format!("wait {}ms", t.as_millis()));
+        let r = self
+            .waits
+            .borrow_mut()
+            .pop_front()
+            .unwrap_or(Some(Acquired::Clean));
+        if r.is_some() {
+            *self.locked.borrow_mut() = true;
+        }
+        r
+    }
+    unsafe fn unlock(&self) {
+        assert!(*self.locked.borrow(), "unlock of unlocked");
+        *self.locked.borrow_mut() = false;
+        self.log.borrow_mut().push("unlock".into());
+    }
+}
+
+const DELAY: Option<Duration> = Some(DEFAULT_DELAY);
+
+#[test]
+fn uncontended_arms_once_and_releases_every_iteration() {
+    let m = Script::default();
+    let mut a = AcceptLock::new(&m, Config::default());
+    let d = a.begin_iteration(false);
+    assert_eq!(
+        d,
+        Decision {
+            armed: true,
+            changed: true,
+            poll_timeout: None
+        }
+    );
+    assert!(a.holds_lock());
+    a.end_accept_phase();
+    assert!(!a.holds_lock() && a.is_armed());
+    let d = a.begin_iteration(false);
+    assert!(d.armed && !d.changed);
+    a.end_accept_phase();
+    assert_eq!(m.log(), ["try", "unlock", "try", "unlock"]);
+    let s = a.stats();
+    assert_eq!(
+        (s.acquisitions, s.arms, s.disarms, s.contended),
+        (2, 1, 0, 0)
+    );
+}
+
+#[test]
+fn loser_disarms_once_and_caps_its_poll() {
+    let m = Script::default();
+    m.tries
+        .borrow_mut()
+        .extend([Some(Acquired::Clean), None, None]);
+    let mut a = AcceptLock::new(&m, Config::default());
+    assert!(a.begin_iteration(false).armed);
+    a.end_accept_phase();
+    let d = a.begin_iteration(false);
+    assert_eq!(
+        d,
+        Decision {
+            armed: false,
+            changed: true,
+            poll_timeout: DELAY
+        }
+    );
+    a.end_accept_phase(); // nothing to release
+    let d = a.begin_iteration(false);
+    assert!(!d.armed && !d.changed && d.poll_timeout == DELAY);
+    assert_eq!(m.log(), ["try", "unlock", "try", "try"]);
+    assert_eq!(a.stats().contended, 2);
+    assert_eq!(a.stats().disarms, 1);
+}
+
+#[test]
+fn decision_timeout_is_the_minimum() {
+    let d = Decision {
+        armed: false,
+        changed: false,
+        poll_timeout: Some(Duration::from_millis(500)),
+    };
+    assert_eq!(d.timeout(None), Some(Duration::from_millis(500)));
+    assert_eq!(
+        d.timeout(Some(Duration::from_millis(20))),
+        Some(Duration::from_millis(20))
+    );
+    assert_eq!(
+        d.timeout(Some(Duration::from_secs(3))),
+        Some(Duration::from_millis(500))
+    );
+    let free = Decision {
+        poll_timeout: None,
+        ..d
+    };
+    assert_eq!(free.timeout(None), None);
+    assert_eq!(
+        free.timeout(Some(Duration::from_secs(3))),
+        Some(Duration::from_secs(3))
+    );
+}
+
+#[test]
+fn accept_disabled_is_nginx_formula() {
+    let m = Script::default();
+    let mut a = AcceptLock::new(&m, Config::default());
+    a.accepted(1000, 1024);
+    assert_eq!(a.accept_disabled(), 128 - 1000);
+    a.accepted(128, 1024);
+    assert_eq!(a.accept_disabled(), 0);
+    a.accepted(125, 1024);
+    assert_eq!(a.accept_disabled(), 3);
+    assert_eq!(a.stats().accepted, 3);
+}
+
+#[test]
+fn back_off_skips_the_lock_and_disarms() {
+    let m = Script::default();
+    let mut a = AcceptLock::new(&m, Config::default());
+    assert!(a.begin_iteration(false).armed);
+    a.accepted(125, 1024); // fewer than 1/8 free: sit out 3 iterations
+    a.end_accept_phase();
+    let d = a.begin_iteration(false);
+    assert_eq!(
+        d,
+        Decision {
+            armed: false,
+            changed: true,
+            poll_timeout: DELAY
+        }
+    );
+    a.end_accept_phase();
+    for left in [1, 0] {
+        let d = a.begin_iteration(true);
+        assert!(!d.armed && !d.changed);
+        assert_eq!(a.accept_disabled(), left);
+        a.end_accept_phase();
+    }
+    // Back in the game.
+    let d = a.begin_iteration(false);
+    assert!(d.armed && d.changed);
+    assert_eq!(m.log(), ["try", "unlock", "try"]);
+    assert_eq!(a.stats().disabled_skips, 3);
+}
+
+#[test]
+fn blocking_mode_waits_only_when_idle() {
+    let m = Script::busy_tries(2);
+    let mut a = AcceptLock::new(&m, Config::blocking());
+    // Busy: a try only, poll capped.
+    let d = a.begin_iteration(false);
+    assert!(!d.armed && d.poll_timeout == DELAY);
+    a.end_accept_phase();
+    // Idle: wait on the lock, get it.
+    let d = a.begin_iteration(true);
+    assert!(d.armed && d.changed && d.poll_timeout.is_none());
+    a.end_accept_phase();
+    assert_eq!(m.log(), ["try", "try", "wait 500ms", "unlock"]);
+    let s = a.stats();
+    assert_eq!(
+        (s.blocking_waits, s.blocking_timeouts, s.acquisitions),
+        (1, 0, 1)
+    );
+}
+
+#[test]
+fn blocking_timeout_polls_without_sleeping() {
+    let m = Script::busy_tries(1);
+    m.waits.borrow_mut().push_back(None);
+    let mut a = AcceptLock::new(&m, Config::blocking());
+    let d = a.begin_iteration(true);
+    assert_eq!(
+        d,
+        Decision {
+            armed: false,
+            changed: false,
+            poll_timeout: Some(Duration::ZERO)
+        }
+    );
+    a.end_accept_phase();
+    assert_eq!(m.log(), ["try", "wait 500ms"]);
+    assert_eq!(a.stats().blocking_timeouts, 1);
+}
+
+#[test]
+fn trylock_mode_never_waits() {
+    let m = Script::busy_tries(3);
+    let mut a = AcceptLock::new(&m, Config::nginx());
+    for _ in 0..3 {
+        assert!(!a.begin_iteration(true).armed);
+        a.end_accept_phase();
+    }
+    assert_eq!(m.log(), ["try", "try", "try"]);
+}
+
+#[test]
+fn owner_died_is_counted_and_the_lock_is_used() {
+    let m = Script::default();
+    m.tries.borrow_mut().push_back(Some(Acquired::OwnerDied));
+    let mut a = AcceptLock::new(&m, Config::default());
+    assert!(a.begin_iteration(false).armed);
+    a.end_accept_phase();
+    assert!(a.begin_iteration(false).armed);
+    a.end_accept_phase();
+    assert_eq!(a.stats().owner_died, 1);
+    assert_eq!(a.stats().acquisitions, 2);
+}
+
+#[test]
+fn owner_died_after_a_blocking_wait_is_counted() {
+    let m = Script::busy_tries(1);
+    m.waits.borrow_mut().push_back(Some(Acquired::OwnerDied));
+    let mut a = AcceptLock::new(&m, Config::blocking());
+    assert!(a.begin_iteration(true).armed);
+    assert_eq!(a.stats().owner_died, 1);
+}
+
+#[test]
+fn unended_iteration_keeps_the_lock() {
+    let m = Script::default();
+    let mut a = AcceptLock::new(&m, Config::default());
+    assert!(a.begin_iteration(false).armed);
+    let d = a.begin_iteration(false);
+    assert!(d.armed && !d.changed);
+    a.end_accept_phase();
+    assert_eq!(m.log(), ["try", "unlock"]);
+}
+
+#[test]
+fn drop_and_disarm_release() {
+    let m = Script::default();
+    {
+        let mut a = AcceptLock::new(&m, Config::default());
+        a.begin_iteration(false);
+    }
+    assert_eq!(m.log(), ["try", "unlock"]);
+    let mut a = AcceptLock::new(&m, Config::default());
+    a.begin_iteration(false);
+    assert!(a.disarm());
+    assert!(!a.is_armed() && !a.holds_lock());
+    assert!(!a.disarm());
+    // Next iteration re-arms.
+    assert!(a.begin_iteration(false).changed);
+}
+
+struct Fake {
+    armed: bool,
+    fail_arm: bool,
+    fail_disarm: bool,
+}
+
+impl Listeners for Fake {
+    type Error = &'static str;
+    fn arm(&mut self) -> Result<(), &'static str> {
+        if self.fail_arm {
+            return Err("arm");
+        }
+        self.armed = true;
+        Ok(())
+    }
+    fn disarm(&mut self) -> Result<(), &'static str> {
+        if self.fail_disarm {
+            return Err("disarm");
+        }
+        self.armed = false;
+        Ok(())
+    }
+}
+
+#[test]
+fn listeners_follow_decisions_and_arm_failure_releases() {
+    let m = Script::default();
+    m.tries.borrow_mut().extend([Some(Acquired::Clean), None]);
+    let mut l = Fake {
+        armed: false,
+        fail_arm: false,
+        fail_disarm: false,
+    };
+    let mut a = AcceptLock::new(&m, Config::default());
+    a.begin_iteration_with(false, &mut l).unwrap();
+    assert!(l.armed);
+    a.end_accept_phase();
+    l.fail_disarm = true;
+    assert_eq!(a.begin_iteration_with(false, &mut l), Err("disarm"));
+    assert!(a.is_armed(), "a failed disarm is retried");
+    l.fail_disarm = false;
+    // The sockets are still armed: winning again needs no epoll change.
+    assert!(!a.begin_iteration_with(false, &mut l).unwrap().changed);
+    a.end_accept_phase();
+
+    let mut b = AcceptLock::new(&m, Config::default());
+    l.fail_arm = true;
+    // Arming fails, so the lock is released for another worker.
+    assert_eq!(b.begin_iteration_with(false, &mut l), Err("arm"));
+    assert!(!b.holds_lock() && !b.is_armed());
+    assert!(!*m.locked.borrow());
+}
+
+/// With a real lock shared by threads, at most one worker holds it at a time, and in
+/// blocking mode an idle worker gets it as soon as the holder lets go.
+#[test]
+fn real_lock_excludes_and_blocking_hands_over() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let m = crate::RawMutex::new();
+    let inside = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let got = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    std::thread::scope(|s| {
+        for (i, got) in got.iter().enumerate() {
+            let (m, inside, stop) = (&m, &inside, &stop);
+            s.spawn(move || {
+                let cfg = Config {
+                    mode: if i == 0 {
+                        LockMode::TryLock
+                    } else {
+                        LockMode::Blocking
+                    },
+                    delay: Duration::from_millis(5),
+                };
+                let mut a = AcceptLock::new(m, cfg);
+                let mut n = 0;
+                while n < 2000 && !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let d = a.begin_iteration(i == 1);
+                    if a.holds_lock() {
+                        assert!(d.armed);
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0);
+                        got.fetch_add(1, Ordering::Relaxed);
+                        std::hint::spin_loop();
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    a.end_accept_phase();
+                }
+                stop.store(true, Ordering::Relaxed);
+            });
+        }
+    });
+    assert!(!m.is_locked());
+    assert!(got[0].load(Ordering::Relaxed) + got[1].load(Ordering::Relaxed) > 0);
+}
+
+/// Across processes: a child takes the shm accept lock and dies holding it; the parent, as
+/// a supervisor, reaps it and force-unlocks; the next holder is told the owner died.
+#[test]
+fn shm_force_unlock_after_death_reports_owner_died() {
+    let lock = ShmMutex::anonymous(()).unwrap();
+    // SAFETY: the child only takes the lock and leaves with _exit (no allocation-heavy or
+    // lock-taking std code of other threads runs in it).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let mut a = AcceptLock::new(ShmAcceptMutex::new(&lock), Config::nginx());
+        let code = if a.begin_iteration(false).armed { 0 } else { 1 };
+        std::mem::forget(a); // die holding it
+                             // SAFETY: leaving the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    assert!(lock.is_locked(), "the dead child still holds it");
+    assert!(ForceUnlock::force_unlock(&lock, pid));
+    assert!(!ForceUnlock::force_unlock(&lock, pid), "only once");
+    let mut b = AcceptLock::new(ShmAcceptMutex::new(&lock), Config::nginx());
+    assert!(b.begin_iteration(false).armed);
+    b.end_accept_phase();
+    assert!(b.begin_iteration(false).armed);
+    b.end_accept_phase();
+    assert_eq!(b.stats().owner_died, 1, "told once, then marked consistent");
+    assert_eq!(b.stats().acquisitions, 2);
+}
