@@ -78,8 +78,10 @@
 //! A worker inside its back-off (`accept_disabled > 0`) also disarms its listening sockets
 //! (nginx leaves them armed, so two workers may accept at once: trac #612).
 
+#[cfg(target_os = "linux")]
 use crate::shm::{ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, TryLockResult};
 use core::fmt;
+#[cfg(target_os = "linux")]
 use std::cell::RefCell;
 use std::time::Duration;
 
@@ -191,11 +193,14 @@ impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
 /// assert!(b.begin_iteration(false).armed);
 /// # Ok::<(), gomutex::shm::ShmError>(())
 /// ```
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub struct ShmAcceptMutex<'a, T: ShmSafe = ()> {
     m: &'a ShmMutex<T>,
     guard: RefCell<Option<ShmMutexGuard<'a, T>>>,
 }
 
+#[cfg(target_os = "linux")]
 impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
     /// A worker's handle on `m`.
     pub fn new(m: &'a ShmMutex<T>) -> Self {
@@ -232,6 +237,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmAcceptMutex")
@@ -240,6 +246,8 @@ impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     }
 }
 
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
     fn try_lock(&self) -> Option<Acquired> {
         self.keep(self.m.try_lock())
@@ -253,6 +261,8 @@ impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
     }
 }
 
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 impl<T: ShmSafe> ForceUnlock for ShmMutex<T> {
     fn force_unlock(&self, pid: i32) -> bool {
         pid > 0 && ShmMutex::force_unlock(self, pid as u32)

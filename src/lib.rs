@@ -21,9 +21,17 @@
 //! assert_eq!(*m.lock().unwrap(), [1, 2, 3]);
 //! ```
 //!
-//! The algorithm ([`algo`]) is written once, generic over its state word, waiter queue and
-//! clock; [`RawMutex`] instantiates it for threads of one process.
+//! The algorithm is written once, generic over its state word, waiter queue and clock;
+//! [`RawMutex`] instantiates it for threads of one process.
+//!
+//! # Platforms
+//!
+//! [`Mutex`], [`MutexGuard`], [`Condvar`] and [`RawMutex`] need only `std` and
+//! `parking_lot_core`: they work wherever both do (Linux, macOS, Windows, the BSDs, …). The
+//! shared-memory lock (`shm`) and the shared-memory parts of [`accept`] use futexes, `mmap` and
+//! `/proc`, and are compiled on Linux only.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Defines a type's `new` once: a `const fn` in normal builds (so locks can live in `static`s)
 /// and a plain `fn` under `--cfg gomutex_loom`, whose loom atomics have no `const`
@@ -49,6 +57,8 @@ mod park;
 mod poison;
 mod raw;
 pub mod sema;
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub mod shm;
 mod spin;
 mod sync;

@@ -5,6 +5,7 @@
 //! `catch_unwind` (like Go's `recover()` wrapper) and prints "test completed" if it returns. The
 //! parent requires the misuse cases to die by `SIGABRT` with "unlocked" on stderr and without
 //! reaching "test completed", and the control case to exit 0.
+#![cfg(unix)] // child processes killed by `SIGABRT`
 
 use gomutex::RawMutex;
 use std::os::unix::process::ExitStatusExt;
