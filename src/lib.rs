@@ -33,6 +33,9 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(all(gomutex_loom, not(feature = "__loom")))]
+compile_error!("`--cfg gomutex_loom` needs gomutex's `__loom` feature (loom-tests/ enables both)");
+
 /// Defines a type's `new` once: a `const fn` in normal builds (so locks can live in `static`s)
 /// and a plain `fn` under `--cfg gomutex_loom`, whose loom atomics have no `const`
 /// constructor. Attributes and doc comments apply to whichever of the two is compiled.
