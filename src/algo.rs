@@ -27,7 +27,7 @@
 //! the last waiter from a plain read of the count and then applies its fix-up with a blind add
 //! (Go's code, which only had to allow for the count *growing* in between), so a waiter leaving
 //! in that window must leave both the receiver and one more waiter counted:
-//! `waiters >= 1 + 2 * (STARVING && !LOCKED)` (see [`deregister`]). Otherwise it waits for a
+//! `waiters >= 1 + 2 * (STARVING && !LOCKED)` (see [`deregistered`]). Otherwise it waits for a
 //! token or for the hand-off to complete (briefly: the unlocker or receiver is a few
 //! instructions from done).
 

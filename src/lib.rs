@@ -52,13 +52,18 @@ macro_rules! const_new {
 }
 
 pub mod accept;
+// Internals, public only so that tests/ and loom-tests/ can reach them: hidden from the docs
+// and outside semver (they change whenever the algorithm does).
+#[doc(hidden)]
 pub mod algo;
+#[doc(hidden)]
 pub mod clock;
 mod condvar;
 mod mutex;
 mod park;
 mod poison;
 mod raw;
+#[doc(hidden)]
 pub mod sema;
 #[cfg(target_os = "linux")]
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]

@@ -66,8 +66,14 @@ impl<T: ?Sized> RefUnwindSafe for Mutex<T> {}
 pub struct MutexGuard<'a, T: ?Sized + 'a> {
     lock: &'a Mutex<T>,
     poison: poison::Guard,
-    _not_send: PhantomData<*const ()>,
+    _not_send: NotSend,
 }
+
+/// Makes [`MutexGuard`] `!Send`, as std's is, with a compiler error that names a mutex guard:
+/// "`std::sync::MutexGuard<'static, ()>` cannot be sent between threads safely" (a raw-pointer
+/// marker would make it "`*const ()` cannot be sent…"). Only auto traits are affected: `Send`
+/// is lost and `Sync` comes from the explicit impl below; nothing of std's type is ever built.
+type NotSend = PhantomData<std::sync::MutexGuard<'static, ()>>;
 
 // SAFETY: sharing `&MutexGuard` only shares `&T`.
 unsafe impl<T: ?Sized + Sync> Sync for MutexGuard<'_, T> {}
@@ -205,7 +211,9 @@ impl<T: ?Sized> Mutex<T> {
         poison::map_result(poisoned, self.data.get_mut())
     }
 
-    /// The raw lock underneath (for diagnostics: e.g. `raw().state()`).
+    /// The raw lock underneath (for tests and diagnostics: e.g. `raw().state()`; not part of
+    /// the API).
+    #[doc(hidden)]
     pub fn raw(&self) -> &RawMutex {
         &self.raw
     }

@@ -133,17 +133,20 @@ impl RawMutex {
     /// The raw Go state word (bit 0 locked, bit 1 woken, bit 2 starving, waiters << 3): for
     /// tests, diagnostics and models. A snapshot only.
     #[inline]
+    #[doc(hidden)] // for tests and models; not part of the API
     pub fn state(&self) -> u32 {
         StateWord::load(&self.state)
     }
 
     /// Wake-up tokens released while nobody slept and not consumed yet (0 when quiescent).
+    #[doc(hidden)] // for tests and models; not part of the API
     pub fn stored_tokens(&self) -> u32 {
         self.queue.stored_tokens()
     }
 
     /// Threads parked on this lock right now (loom models only).
     #[cfg(gomutex_loom)]
+    #[doc(hidden)] // for tests and models; not part of the API
     pub fn parked(&self) -> usize {
         self.queue.parked()
     }

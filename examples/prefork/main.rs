@@ -302,14 +302,13 @@ impl Master<'_> {
         } else {
             vec![self.listeners[0].as_raw_fd()]
         };
-        let config = Config {
-            mode: if self.args.mode == Mode::Blocking {
+        let config = Config::nginx().with_delay(self.args.delay).with_mode(
+            if self.args.mode == Mode::Blocking {
                 LockMode::Blocking
             } else {
                 LockMode::TryLock
             },
-            delay: self.args.delay,
-        };
+        );
         let w = worker::Worker {
             mode: self.args.mode,
             listeners,
