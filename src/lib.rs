@@ -72,5 +72,5 @@ mod spin;
 mod sync;
 
 pub use condvar::{Condvar, WaitTimeoutResult};
-pub use mutex::{Mutex, MutexGuard};
+pub use mutex::{MappedMutexGuard, Mutex, MutexGuard};
 pub use raw::RawMutex;
