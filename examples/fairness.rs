@@ -15,24 +15,21 @@ use std::time::{Duration, Instant};
 
 /// The two operations the scenario needs, so it is written once for both locks.
 trait Lock: Send + Sync + 'static {
-    fn hold_for(&self, d: Duration);
+    /// Run `f` while holding the lock.
+    fn with(&self, f: impl FnOnce());
 }
 
 impl Lock for gomutex::Mutex<()> {
-    fn hold_for(&self, d: Duration) {
+    fn with(&self, f: impl FnOnce()) {
         let _g = self.lock().unwrap();
-        if !d.is_zero() {
-            thread::sleep(d);
-        }
+        f();
     }
 }
 
 impl Lock for std::sync::Mutex<()> {
-    fn hold_for(&self, d: Duration) {
+    fn with(&self, f: impl FnOnce()) {
         let _g = self.lock().unwrap();
-        if !d.is_zero() {
-            thread::sleep(d);
-        }
+        f();
     }
 }
 
@@ -40,22 +37,32 @@ impl Lock for std::sync::Mutex<()> {
 fn scenario<L: Lock>(lock: L) -> (Duration, Duration) {
     let lock = Arc::new(lock);
     let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicBool::new(false));
     let greedy = {
-        let (lock, stop) = (Arc::clone(&lock), Arc::clone(&stop));
+        let (lock, stop, started) = (Arc::clone(&lock), Arc::clone(&stop), Arc::clone(&started));
         thread::spawn(move || {
             // Bounded, so a lock that starves the victim cannot hang the demo.
             let give_up = Instant::now() + Duration::from_secs(10);
             while !stop.load(Ordering::Relaxed) && Instant::now() < give_up {
-                lock.hold_for(Duration::from_micros(100));
+                lock.with(|| {
+                    started.store(true, Ordering::Relaxed);
+                    thread::sleep(Duration::from_micros(100));
+                });
             }
         })
     };
+    // Unlike Go's test, start the victim only once the greedy thread holds the lock: otherwise
+    // a slow thread spawn lets the victim finish before there is any contention, and the demo
+    // shows a barging lock as fair.
+    while !started.load(Ordering::Relaxed) {
+        thread::yield_now();
+    }
     let start = Instant::now();
     let mut worst = Duration::ZERO;
     for _ in 0..10 {
         thread::sleep(Duration::from_micros(100));
         let t = Instant::now();
-        lock.hold_for(Duration::ZERO);
+        lock.with(|| ());
         worst = worst.max(t.elapsed());
     }
     let total = start.elapsed();

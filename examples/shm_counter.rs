@@ -7,10 +7,13 @@
 //! cargo run --example shm_counter
 //! ```
 
+#[cfg(target_os = "linux")]
 use gomutex::shm::{LockError, ShmMutex};
 
+#[cfg(target_os = "linux")]
 const ROUNDS: u64 = 100_000;
 
+#[cfg(target_os = "linux")]
 fn add(m: &ShmMutex<u64>, who: &str) {
     for _ in 0..ROUNDS {
         let mut g = match m.lock() {
@@ -27,6 +30,14 @@ fn add(m: &ShmMutex<u64>, who: &str) {
     println!("{who} ({}) done", std::process::id());
 }
 
+/// `gomutex::shm` is Linux only; elsewhere the example only says so.
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!("shm_counter: this example runs on Linux only");
+    std::process::exit(1);
+}
+
+#[cfg(target_os = "linux")]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // MAP_SHARED | MAP_ANONYMOUS: the child created by fork() shares it.
     let counter = ShmMutex::anonymous(0u64)?;

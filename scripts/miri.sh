@@ -24,30 +24,33 @@ rustup component add --toolchain nightly miri rust-src
 cargo +nightly miri setup
 
 export MIRIFLAGS="${MIRIFLAGS:--Zmiri-permissive-provenance}"
+# MIRI_TARGET=<triple> interprets the subset for another OS (scripts/cross.sh: macOS, Windows).
+TARGET=(${MIRI_TARGET:+--target "$MIRI_TARGET"})
 t0=$(date +%s)
 step() { echo "== $* ($(( $(date +%s) - t0 )) s)"; }
 
 step "miri: lib unit tests (algo, accept without shm)"
-cargo +nightly miri test --lib -- algo:: accept:: --skip shm
+cargo +nightly miri test "${TARGET[@]}" --lib -- algo:: accept:: --skip shm
 
 step "miri: doc tests (no shm, no accept)"
-cargo +nightly miri test --doc -- --skip shm --skip accept
+cargo +nightly miri test "${TARGET[@]}" --doc -- --skip shm --skip accept
 
 step "miri: tests/stress.rs, two scheduler seeds"
-MIRIFLAGS="$MIRIFLAGS -Zmiri-many-seeds=0..2" cargo +nightly miri test --test stress
+MIRIFLAGS="$MIRIFLAGS -Zmiri-many-seeds=0..2" cargo +nightly miri test "${TARGET[@]}" --test stress
 
 step "miri: tests/std_api.rs, API subset"
-cargo +nightly miri test --test std_api -- --exact \
+cargo +nightly miri test "${TARGET[@]}" --test std_api -- --exact \
     auto_traits_identical_to_std condvar_debug_matches_std const_construction_in_statics \
     debug_output_matches_std_unlocked_locked_poisoned guard_display_and_debug_match_std \
     into_inner_get_mut_default_from poisoning_matches_std size_is_small \
     try_lock_would_block_like_std unsized_data_through_box_and_arc \
     condvar_notify_before_wait_is_not_remembered \
-    condvar_wait_timeout_reports_a_notify_in_time condvar_notify_all_wakes_every_waiter
+    condvar_wait_timeout_reports_a_notify_in_time condvar_notify_all_wakes_every_waiter \
+    condvar_wait_timeout_ms_matches_std mapped_guards_hold_the_lock_and_poison
 
 step "miri: tests/timed.rs, timed-lock API subset"
-cargo +nightly miri test --test timed -- --exact \
+cargo +nightly miri test "${TARGET[@]}" --test timed -- --exact \
     try_lock_for_reports_poisoning try_lock_for_succeeds_when_released_in_time \
     try_lock_for_times_out_while_held
 
-step "miri: done"
+step "miri${MIRI_TARGET:+ ($MIRI_TARGET)}: done"

@@ -78,8 +78,10 @@
 //! A worker inside its back-off (`accept_disabled > 0`) also disarms its listening sockets
 //! (nginx leaves them armed, so two workers may accept at once: trac #612).
 
+#[cfg(target_os = "linux")]
 use crate::shm::{ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, TryLockResult};
 use core::fmt;
+#[cfg(target_os = "linux")]
 use std::cell::RefCell;
 use std::time::Duration;
 
@@ -191,11 +193,14 @@ impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
 /// assert!(b.begin_iteration(false).armed);
 /// # Ok::<(), gomutex::shm::ShmError>(())
 /// ```
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub struct ShmAcceptMutex<'a, T: ShmSafe = ()> {
     m: &'a ShmMutex<T>,
     guard: RefCell<Option<ShmMutexGuard<'a, T>>>,
 }
 
+#[cfg(target_os = "linux")]
 impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
     /// A worker's handle on `m`.
     pub fn new(m: &'a ShmMutex<T>) -> Self {
@@ -232,6 +237,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmAcceptMutex")
@@ -240,6 +246,8 @@ impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     }
 }
 
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
     fn try_lock(&self) -> Option<Acquired> {
         self.keep(self.m.try_lock())
@@ -253,6 +261,8 @@ impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
     }
 }
 
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 impl<T: ShmSafe> ForceUnlock for ShmMutex<T> {
     fn force_unlock(&self, pid: i32) -> bool {
         pid > 0 && ShmMutex::force_unlock(self, pid as u32)
@@ -270,8 +280,20 @@ pub enum LockMode {
     Blocking,
 }
 
-/// Settings of an [`AcceptLock`].
+/// Settings of an [`AcceptLock`]: start from [`Config::nginx`] (the default) or
+/// [`Config::blocking`] and adjust with [`with_mode`](Config::with_mode) and
+/// [`with_delay`](Config::with_delay) (fields may be added, so there is no struct literal).
+///
+/// ```
+/// use gomutex::accept::{Config, LockMode};
+/// use std::time::Duration;
+///
+/// let cfg = Config::nginx().with_delay(Duration::from_millis(100));
+/// assert_eq!(cfg.mode, LockMode::TryLock);
+/// assert_eq!(cfg.with_mode(LockMode::Blocking), Config::blocking().with_delay(cfg.delay));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Config {
     /// Try-lock only (nginx) or wait on the lock when idle.
     pub mode: LockMode,
@@ -282,30 +304,41 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self {
-            mode: LockMode::TryLock,
-            delay: DEFAULT_DELAY,
-        }
+        Self::nginx()
     }
 }
 
 impl Config {
     /// nginx's settings ([`LockMode::TryLock`], 500 ms).
-    pub fn nginx() -> Self {
-        Self::default()
+    pub const fn nginx() -> Self {
+        Self {
+            mode: LockMode::TryLock,
+            delay: DEFAULT_DELAY,
+        }
     }
 
     /// [`LockMode::Blocking`] with a 500 ms wait slice.
-    pub fn blocking() -> Self {
-        Self {
-            mode: LockMode::Blocking,
-            ..Self::default()
-        }
+    pub const fn blocking() -> Self {
+        Self::nginx().with_mode(LockMode::Blocking)
+    }
+
+    /// These settings with `mode`.
+    #[must_use]
+    pub const fn with_mode(self, mode: LockMode) -> Self {
+        Self { mode, ..self }
+    }
+
+    /// These settings with `delay` (nginx's `accept_mutex_delay`).
+    #[must_use]
+    pub const fn with_delay(self, delay: Duration) -> Self {
+        Self { delay, ..self }
     }
 }
 
-/// What the worker does in this iteration.
+/// What the worker does in this iteration (made by [`AcceptLock::begin_iteration`]; fields may
+/// be added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Decision {
     /// The listening socket(s) must be in this worker's poll set during this iteration.
     pub armed: bool,
@@ -326,8 +359,10 @@ impl Decision {
     }
 }
 
-/// Counters of one [`AcceptLock`] (one worker).
+/// Counters of one [`AcceptLock`] (one worker), from [`AcceptLock::stats`]; counters may be
+/// added. `Default` is all zeros.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct AcceptStats {
     /// Calls of [`AcceptLock::begin_iteration`].
     pub iterations: u64,

@@ -390,5 +390,43 @@ const fn one_waiter_less(state: u32) -> u32 {
     }
 }
 
+/// A fair unlock (not in Go; `lock_api::RawMutexFair::unlock_fair`): if a waiter is
+/// registered, hand the lock to the front waiter even in normal mode, with starvation mode's
+/// own hand-off.
+///
+/// One compare-and-swap clears `LOCKED` and sets `STARVING`, then a hand-off token goes to the
+/// front waiter, exactly as [`unlock_slow`] does in starvation mode: newcomers queue instead of
+/// barging, and the receiver takes ownership in its fix-up, which also leaves starvation mode
+/// unless the receiver itself waited more than 1 ms (then Go's lock would enter it anyway as
+/// soon as that waiter woke). So a fair unlock does not make later unlocks fair. The state it
+/// leaves (`STARVING`, `LOCKED` and `WOKEN` clear, at least one waiter counted) is the one a
+/// starvation-mode unlock leaves, so receivers, newcomers and timed-out waiters ([`deregistered`])
+/// need no new rule.
+///
+/// It is a plain [`unlock`] when no waiter is registered, when the lock is already starving
+/// (that unlock hands off anyway), and while a contender is awake (`WOKEN`: a spinner, or a
+/// waiter an unlock already woke, which must clear `WOKEN` in its next compare-and-swap and
+/// which a hand-off receiver requires gone): that contender then takes the lock in the usual
+/// race.
+pub fn unlock_fair<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q) {
+    let mut old = word.load();
+    loop {
+        if old & LOCKED == 0 {
+            fatal("sync: unlock of unlocked mutex");
+        }
+        if waiters(old) == 0 || old & (WOKEN | STARVING) != 0 {
+            unlock(word, queue);
+            return;
+        }
+        match word.cas(old, (old & !LOCKED) | STARVING) {
+            Ok(_) => {
+                queue.release(true);
+                return;
+            }
+            Err(cur) => old = cur,
+        }
+    }
+}
+
 #[cfg(all(test, not(gomutex_loom)))]
 mod tests;

@@ -128,6 +128,27 @@ impl Condvar {
         poison::map_result(poisoned, (guard, WaitTimeoutResult(timed_out)))
     }
 
+    /// std's oldest timed wait, kept so code that uses it compiles: like
+    /// [`wait_timeout`](Self::wait_timeout) for `ms` milliseconds, but the flag is `false` only
+    /// if the time is known to have run out (the opposite sense of `timed_out()`).
+    #[deprecated(
+        since = "0.1.0",
+        note = "replaced by `gomutex::Condvar::wait_timeout` (as in std)"
+    )]
+    pub fn wait_timeout_ms<'a, T: ?Sized>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        ms: u32,
+    ) -> LockResult<(MutexGuard<'a, T>, bool)> {
+        match self.wait_timeout(guard, Duration::from_millis(ms.into())) {
+            Ok((g, r)) => Ok((g, !r.timed_out())),
+            Err(e) => {
+                let (g, r) = e.into_inner();
+                Err(std::sync::PoisonError::new((g, !r.timed_out())))
+            }
+        }
+    }
+
     /// Block while `condition` holds, for at most `dur` in total. The result says whether the
     /// time ran out with the condition still true.
     pub fn wait_timeout_while<'a, T: ?Sized, F>(

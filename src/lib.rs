@@ -21,9 +21,20 @@
 //! assert_eq!(*m.lock().unwrap(), [1, 2, 3]);
 //! ```
 //!
-//! The algorithm ([`algo`]) is written once, generic over its state word, waiter queue and
-//! clock; [`RawMutex`] instantiates it for threads of one process.
+//! The algorithm is written once, generic over its state word, waiter queue and clock;
+//! [`RawMutex`] instantiates it for threads of one process.
+//!
+//! # Platforms
+//!
+//! [`Mutex`], [`MutexGuard`], [`Condvar`] and [`RawMutex`] need only `std` and
+//! `parking_lot_core`: they work wherever both do (Linux, macOS, Windows, the BSDs, …). The
+//! shared-memory lock (`shm`) and the shared-memory parts of [`accept`] use futexes, `mmap` and
+//! `/proc`, and are compiled on Linux only.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(all(gomutex_loom, not(feature = "__loom")))]
+compile_error!("`--cfg gomutex_loom` needs gomutex's `__loom` feature (loom-tests/ enables both)");
 
 /// Defines a type's `new` once: a `const fn` in normal builds (so locks can live in `static`s)
 /// and a plain `fn` under `--cfg gomutex_loom`, whose loom atomics have no `const`
@@ -41,18 +52,25 @@ macro_rules! const_new {
 }
 
 pub mod accept;
+// Internals, public only so that tests/ and loom-tests/ can reach them: hidden from the docs
+// and outside semver (they change whenever the algorithm does).
+#[doc(hidden)]
 pub mod algo;
+#[doc(hidden)]
 pub mod clock;
 mod condvar;
 mod mutex;
 mod park;
 mod poison;
 mod raw;
+#[doc(hidden)]
 pub mod sema;
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub mod shm;
 mod spin;
 mod sync;
 
 pub use condvar::{Condvar, WaitTimeoutResult};
-pub use mutex::{Mutex, MutexGuard};
+pub use mutex::{MappedMutexGuard, Mutex, MutexGuard};
 pub use raw::RawMutex;

@@ -5,7 +5,9 @@ use crate::raw::RawMutex;
 use core::cell::UnsafeCell;
 use core::fmt;
 use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
+use core::ptr::NonNull;
 use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 use std::time::{Duration, Instant};
@@ -66,8 +68,14 @@ impl<T: ?Sized> RefUnwindSafe for Mutex<T> {}
 pub struct MutexGuard<'a, T: ?Sized + 'a> {
     lock: &'a Mutex<T>,
     poison: poison::Guard,
-    _not_send: PhantomData<*const ()>,
+    _not_send: NotSend,
 }
+
+/// Makes [`MutexGuard`] `!Send`, as std's is, with a compiler error that names a mutex guard:
+/// "`std::sync::MutexGuard<'static, ()>` cannot be sent between threads safely" (a raw-pointer
+/// marker would make it "`*const ()` cannot be sent…"). Only auto traits are affected: `Send`
+/// is lost and `Sync` comes from the explicit impl below; nothing of std's type is ever built.
+type NotSend = PhantomData<std::sync::MutexGuard<'static, ()>>;
 
 // SAFETY: sharing `&MutexGuard` only shares `&T`.
 unsafe impl<T: ?Sized + Sync> Sync for MutexGuard<'_, T> {}
@@ -205,7 +213,9 @@ impl<T: ?Sized> Mutex<T> {
         poison::map_result(poisoned, self.data.get_mut())
     }
 
-    /// The raw lock underneath (for diagnostics: e.g. `raw().state()`).
+    /// The raw lock underneath (for tests and diagnostics: e.g. `raw().state()`; not part of
+    /// the API).
+    #[doc(hidden)]
     pub fn raw(&self) -> &RawMutex {
         &self.raw
     }
@@ -257,6 +267,64 @@ impl<'a, T: ?Sized> MutexGuard<'a, T> {
                 poison: e.into_inner(),
                 _not_send: PhantomData,
             })),
+        }
+    }
+
+    /// Make a guard for a part of the locked data, e.g. one field (beyond std: std's
+    /// `MutexGuard::map` is unstable, `mapped_lock_guards`; same name and semantics). The lock
+    /// stays held until the [`MappedMutexGuard`] is dropped, which unlocks it (and poisons it if
+    /// the thread panics meanwhile). An associated function, so it cannot shadow a `map` method
+    /// of the data: call it as `MutexGuard::map(guard, f)`.
+    ///
+    /// If `f` panics, the guard is dropped: the lock is released and poisoned.
+    ///
+    /// ```
+    /// use gomutex::{MappedMutexGuard, Mutex, MutexGuard};
+    ///
+    /// let m = Mutex::new((1, String::from("a")));
+    /// let mut s: MappedMutexGuard<'_, String> = MutexGuard::map(m.lock().unwrap(), |d| &mut d.1);
+    /// s.push('b');
+    /// drop(s);
+    /// assert_eq!(m.lock().unwrap().1, "ab");
+    /// ```
+    pub fn map<U, F>(orig: Self, f: F) -> MappedMutexGuard<'a, U>
+    where
+        F: FnOnce(&mut T) -> &mut U,
+        U: ?Sized,
+    {
+        // SAFETY: the guard holds the lock, so nobody else reaches the data; the closure's
+        // signature keeps the reference from escaping it. If it panics, `orig` unlocks.
+        let data = NonNull::from(f(unsafe { &mut *orig.lock.data.get() }));
+        // SAFETY: the lock's ownership moves from `orig` (not dropped) to the mapped guard.
+        unsafe { MappedMutexGuard::new(data, ManuallyDrop::new(orig)) }
+    }
+
+    /// Like [`map`](Self::map), but `f` may decline (`None`), which gives the original guard
+    /// back (beyond std, as `map`).
+    ///
+    /// ```
+    /// use gomutex::{Mutex, MutexGuard};
+    ///
+    /// let m = Mutex::new(vec![1, 2]);
+    /// let g = MutexGuard::filter_map(m.lock().unwrap(), |v| v.get_mut(5)).unwrap_err();
+    /// let mut first = MutexGuard::filter_map(g, |v| v.first_mut()).unwrap();
+    /// *first = 10;
+    /// drop(first);
+    /// assert_eq!(*m.lock().unwrap(), [10, 2]);
+    /// ```
+    pub fn filter_map<U, F>(orig: Self, f: F) -> Result<MappedMutexGuard<'a, U>, Self>
+    where
+        F: FnOnce(&mut T) -> Option<&mut U>,
+        U: ?Sized,
+    {
+        // SAFETY: as in `map`.
+        match f(unsafe { &mut *orig.lock.data.get() }) {
+            Some(data) => {
+                let data = NonNull::from(data);
+                // SAFETY: as in `map`.
+                Ok(unsafe { MappedMutexGuard::new(data, ManuallyDrop::new(orig)) })
+            }
+            None => Err(orig),
         }
     }
 
@@ -318,6 +386,123 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
 }
 
 impl<T: ?Sized + fmt::Display> fmt::Display for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// A guard for a part of a [`Mutex`]'s data, made by [`MutexGuard::map`] or
+/// [`MutexGuard::filter_map`] (beyond std: std's is unstable, `mapped_lock_guards`; same
+/// semantics). The lock is held while it lives; dropping it unlocks, and poisons the mutex if
+/// the thread is panicking. `!Send` like [`MutexGuard`]; it cannot be used with a [`Condvar`]
+/// (neither can std's).
+///
+/// [`Condvar`]: crate::Condvar
+#[must_use = "if unused the Mutex will immediately unlock"]
+#[clippy::has_significant_drop]
+pub struct MappedMutexGuard<'a, T: ?Sized + 'a> {
+    /// Points into the mutex's data; valid and exclusive while the lock is held.
+    data: NonNull<T>,
+    raw: &'a RawMutex,
+    poison_flag: &'a poison::Flag,
+    poison: poison::Guard,
+    /// Invariant in `T`, as `&'a mut T` (std's choice: the guard hands out `&mut T`).
+    _variance: PhantomData<&'a mut T>,
+    _not_send: NotSend,
+}
+
+// SAFETY: sharing `&MappedMutexGuard` only shares `&T`.
+unsafe impl<T: ?Sized + Sync> Sync for MappedMutexGuard<'_, T> {}
+
+impl<'a, T: ?Sized> MappedMutexGuard<'a, T> {
+    /// # Safety
+    /// `orig` holds its lock and is not dropped: its ownership of the lock moves here. `data`
+    /// points into that lock's data.
+    unsafe fn new<D: ?Sized>(data: NonNull<T>, orig: ManuallyDrop<MutexGuard<'a, D>>) -> Self {
+        let lock: &'a Mutex<D> = orig.lock;
+        Self {
+            data,
+            raw: &lock.raw,
+            poison_flag: &lock.poison,
+            poison: orig.poison,
+            _variance: PhantomData,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// This guard's lock ownership, for `data` (which points into the same lock's data).
+    fn narrow<U: ?Sized>(self, data: NonNull<U>) -> MappedMutexGuard<'a, U> {
+        let orig = ManuallyDrop::new(self);
+        MappedMutexGuard {
+            data,
+            raw: orig.raw,
+            poison_flag: orig.poison_flag,
+            poison: orig.poison,
+            _variance: PhantomData,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Narrow the guard further (as [`MutexGuard::map`]).
+    pub fn map<U, F>(mut orig: Self, f: F) -> MappedMutexGuard<'a, U>
+    where
+        F: FnOnce(&mut T) -> &mut U,
+        U: ?Sized,
+    {
+        // SAFETY: the guard holds the lock, so the data is ours alone while `f` runs.
+        let data = NonNull::from(f(unsafe { orig.data.as_mut() }));
+        orig.narrow(data)
+    }
+
+    /// Narrow the guard further if `f` says so, else give it back (as
+    /// [`MutexGuard::filter_map`]).
+    pub fn filter_map<U, F>(mut orig: Self, f: F) -> Result<MappedMutexGuard<'a, U>, Self>
+    where
+        F: FnOnce(&mut T) -> Option<&mut U>,
+        U: ?Sized,
+    {
+        // SAFETY: as in `map`.
+        match f(unsafe { orig.data.as_mut() }) {
+            Some(data) => {
+                let data = NonNull::from(data);
+                Ok(orig.narrow(data))
+            }
+            None => Err(orig),
+        }
+    }
+}
+
+impl<T: ?Sized> Deref for MappedMutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock, so no `&mut T` exists elsewhere.
+        unsafe { self.data.as_ref() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for MappedMutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard holds the lock exclusively and we have `&mut self`.
+        unsafe { self.data.as_mut() }
+    }
+}
+
+impl<T: ?Sized> Drop for MappedMutexGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.poison_flag.done(&self.poison);
+        // SAFETY: the guard holds the lock.
+        unsafe { self.raw.unlock() }
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for MappedMutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for MappedMutexGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         (**self).fmt(f)
     }

@@ -12,8 +12,8 @@ pub(crate) struct Flag {
     failed: AtomicBool,
 }
 
-/// What a guard remembers about its thread at lock time.
-#[derive(Debug)]
+/// What a guard remembers about its thread at lock time (copied into a mapped guard).
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Guard {
     panicking: bool,
 }

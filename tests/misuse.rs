@@ -5,6 +5,7 @@
 //! `catch_unwind` (like Go's `recover()` wrapper) and prints "test completed" if it returns. The
 //! parent requires the misuse cases to die by `SIGABRT` with "unlocked" on stderr and without
 //! reaching "test completed", and the control case to exit 0.
+#![cfg(unix)] // child processes killed by `SIGABRT`
 
 use gomutex::RawMutex;
 use std::os::unix::process::ExitStatusExt;
@@ -26,6 +27,14 @@ fn run_case(name: &str) {
             eprintln!("first unlock done");
             // SAFETY: deliberately not held: this is the misuse under test.
             unsafe { m.unlock() };
+        }
+        // Not in Go: a fair unlock of an unlocked lock.
+        "unlock_fair" => {
+            m.lock();
+            // SAFETY: locked just above.
+            unsafe { m.unlock() };
+            // SAFETY: deliberately not held: this is the misuse under test.
+            unsafe { m.unlock_fair() };
         }
         // No misuse: the harness itself must let a well-behaved child exit 0.
         "control" => {
@@ -102,6 +111,11 @@ fn unlock_of_unlocked_mutex_is_fatal() {
 fn lock_unlock_unlock_is_fatal() {
     let stderr = assert_fatal("unlock2");
     assert!(stderr.contains("first unlock done"), "{stderr}");
+}
+
+#[test]
+fn unlock_fair_of_unlocked_mutex_is_fatal() {
+    assert_fatal("unlock_fair");
 }
 
 #[test]

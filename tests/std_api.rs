@@ -765,3 +765,93 @@ fn condvar_ping_pong_loses_no_notify() {
     assert_eq!(*st.0.lock().unwrap(), 2 * ROUNDS);
     assert_eq!(st.0.raw().state(), 0);
 }
+
+// ------------------------------------------------------------------ beyond std's stable API
+
+/// std's deprecated `wait_timeout_ms` compiles and keeps std's sense of the flag (`false` = timed
+/// out), checked against std's own on the same scenarios.
+#[test]
+#[allow(deprecated)]
+fn condvar_wait_timeout_ms_matches_std() {
+    let (m, cv) = (Mutex::new(0), Condvar::new());
+    let (sm, scv) = (std::sync::Mutex::new(0), std::sync::Condvar::new());
+    let t0 = Instant::now();
+    let (g, in_time) = cv.wait_timeout_ms(m.lock().unwrap(), 5).unwrap();
+    assert!(t0.elapsed() >= Duration::from_millis(5));
+    let (sg, s_in_time) = scv.wait_timeout_ms(sm.lock().unwrap(), 5).unwrap();
+    assert_eq!((in_time, *g), (s_in_time, *sg));
+    assert!(!in_time);
+    drop((g, sg));
+
+    // A notify in time: the notifier needs the lock, so it can only run while we wait.
+    let st = Arc::new((Mutex::new(false), Condvar::new()));
+    let st2 = Arc::clone(&st);
+    let (m, cv) = &*st;
+    let mut g = m.lock().unwrap();
+    let h = thread::spawn(move || {
+        let (m, cv) = &*st2;
+        *m.lock().unwrap() = true;
+        cv.notify_one();
+    });
+    let mut always_in_time = true;
+    while !*g {
+        let (g2, in_time) = cv.wait_timeout_ms(g, 20_000).unwrap();
+        g = g2;
+        always_in_time &= in_time;
+    }
+    assert!(always_in_time);
+    drop(g);
+    h.join().unwrap();
+}
+
+/// `MutexGuard::map`/`filter_map` and `MappedMutexGuard` (std's unstable `mapped_lock_guards`):
+/// the lock is held until the mapped guard drops, and a panic under it poisons the mutex.
+#[test]
+fn mapped_guards_hold_the_lock_and_poison() {
+    use gomutex::MappedMutexGuard;
+
+    let m = Mutex::new((1, vec![10, 20]));
+    let mut v = MutexGuard::map(m.lock().unwrap(), |d| &mut d.1);
+    assert!(m.try_lock().is_err(), "unlocked while mapped");
+    v.push(30);
+    let g = MappedMutexGuard::filter_map(v, |v| v.get_mut(7)).unwrap_err();
+    let mut last = MappedMutexGuard::map(g, |v| v.last_mut().unwrap());
+    *last += 1;
+    assert_eq!(format!("{last:?} {last}"), "31 31");
+    drop(last);
+    assert_eq!(*m.lock().unwrap(), (1, vec![10, 20, 31]));
+
+    let g = MutexGuard::filter_map(m.lock().unwrap(), |d| d.1.get_mut(9)).unwrap_err();
+    assert_eq!(g.0, 1, "declined: the original guard comes back");
+    drop(g);
+
+    let m = Arc::new(m);
+    let m2 = Arc::clone(&m);
+    let r = thread::spawn(move || {
+        let mut first = MutexGuard::map(m2.lock().unwrap(), |d| &mut d.0);
+        *first = 2;
+        panic!("poison it through the mapped guard");
+    })
+    .join();
+    assert!(r.is_err());
+    assert!(m.is_poisoned());
+    assert!(m
+        .try_lock()
+        .is_err_and(|e| matches!(e, TryLockError::Poisoned(_))));
+
+    // A panic inside the mapping closure unlocks and poisons, as std documents.
+    let m3 = Arc::clone(&m);
+    m.clear_poison();
+    let r = thread::spawn(move || {
+        let _ = MutexGuard::map(m3.lock().unwrap(), |_| -> &mut i32 { panic!("in map") });
+    })
+    .join();
+    assert!(r.is_err());
+    assert!(m.is_poisoned());
+    assert_eq!(m.lock().unwrap_err().into_inner().0, 2);
+
+    // Auto traits as std's MappedMutexGuard: never Send, Sync when the data is.
+    assert!(!implements!(MappedMutexGuard<'static, i32>: Send));
+    assert!(implements!(MappedMutexGuard<'static, i32>: Sync));
+    assert!(!implements!(MappedMutexGuard<'static, Cell<i32>>: Sync));
+}

@@ -25,24 +25,41 @@
 //!   since 1.11.3);
 //! * `reuseport` — one `SO_REUSEPORT` socket per worker; the kernel spreads connections by hash.
 
+#[cfg(target_os = "linux")]
 mod http;
+#[cfg(target_os = "linux")]
 mod lock;
+#[cfg(target_os = "linux")]
 mod shared;
+#[cfg(target_os = "linux")]
 mod sys;
+#[cfg(target_os = "linux")]
 mod worker;
 
+#[cfg(target_os = "linux")]
 use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, DEFAULT_DELAY};
+#[cfg(target_os = "linux")]
 use lock::SharedLock;
+#[cfg(target_os = "linux")]
 use shared::{Region, WorkerStats};
+#[cfg(target_os = "linux")]
 use std::fmt::Write as _;
+#[cfg(target_os = "linux")]
 use std::io::Write as _;
+#[cfg(target_os = "linux")]
 use std::net::{SocketAddr, TcpListener};
+#[cfg(target_os = "linux")]
 use std::os::fd::{AsRawFd, OwnedFd};
+#[cfg(target_os = "linux")]
 use std::path::PathBuf;
+#[cfg(target_os = "linux")]
 use std::sync::atomic::Ordering::Relaxed;
+#[cfg(target_os = "linux")]
 use std::time::{Duration, Instant};
+#[cfg(target_os = "linux")]
 use sys::{Exit, Forked};
 
+#[cfg(target_os = "linux")]
 const USAGE: &str = "\
 usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PATH]
                [--accept-delay MS] [--worker-connections N] [--multi-accept]
@@ -63,6 +80,7 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
 
+#[cfg(target_os = "linux")]
 /// Who watches the listening socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -73,6 +91,7 @@ pub enum Mode {
     Reuseport,
 }
 
+#[cfg(target_os = "linux")]
 impl Mode {
     fn parse(s: &str) -> Option<Self> {
         Some(match s {
@@ -100,6 +119,7 @@ impl Mode {
     }
 }
 
+#[cfg(target_os = "linux")]
 #[derive(Debug)]
 struct Args {
     addr: SocketAddr,
@@ -111,6 +131,7 @@ struct Args {
     multi_accept: bool,
 }
 
+#[cfg(target_os = "linux")]
 /// Parse the command line; `Err` is the message for a usage error (exit code 2).
 fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
     let mut a = Args {
@@ -195,6 +216,15 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     Ok(Some(a))
 }
 
+/// The example needs Linux (fork, epoll, `SO_REUSEPORT`, `gomutex::shm`); elsewhere it only
+/// says so, so that `cargo test` and `cargo check --all-targets` work on every platform.
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!("prefork: this example runs on Linux only");
+    std::process::exit(1);
+}
+
+#[cfg(target_os = "linux")]
 fn main() {
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(Some(a)) => a,
@@ -213,6 +243,7 @@ fn main() {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The master's bookkeeping.
 struct Master<'a> {
     args: &'a Args,
@@ -231,6 +262,7 @@ struct Master<'a> {
     forced_unlocks: u64,
 }
 
+#[cfg(target_os = "linux")]
 impl Master<'_> {
     fn spawn(&mut self, i: usize) -> Result<(), String> {
         self.region.slot(i).reset(0);
@@ -270,14 +302,13 @@ impl Master<'_> {
         } else {
             vec![self.listeners[0].as_raw_fd()]
         };
-        let config = Config {
-            mode: if self.args.mode == Mode::Blocking {
+        let config = Config::nginx().with_delay(self.args.delay).with_mode(
+            if self.args.mode == Mode::Blocking {
                 LockMode::Blocking
             } else {
                 LockMode::TryLock
             },
-            delay: self.args.delay,
-        };
+        );
         let w = worker::Worker {
             mode: self.args.mode,
             listeners,
@@ -365,6 +396,7 @@ impl Master<'_> {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn bind_all(args: &Args) -> Result<Vec<TcpListener>, String> {
     let fail = |addr: SocketAddr, e: std::io::Error| format!("cannot listen on {addr}: {e}");
     let reuseport = args.mode == Mode::Reuseport;
@@ -380,6 +412,7 @@ fn bind_all(args: &Args) -> Result<Vec<TcpListener>, String> {
     Ok(all)
 }
 
+#[cfg(target_os = "linux")]
 fn run(args: Args) -> Result<(), String> {
     let listeners = bind_all(&args)?;
     let local = listeners[0]
@@ -450,6 +483,7 @@ fn run(args: Args) -> Result<(), String> {
     result
 }
 
+#[cfg(target_os = "linux")]
 /// The final stats.
 struct Report<'a> {
     args: &'a Args,
@@ -461,6 +495,7 @@ struct Report<'a> {
     share: f64,
 }
 
+#[cfg(target_os = "linux")]
 impl<'a> Report<'a> {
     fn new(
         args: &'a Args,

@@ -555,6 +555,100 @@ fn starvation_unlock_hands_off_and_leaves_locked_clear() {
 }
 
 #[test]
+fn fair_unlock_with_waiters_hands_off_in_normal_mode() {
+    let w = Word::new(LOCKED | W2);
+    let log = Log::default();
+    unlock_fair(&w, &log);
+    assert_eq!(
+        w.get(),
+        STARVING | W2,
+        "a starvation-mode hand-off in flight"
+    );
+    assert_eq!(log.calls(), [rel(true)]);
+}
+
+#[test]
+fn fair_unlock_falls_back_to_unlock_without_waiters_when_starving_or_woken() {
+    for (before, after, calls) in [
+        (LOCKED, 0, vec![]),
+        (LOCKED | STARVING | W, STARVING | W, vec![rel(true)]),
+        (LOCKED | WOKEN | W2, WOKEN | W2, vec![]),
+        (LOCKED | WOKEN, WOKEN, vec![]),
+    ] {
+        let w = Word::new(before);
+        let log = Log::default();
+        unlock_fair(&w, &log);
+        assert_eq!(w.get(), after, "from {before:#x}");
+        assert_eq!(log.calls(), calls, "from {before:#x}");
+    }
+}
+
+#[test]
+fn fair_unlock_retries_when_a_waiter_registers_meanwhile() {
+    let w = Word::new(LOCKED | W);
+    w.on(|op, w| {
+        if let Op::Cas { .. } = op {
+            w.set(w.get() + W);
+            return false;
+        }
+        true
+    });
+    let log = Log::default();
+    unlock_fair(&w, &log);
+    assert_eq!(w.get(), STARVING | W2);
+    assert_eq!(log.calls(), [rel(true)]);
+}
+
+#[test]
+fn fair_unlock_retries_when_a_spinner_announces_itself_meanwhile() {
+    let w = Word::new(LOCKED | W);
+    w.on(|op, w| {
+        if let Op::Cas { .. } = op {
+            w.set(w.get() | WOKEN);
+            return false;
+        }
+        true
+    });
+    let log = Log::default();
+    unlock_fair(&w, &log);
+    assert_eq!(w.get(), WOKEN | W, "a plain unlock: the spinner takes it");
+    assert_eq!(log.calls(), []);
+}
+
+#[test]
+fn receiver_of_a_fair_handoff_takes_the_lock_and_leaves_starvation_mode() {
+    let w = Word::new(LOCKED | W); // another waiter, older than us
+    let q = Script::new(&w).then(|w, log| {
+        assert_eq!(w.get(), LOCKED | W2);
+        unlock_fair(w, log);
+        assert_eq!(w.get(), STARVING | W2);
+        true // we are the front waiter
+    });
+    do_lock(&w, &q);
+    q.assert_done();
+    // −11: LOCKED, one waiter fewer, normal mode again (we waited less than 1 ms).
+    assert_eq!(w.get(), LOCKED | W);
+    assert_eq!(q.calls(), [acq(false), rel(true)]);
+    // A fair unlock of our own hands the lock on to the remaining waiter.
+    unlock_fair(&w, &q.log);
+    assert_eq!(w.get(), STARVING | W);
+}
+
+#[test]
+fn receiver_of_a_fair_handoff_that_starved_keeps_starvation_mode() {
+    let w = Word::new(LOCKED | W);
+    let q = Script::new(&w).then(|w, log| {
+        advance(2 * MS);
+        unlock_fair(w, log);
+        true
+    });
+    do_lock(&w, &q);
+    q.assert_done();
+    // −7: LOCKED, one waiter fewer, still starving (as Go's lock would be once we woke).
+    assert_eq!(w.get(), LOCKED | STARVING | W);
+}
+
+#[test]
 fn spinner_announces_woken_so_unlock_wakes_no_sleeper() {
     if !crate::spin::multicore() {
         eprintln!("single core: no spinning, nothing to check");

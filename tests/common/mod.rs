@@ -6,11 +6,20 @@
 
 #![allow(dead_code)]
 
+#[cfg(target_os = "linux")]
 pub mod anon;
 
-/// Pin the calling thread to `cpu` (if given).
+/// Pin the calling thread to `cpu` (if given). Linux only; elsewhere a no-op (and
+/// [`two_cpus`] says `None`, so tests that need two pinned CPUs skip that part).
 pub fn pin_to(cpu: Option<usize>) {
-    let Some(cpu) = cpu else { return };
+    #[cfg(not(target_os = "linux"))]
+    let _ = cpu;
+    #[cfg(target_os = "linux")]
+    let Some(cpu) = cpu
+    else {
+        return;
+    };
+    #[cfg(target_os = "linux")]
     // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity only read and
     // write the set we pass.
     unsafe {
@@ -26,7 +35,14 @@ pub fn pin_to(cpu: Option<usize>) {
     }
 }
 
+/// Two CPUs this process may run on, if it has two (Linux only: `None` elsewhere).
+#[cfg(not(target_os = "linux"))]
+pub fn two_cpus() -> Option<(usize, usize)> {
+    None
+}
+
 /// Two CPUs this process may run on, if it has two.
+#[cfg(target_os = "linux")]
 pub fn two_cpus() -> Option<(usize, usize)> {
     // SAFETY: as in `pin_to`; sched_getaffinity fills the set we pass.
     let mut cpus = unsafe {

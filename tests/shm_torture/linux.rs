@@ -1,21 +1,8 @@
-//! Kill torture test for `gomutex::shm`: workers are SIGKILLed at random points (holding,
-//! waiting, spinning, inside lock/unlock), a supervisor respawns them, and the lock must
-//! never deadlock, never lose a completed update, and tell the next owner about every death.
-//!
-//! `GOMUTEX_TORTURE_SECS` sets the duration (default 20). `harness = false`: the supervisor is
-//! single-threaded, so forking workers is safe.
-//!
-//! Protected data: `[a, b, marker, _]`. A critical section sets `marker = pid`, does
-//! `a += 1; b += 1`, adds one to its worker's count of completed sections (`done[w]`, in a
-//! side mapping, written only under the lock) and clears `marker`. A section killed half-way
-//! leaves `marker != 0` (and maybe `a != b`): the next owner must get `OwnerDied`, and repairs
-//! with `a = b = Σ done`. An owner that gets `Ok` checks `marker == 0 && a == b == Σ done`:
-//! a lost update or an unreported death would break it.
-
 use gomutex::shm::{Config, ShmMutex, TryLockError};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
+#[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
 
@@ -198,7 +185,7 @@ fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
     std::process::exit(1);
 }
 
-fn main() {
+pub fn main() {
     let secs: u64 = std::env::var("GOMUTEX_TORTURE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())

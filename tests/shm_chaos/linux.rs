@@ -589,7 +589,7 @@ fn env_u64(name: &str) -> Option<u64> {
     }
 }
 
-fn main() {
+pub fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let wanted = |name: &str| filter.as_ref().is_none_or(|f| name.contains(f.as_str()));
     let (mut passed, mut failed) = (0, 0);

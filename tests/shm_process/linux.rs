@@ -1,12 +1,3 @@
-//! Multi-process tests of `gomutex::shm`.
-//!
-//! `harness = false`: this binary runs its tests one after another on its main thread, so the
-//! process is single-threaded whenever it forks (threads used by a test are joined before the
-//! next fork). Children made with `fork` run ordinary Rust code and leave with `_exit`.
-//! Unrelated processes are made by re-executing this binary with `--shm-child ...`.
-//!
-//! Run one test with `cargo test --test shm_process -- <name substring>`.
-
 use gomutex::shm::{
     Config, LockError, ShmError, ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, LAYOUT_VERSION,
     MAGIC,
@@ -15,6 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
 
@@ -986,7 +978,7 @@ fn debug_and_guard() {
 
 // ------------------------------------------------------------------ runner
 
-fn main() {
+pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--shm-child") {
         std::process::exit(child_main(&args[1..]));
