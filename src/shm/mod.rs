@@ -75,6 +75,7 @@
 //! | owning `WOKEN` (spinner or woken waiter) | recorded; recovery clears `WOKEN` and wakes a waiter |
 //! | as a hand-off receiver before its fix-up | recorded; recovery passes the hand-off to the next waiter (or ends starvation mode) |
 //! | holding the journal lock | its word names it: the next taker replays or discards its redo log |
+//! | after taking back a token its sleeper did not pick up, before delivering it | one transaction whose commit point is the slot CAS: replayed if the slot is parked with the same ticket |
 //! | borrowing the spare participant slot to recover others (every regular slot held by the dead) | the next newcomer adopts the spare slot: it takes the journal lock over and undoes what the borrower left, then recovers the rest |
 //!
 //! # Limits
@@ -84,11 +85,19 @@
 //!   same `/proc`. Without a readable `/proc/<pid>/stat` (e.g. `hidepid`) a process that exists
 //!   is presumed alive.
 //! * A stopped (SIGSTOP) or hung owner is alive: it is never taken over.
+//! * Calls with a deadline return by it (plus a 2 ms grace to hand back what they hold) even
+//!   while a stopped process holds the internal journal lock: what they cannot hand back (a
+//!   queue slot, a registration, `WOKEN`) is settled by the next journal-lock holder. `lock()`,
+//!   unlocks and a hand-off's fix-up wait for the stopped process to continue.
+//! * A wake-up or hand-off that its sleeper does not pick up passes on to the next waiter: after
+//!   20 ms if the process is stopped, after 100 ms whatever the reason (an exec'd process, a
+//!   thread that does not run). A stopped sleeper that continues queues again in its place.
 //! * Death is per process: a thread ending without unwinding (`pthread_exit`) while holding
 //!   the lock is not detected. A process whose main thread ended while others run shows as a
 //!   zombie in `/proc`; it counts as alive until its last thread ends.
 //! * `execve` keeps the pid and start time: a process must not exec while one of its threads
-//!   holds the lock or waits for it (what those threads held would never be released).
+//!   holds the lock (it would stay held until the new program exits). A queued thread's
+//!   wake-ups pass on to others, but its registration counts until then.
 //! * Fork while holding the lock: the child does **not** own it (the owner recorded is the
 //!   parent's participant); dropping the inherited guard in the child does nothing, and
 //!   reaching the value through it panics. Use
@@ -226,10 +235,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     fn ctx(&self) -> Ctx<'_> {
         let pid = sys::current_pid();
         match self.registered(pid) {
-            Some(me) => Ctx {
-                r: &self.region,
-                me,
-            },
+            Some(me) => Ctx::new(&self.region, me),
             None => self.register(pid),
         }
     }
@@ -251,7 +257,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             if let Some(me) = self.registered(pid) {
                 // Another thread of this process registered (while we waited for a slot, or
                 // while we claimed one: then we gave ours back).
-                return Ctx { r, me };
+                return Ctx::new(r, me);
             }
             if let Some(i) = claim_participant(r, ident, guest) {
                 let mine = (u64::from(pid) << 32) | u64::from(i + 1);
@@ -262,7 +268,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                         .compare_exchange(seen, mine, Relaxed, Relaxed)
                         .is_ok()
                 {
-                    return Ctx { r, me: i };
+                    return Ctx::new(r, i);
                 }
                 // Another thread of this process registered meanwhile: give ours back and use
                 // its slot.
@@ -284,7 +290,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             let took = if held == 0 {
                 g.ident.compare_exchange(0, ident, SeqCst, SeqCst).is_ok()
             } else {
-                held != ident && sys::ident_dead(held) && Ctx { r, me: guest }.adopt(held, ident)
+                held != ident && sys::ident_dead(held) && Ctx::new(r, guest).adopt(held, ident)
             };
             if took {
                 /// Gives the guest slot back, also if the scan unwinds.
@@ -295,7 +301,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                     }
                 }
                 let _give_back = GiveBack(&g.ident);
-                Ctx { r, me: guest }.scan(None);
+                Ctx::new(r, guest).scan(None);
             }
             if started.elapsed() > Duration::from_secs(2) {
                 panic!(
@@ -366,7 +372,8 @@ impl<T: ShmSafe> ShmMutex<T> {
         if w != 0 {
             return Ok(self.guard(sys::current_pid(), w)?);
         }
-        ctx.probe();
+        // The probe never waits for the journal lock here.
+        ctx.until(Some(Instant::now())).probe();
         Err(TryLockError::WouldBlock)
     }
 
@@ -391,7 +398,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     fn try_lock_until_opt(&self, deadline: Option<Instant>) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        let ctx = self.ctx();
+        let ctx = self.ctx().until(deadline);
         let w = ctx.acquire_fast();
         if w != 0 || algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, deadline) {
             Ok(self.guard(sys::current_pid(), w)?)
@@ -462,14 +469,18 @@ pub fn __crash_at(point: u32) {
     sys::arm_crash(point);
 }
 
+/// Testing only: like [`__crash_at`], but the process stops itself (SIGSTOP) at `point`, once,
+/// and goes on when continued. Exists only with the test-only `__crash-points` feature.
+#[cfg(feature = "__crash-points")]
+#[doc(hidden)]
+pub fn __stop_at(point: u32) {
+    sys::arm_crash(point | sys::STOP);
+}
+
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
         if let Some(me) = self.registered(sys::current_pid()) {
-            Ctx {
-                r: &self.region,
-                me,
-            }
-            .release_self();
+            Ctx::new(&self.region, me).release_self();
         }
         if let Backing::Mapped = self.backing {
             unmap(self.region.base(), self.map_len);
