@@ -6,7 +6,7 @@
 //! so the process is single-threaded whenever it forks. Run one with
 //! `cargo test --test shm_peers -- <name substring>`.
 
-use gomutex::shm::{LockError, ShmMutex, ShmSafe, TryLockError};
+use gomutex::shm::{Config, LockError, ShmError, ShmMutex, ShmSafe, TryLockError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -317,6 +317,48 @@ fn starving_without_waiters_keeps_deadline() {
     );
 }
 
+/// Issue 13, item 4: with every participant slot held by a live process, registering is an
+/// error at once (`join`, `attach`), and a timed call returns `WouldBlock` on time (it used
+/// to panic inside the lock call after 2 s).
+fn full_participant_table_is_an_error() {
+    let cfg = Config {
+        participants: 1, // the parent's
+        waiter_slots: 4,
+    };
+    let m = ShmMutex::anonymous_with(0u64, cfg).unwrap();
+    m.join().unwrap();
+    assert_eq!(m.diagnostics().participants, 1);
+    let k = fork(|| {
+        let t = Instant::now();
+        let r = m.try_lock_for(Duration::from_millis(50));
+        if !matches!(r, Err(TryLockError::WouldBlock)) {
+            println!("    {r:?} {:?}", m.diagnostics());
+            return 2;
+        }
+        drop(r);
+        if t.elapsed() > Duration::from_millis(500) {
+            return 3;
+        }
+        let t = Instant::now();
+        match m.join() {
+            Err(ShmError::NoParticipantSlot { participants: 1 }) => {}
+            _ => return 4,
+        }
+        if t.elapsed() > Duration::from_millis(500) {
+            return 5;
+        }
+        let (p, len) = m.as_ptr_len();
+        // SAFETY: the live region `m` maps, valid for as long as `m` lives.
+        match unsafe { ShmMutex::<u64>::attach(p, len) } {
+            Err(e @ ShmError::NoParticipantSlot { .. }) => println!("    {e}"),
+            _ => return 6,
+        }
+        0
+    });
+    assert_eq!(wait_limit(k, Duration::from_secs(5), "full table"), 0);
+    *ok(m.lock()) += 1;
+}
+
 // ------------------------------------------------------------------ runner
 
 fn main() {
@@ -339,6 +381,10 @@ fn main() {
         (
             "starving_without_waiters_keeps_deadline",
             starving_without_waiters_keeps_deadline,
+        ),
+        (
+            "full_participant_table_is_an_error",
+            full_participant_table_is_an_error,
         ),
     ];
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);

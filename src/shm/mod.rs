@@ -105,8 +105,11 @@
 //!   child must not touch the lock.
 //! * Waiter slots are fixed ([`Config::waiter_slots`]); when all are taken further waiters wait
 //!   on a shared sequence word instead (correct, not FIFO among themselves). Participants are
-//!   fixed too ([`Config::participants`]); a process that cannot get one panics after trying
-//!   for 2 s to reclaim dead participants.
+//!   fixed too ([`Config::participants`], default 64). A process registers on first use: with
+//!   every slot held by a live process, `lock()` waits for one and `try_lock*` return
+//!   `WouldBlock` at their deadline, while [`ShmMutex::join`] (register now) fails with
+//!   [`ShmError::NoParticipantSlot`] at once, as do opening and attaching when the table is
+//!   full at that moment. No lock call panics for want of a slot.
 //! * After a death the protected data may be half-updated: that is what
 //!   [`LockError::OwnerDied`] is for.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
@@ -230,13 +233,44 @@ unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
 impl<T: ShmSafe> ShmMutex<T> {
     /// This process's view, registering it as a participant on first use (and again in a
-    /// forked child, whose pid differs).
+    /// forked child, whose pid differs), waiting as long as it takes for a participant slot.
     #[inline]
     fn ctx(&self) -> Ctx<'_> {
+        match self.ctx_by(None) {
+            Some(ctx) => ctx,
+            None => unreachable!("an untimed registration never gives up"),
+        }
+    }
+
+    /// [`ctx`](Self::ctx), giving up at `deadline` if every participant slot stays held by a
+    /// live process.
+    #[inline]
+    fn ctx_by(&self, deadline: Option<Instant>) -> Option<Ctx<'_>> {
         let pid = sys::current_pid();
         match self.registered(pid) {
-            Some(me) => Ctx::new(&self.region, me),
-            None => self.register(pid),
+            Some(me) => Some(Ctx::new(&self.region, me)),
+            None => self.register(pid, deadline, false),
+        }
+    }
+
+    /// Register this process as a participant now, if it is not one yet. Fails with
+    /// [`ShmError::NoParticipantSlot`] if every participant slot ([`Config::participants`],
+    /// default 64) is held by a live process. Otherwise a process registers on its first use
+    /// of the lock, where `lock()` waits for a slot and `try_lock*` return `WouldBlock` at
+    /// their deadline; `open`/`attach` already fail with that error when every slot is held by
+    /// a live process at that moment.
+    pub fn join(&self) -> Result<(), ShmError> {
+        let pid = sys::current_pid();
+        if self.registered(pid).is_some() {
+            return Ok(());
+        }
+        // Reclaiming dead participants may need the spare slot another newcomer is using:
+        // give that a moment, but fail at once when a scan found nobody to reclaim.
+        match self.register(pid, Some(Instant::now() + Duration::from_secs(2)), true) {
+            Some(_) => Ok(()),
+            None => Err(ShmError::NoParticipantSlot {
+                participants: self.region.layout.participants - 1,
+            }),
         }
     }
 
@@ -247,17 +281,34 @@ impl<T: ShmSafe> ShmMutex<T> {
         (c != 0 && (c >> 32) as u32 == pid).then(|| (c as u32) - 1)
     }
 
+    /// `self`, if this process is registered or could register now: some participant slot is
+    /// free or held by a dead process. (Checked, not claimed: a process that never locks takes
+    /// no slot.)
+    pub(super) fn checked(self) -> Result<Self, ShmError> {
+        let r = &self.region;
+        let n = r.layout.participants - 1;
+        let room = self.registered(sys::current_pid()).is_some()
+            || (0..n).any(|i| {
+                let ident = r.proc(i).ident.load(SeqCst);
+                ident == 0 || sys::ident_dead(ident)
+            });
+        if room {
+            Ok(self)
+        } else {
+            Err(ShmError::NoParticipantSlot { participants: n })
+        }
+    }
+
     #[cold]
-    fn register(&self, pid: u32) -> Ctx<'_> {
+    fn register(&self, pid: u32, deadline: Option<Instant>, certain: bool) -> Option<Ctx<'_>> {
         let r = &self.region;
         let ident = sys::self_ident();
         let guest = r.layout.participants - 1;
-        let started = Instant::now();
         loop {
             if let Some(me) = self.registered(pid) {
                 // Another thread of this process registered (while we waited for a slot, or
                 // while we claimed one: then we gave ours back).
-                return Ctx::new(r, me);
+                return Some(Ctx::new(r, me));
             }
             if let Some(i) = claim_participant(r, ident, guest) {
                 let mine = (u64::from(pid) << 32) | u64::from(i + 1);
@@ -268,7 +319,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                         .compare_exchange(seen, mine, Relaxed, Relaxed)
                         .is_ok()
                 {
-                    return Ctx::new(r, i);
+                    return Some(Ctx::new(r, i));
                 }
                 // Another thread of this process registered meanwhile: give ours back and use
                 // its slot.
@@ -301,13 +352,14 @@ impl<T: ShmSafe> ShmMutex<T> {
                     }
                 }
                 let _give_back = GiveBack(&g.ident);
-                Ctx::new(r, guest).scan(None);
+                let found = Ctx::new(r, guest).scan(None).0;
+                if certain && found == 0 && (0..guest).all(|i| r.proc(i).ident.load(SeqCst) != 0) {
+                    // Every regular slot is held by a live process: say so now.
+                    return None;
+                }
             }
-            if started.elapsed() > Duration::from_secs(2) {
-                panic!(
-                    "gomutex::shm: all {} participant slots are used by live processes",
-                    guest
-                );
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -366,7 +418,9 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     #[inline]
     pub fn try_lock(&self) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        let ctx = self.ctx();
+        let Some(ctx) = self.ctx_by(Some(Instant::now())) else {
+            return Err(TryLockError::WouldBlock);
+        };
         // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
         let w = ctx.acquire_fast();
         if w != 0 {
@@ -398,7 +452,10 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     fn try_lock_until_opt(&self, deadline: Option<Instant>) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        let ctx = self.ctx().until(deadline);
+        let Some(ctx) = self.ctx_by(deadline) else {
+            return Err(TryLockError::WouldBlock);
+        };
+        let ctx = ctx.until(deadline);
         let w = ctx.acquire_fast();
         if w != 0 || algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, deadline) {
             Ok(self.guard(sys::current_pid(), w)?)
