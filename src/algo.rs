@@ -65,7 +65,9 @@ pub trait StateWord {
     fn load(&self) -> u32;
     /// The lock fast path: `0 -> LOCKED`, with acquire ordering on success.
     fn try_acquire_fast(&self) -> bool;
-    /// Compare-and-swap (`Err` carries the current value).
+    /// Compare-and-swap (`Err` carries the current value). May fail with the value unchanged
+    /// (`Err(old)`) only when the word serves a call with a deadline that has passed and the
+    /// change could not be made in time; the algorithm then gives up as at its deadline.
     fn cas(&self, old: u32, new: u32) -> Result<u32, u32>;
     /// Add `delta` (wrapping), returning the previous value. Used by the starvation hand-off
     /// receiver to take ownership.
@@ -229,6 +231,18 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
             }
         }
         match word.cas(old, new) {
+            Err(cur) if cur == old && deadline.is_some_and(|d| Instant::now() >= d) => {
+                // The change could not be made by the deadline (a shared-memory word whose
+                // internal lock is held by a stalled process; see `StateWord::cas`): leave,
+                // dropping WOKEN if it is ours.
+                if !awoke {
+                    return false;
+                }
+                match word.cas(old, old & !WOKEN) {
+                    Ok(_) => return false,
+                    Err(cur) => old = cur,
+                }
+            }
             Err(cur) => old = cur,
             Ok(_) if !queueing => return true, // locked with the CAS
             Ok(_) => {
@@ -269,7 +283,7 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
 #[cold]
 fn wait_for_token_or_leave<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q) -> bool {
     loop {
-        if deregister(word) {
+        if deregister(word) || queue.give_up() {
             return false;
         }
         // A token is in flight and we are the only one left to take it: wait for it, but not
@@ -344,6 +358,10 @@ pub fn unlock_slow<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q, new: u32) {
                     queue.release(false);
                     return;
                 }
+                // Could not be made by a deadline (see `StateWord::cas`): only a shared-memory
+                // recovery, waking on behalf of a dead owner, unlocks with a deadline; its next
+                // probe finds the lock free with nobody awake and wakes a waiter then.
+                Err(cur) if cur == old => return,
                 Err(cur) => old = cur,
             }
         }

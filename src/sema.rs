@@ -31,6 +31,15 @@ pub trait WaitQueue {
     /// scheduling hint. Tokens always go straight to the picked sleeper, so no barging
     /// `acquire` can steal one from it.
     fn release(&self, handoff: bool);
+    /// A registered waiter whose deadline passed may not leave the count yet (a token in
+    /// flight needs it counted) and has waited long for that token: may the queue take the
+    /// registration over, to remove it from the count later on the waiter's behalf? `true`
+    /// means it did (the lock call then fails). The default never does: in-process, the token
+    /// is always a few instructions away. (The shared-memory queue does, when the process that
+    /// would deliver it is stalled holding the queue's internal lock.)
+    fn give_up(&self) -> bool {
+        false
+    }
 }
 
 /// `ParkToken` of a first-time sleeper.

@@ -61,6 +61,12 @@ pub enum ShmError {
     InvalidName,
     /// A named region's creator did not finish initialising it in time.
     InitTimeout,
+    /// Every participant slot of the region is held by a live process (see
+    /// [`Config::participants`](super::Config::participants), default 64).
+    NoParticipantSlot {
+        /// The region's participant slots (its `Config::participants`).
+        participants: u32,
+    },
     /// A system call failed.
     Io(io::Error),
     /// A named object exists but belongs to another user: refused, since whoever can write
@@ -114,6 +120,11 @@ impl fmt::Display for ShmError {
                     "timed out waiting for the shared region to be initialised"
                 )
             }
+            ShmError::NoParticipantSlot { participants } => write!(
+                f,
+                "all {participants} participant slots of the shared region are used by live \
+                 processes (Config::participants)"
+            ),
             ShmError::Io(e) => write!(f, "shared memory: {e}"),
             ShmError::NotOwner {
                 name,

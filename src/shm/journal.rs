@@ -12,13 +12,15 @@ use super::region::{low, owner_of, Ctx, Region};
 use super::sys::{self, crash};
 use crate::algo::LOCKED;
 use core::sync::atomic::Ordering::*;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The journal lock's contended bit.
 const J_CONTENDED: u32 = 1 << 31;
 /// Log states.
 const LOG_EMPTY: u32 = 0;
 const LOG_COMMITTED: u32 = 1;
+/// `Log::has_word` of a transaction whose commit point is a slot CAS (`Txn::pivot`).
+const LOG_PIVOT: u32 = 2;
 /// Bits of the word that change only under the journal lock (Go's state without `LOCKED`).
 const NONLOCK: u64 = 0xffff_fffe;
 
@@ -36,6 +38,9 @@ pub(super) enum Target {
     StoredHandoff,
     OwnerDeaths,
     SlotToken(u32),
+    /// Abandoned registrations / `WOKEN`s of a participant settled so far.
+    AbRegDone(u32),
+    AbWokenDone(u32),
 }
 
 impl Target {
@@ -59,6 +64,8 @@ impl Target {
             Target::StoredHandoff => (7, 0),
             Target::OwnerDeaths => (8, 0),
             Target::SlotToken(i) => (9, i),
+            Target::AbRegDone(i) => (10, i),
+            Target::AbWokenDone(i) => (11, i),
         };
         (k << 24) | i
     }
@@ -74,6 +81,8 @@ impl Target {
             7 => Target::StoredHandoff,
             8 => Target::OwnerDeaths,
             9 => Target::SlotToken(i),
+            10 => Target::AbRegDone(i),
+            11 => Target::AbWokenDone(i),
             _ => return None,
         })
     }
@@ -82,6 +91,10 @@ impl Target {
 /// A journal transaction being built (only while holding the journal lock).
 pub(super) struct Txn {
     pub(super) word: Option<(u64, u64)>,
+    /// Instead of a word CAS, the transaction's commit point may be taking a token back from
+    /// a waiter slot: `(slot, token state, ticket)`, CASed to `SLOT_PARKED` (see
+    /// `queue::pass_on`). At most one of `word` and `pivot`.
+    pub(super) pivot: Option<(u32, u32, u64)>,
     n: usize,
     ents: [(Target, u64); LOG_ENTRIES],
     /// A slot to wake after commit.
@@ -94,6 +107,7 @@ impl Txn {
     pub(super) fn new() -> Self {
         Self {
             word: None,
+            pivot: None,
             n: 0,
             ents: [(Target::StoredNormal, 0); LOG_ENTRIES],
             wake: None,
@@ -134,6 +148,8 @@ fn read_target(r: &Region, t: Target) -> u64 {
         Target::StoredHandoff => r.hdr().stored_handoff.load(SeqCst).into(),
         Target::OwnerDeaths => r.hdr().owner_deaths.load(SeqCst),
         Target::SlotToken(i) => r.slot(i).state.load(SeqCst).into(),
+        Target::AbRegDone(i) => r.proc(i).ab_reg_done.load(SeqCst).into(),
+        Target::AbWokenDone(i) => r.proc(i).ab_woken_done.load(SeqCst).into(),
     }
 }
 
@@ -151,11 +167,16 @@ fn apply_target(r: &Region, t: Target, v: u64) {
         Target::SlotToken(i) => {
             // Only a queued slot receives a token: if a replay finds the slot already free,
             // its sleeper consumed the token before the writer died.
-            let _ = r
-                .slot(i)
-                .state
-                .compare_exchange(SLOT_QUEUED, v32, SeqCst, SeqCst);
+            let s = r.slot(i);
+            if s.state
+                .compare_exchange(SLOT_QUEUED, v32, SeqCst, SeqCst)
+                .is_ok()
+            {
+                s.token_at.store(sys::mono_ns(), Relaxed);
+            }
         }
+        Target::AbRegDone(i) => r.proc(i).ab_reg_done.store(v32, SeqCst),
+        Target::AbWokenDone(i) => r.proc(i).ab_woken_done.store(v32, SeqCst),
     }
 }
 
@@ -184,22 +205,48 @@ impl Post {
     }
 }
 
-/// The journal lock, held.
+/// The journal lock, held. Dropping it releases the lock, then does what settling abandoned
+/// obligations left for after the lock (wake-ups, a kick).
 pub(super) struct JGuard<'a> {
-    r: &'a Region,
+    ctx: Ctx<'a>,
+    post: Post,
 }
 
 impl Drop for JGuard<'_> {
     fn drop(&mut self) {
-        let j = &self.r.hdr().jlock;
+        let j = &self.ctx.r.hdr().jlock;
         if j.swap(0, Release) & J_CONTENDED != 0 {
             sys::futex_wake(j, 1);
+        }
+        if self.post.n_wakes != 0 || self.post.stored || self.post.kick {
+            let mut post = core::mem::take(&mut self.post);
+            self.ctx.flush_wakes(&mut post);
+            if post.kick {
+                self.ctx.kick();
+            }
         }
     }
 }
 
+/// How long past the caller's deadline a timed call may wait for the journal lock to hand back
+/// what it holds (its queue slot, its registration, `WOKEN`) before it gives them up for the
+/// next journal-lock holder to settle (normally microseconds: the lock is held for a few
+/// stores).
+pub(super) const JLOCK_GRACE: Duration = Duration::from_millis(2);
+
 impl<'a> Ctx<'a> {
+    /// The journal lock, waiting as long as it takes (for a holder that is stopped, until it
+    /// continues; a dead holder is taken over). For callers that must hand back what they hold
+    /// (an unlock's delivery, a hand-off's fix-up) and callers without a deadline.
     pub(super) fn jlock(&self) -> JGuard<'a> {
+        match self.jlock_by(None) {
+            Some(g) => g,
+            None => unreachable!("an untimed journal-lock wait never times out"),
+        }
+    }
+
+    /// The journal lock, or `None` once `deadline` passed (nothing written then).
+    pub(super) fn jlock_by(&self, deadline: Option<Instant>) -> Option<JGuard<'a>> {
         let j = &self.r.hdr().jlock;
         let me = self.tag();
         // AcqRel, not just Acquire: a taker that later finds the holder dead re-checks the
@@ -207,9 +254,9 @@ impl<'a> Ctx<'a> {
         // holder's CAS is a release the takeover's RMW chain synchronises with, so that
         // re-check is formally ordered after it (on x86 it is the same instruction).
         if j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
-            return JGuard { r: self.r };
+            return Some(self.held());
         }
-        self.jlock_slow(me, false)
+        self.jlock_slow(me, false, deadline)
     }
 
     /// The journal lock, for a process that has just taken over this participant index from
@@ -220,17 +267,33 @@ impl<'a> Ctx<'a> {
         let j = &self.r.hdr().jlock;
         let me = self.tag();
         if j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
-            return JGuard { r: self.r };
+            return self.held();
         }
-        self.jlock_slow(me, true)
+        match self.jlock_slow(me, true, None) {
+            Some(g) => g,
+            None => unreachable!("an untimed journal-lock wait never times out"),
+        }
+    }
+
+    /// The guard of a journal lock just taken: first settle what participants gave up without
+    /// it (see `queue::settle_abandoned`).
+    fn held(&self) -> JGuard<'a> {
+        let mut g = JGuard {
+            ctx: *self,
+            post: Post::default(),
+        };
+        if self.r.hdr().abandoned.load(SeqCst) != 0 {
+            self.settle_abandoned(&mut g.post);
+        }
+        g
     }
 
     #[cold]
-    fn jlock_slow(&self, me: u32, adopting: bool) -> JGuard<'a> {
+    fn jlock_slow(&self, me: u32, adopting: bool, deadline: Option<Instant>) -> Option<JGuard<'a>> {
         let j = &self.r.hdr().jlock;
         for _ in 0..64 {
             if j.load(Relaxed) == 0 && j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
-                return JGuard { r: self.r };
+                return Some(self.held());
             }
             core::hint::spin_loop();
         }
@@ -246,9 +309,12 @@ impl<'a> Ctx<'a> {
                 if j.compare_exchange(0, me | J_CONTENDED, AcqRel, Relaxed)
                     .is_ok()
                 {
-                    return JGuard { r: self.r };
+                    return Some(self.held());
                 }
                 continue;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
             }
             if cur & J_CONTENDED == 0 {
                 if j.compare_exchange(cur, cur | J_CONTENDED, Relaxed, Relaxed)
@@ -258,13 +324,16 @@ impl<'a> Ctx<'a> {
                 }
                 cur |= J_CONTENDED;
             }
-            if adopting && cur & !J_CONTENDED == me {
-                // Left by the dead previous user of our index (see `jlock_adopting`).
+            let holder = (cur & !J_CONTENDED).wrapping_sub(1);
+            if (adopting && holder == self.me) || holder >= self.r.layout.participants {
+                // Left by the dead previous user of our index (see `jlock_adopting`), or a word
+                // naming no participant at all (written by a faulty peer): nobody will release
+                // it, take it over at once.
                 if j.compare_exchange(cur, me | J_CONTENDED, SeqCst, Relaxed)
                     .is_ok()
                 {
                     self.took_over();
-                    return JGuard { r: self.r };
+                    return Some(self.held());
                 }
                 continue;
             }
@@ -272,11 +341,11 @@ impl<'a> Ctx<'a> {
                 watched = cur & !J_CONTENDED;
                 check_at = Instant::now() + TICK;
             }
-            sys::futex_wait(j, cur, Some(check_at));
+            let wake_at = deadline.map_or(check_at, |d| d.min(check_at));
+            sys::futex_wait(j, cur, Some(wake_at));
             if Instant::now() >= check_at {
                 check_at = Instant::now() + TICK;
-                let holder = (cur & !J_CONTENDED).wrapping_sub(1);
-                if holder != self.me && holder < self.r.layout.participants {
+                if holder != self.me {
                     let ident = self.r.proc(holder).ident.load(SeqCst);
                     if ident != 0
                         && sys::ident_dead(ident)
@@ -295,7 +364,7 @@ impl<'a> Ctx<'a> {
                             continue;
                         }
                         self.took_over();
-                        return JGuard { r: self.r };
+                        return Some(self.held());
                     }
                 }
             }
@@ -316,7 +385,20 @@ impl<'a> Ctx<'a> {
         if log.state.load(Acquire) != LOG_COMMITTED {
             return;
         }
-        let apply = if log.has_word.load(SeqCst) != 0 {
+        let has_word = log.has_word.load(SeqCst);
+        let apply = if has_word == LOG_PIVOT {
+            // A token taken back from a slot: done if the slot is parked (or queued again by
+            // its sleeper) with the same ticket. Before the CAS it held the token, and a token
+            // leaves a slot otherwise only by its sleeper taking it (the slot is then free, or
+            // queued again with a later ticket).
+            let old = log.word_old.load(SeqCst);
+            let i = old as u32;
+            i < self.r.layout.waiter_slots && {
+                let s = self.r.slot(i);
+                matches!(s.state.load(SeqCst), SLOT_PARKED | SLOT_QUEUED)
+                    && s.ticket.load(SeqCst) == log.word_new.load(SeqCst)
+            }
+        } else if has_word != 0 {
             let old = log.word_old.load(SeqCst);
             let new = log.word_new.load(SeqCst);
             let cur = self.r.hdr().state.load(SeqCst);
@@ -353,6 +435,7 @@ impl<'a> Ctx<'a> {
             | Target::OwesNormal(i)
             | Target::OwesHandoff(i)
             | Target::Handoff(i) => i < l.participants,
+            Target::AbRegDone(i) | Target::AbWokenDone(i) => i < l.participants,
             Target::SlotToken(i) => i < l.waiter_slots,
             _ => true,
         }
@@ -371,6 +454,11 @@ impl<'a> Ctx<'a> {
             log.has_word.store(1, Relaxed);
             log.word_old.store(old, Relaxed);
             log.word_new.store(new, Relaxed);
+        } else if let Some((i, v, ticket)) = tx.pivot {
+            log.has_word.store(LOG_PIVOT, Relaxed);
+            log.word_old
+                .store(u64::from(i) | (u64::from(v) << 32), Relaxed);
+            log.word_new.store(ticket, Relaxed);
         } else {
             log.has_word.store(0, Relaxed);
         }
@@ -388,6 +476,17 @@ impl<'a> Ctx<'a> {
                 return false;
             }
             sys::crash_point(crash::WORD_CHANGED);
+        } else if let Some((i, v, _)) = tx.pivot {
+            if self
+                .r
+                .slot(i)
+                .state
+                .compare_exchange(v, SLOT_PARKED, SeqCst, SeqCst)
+                .is_err()
+            {
+                log.state.store(LOG_EMPTY, SeqCst);
+                return false;
+            }
         }
         for &(t, v) in &tx.ents[..tx.n] {
             apply_target(self.r, t, v);

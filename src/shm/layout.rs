@@ -23,7 +23,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// the initialiser, so a region with this magic is fully initialised.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
 /// The layout version. Bumped on any change of the bytes below.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Required alignment of a region's first byte.
 pub const REGION_ALIGN: usize = 64;
 /// Most participants or waiter slots a region may have.
@@ -34,6 +34,10 @@ pub(crate) const SLOT_FREE: u32 = 0;
 pub(crate) const SLOT_QUEUED: u32 = 1;
 pub(crate) const SLOT_TOKEN_NORMAL: u32 = 2;
 pub(crate) const SLOT_TOKEN_HANDOFF: u32 = 3;
+/// Queued, but passed over by deliveries: its token was passed on because its sleeper did not
+/// pick it up in time (stopped, exec'd, not running). The sleeper, if it runs again, sets it
+/// back to `SLOT_QUEUED` (lock-free) and goes on waiting.
+pub(crate) const SLOT_PARKED: u32 = 4;
 
 /// Slot classes: Go's re-queued waiters are served before first-time sleepers.
 pub(crate) const CLASS_BACK: u32 = 0;
@@ -118,7 +122,10 @@ pub(crate) struct Header {
     pub overflow_seq: AtomicU32,
     /// Waiters sleeping on `overflow_seq` (a hint).
     pub overflow_waiters: AtomicU32,
-    pub _pad1: u32,
+    /// Non-zero while some participant gave up an obligation it could not hand back through
+    /// the journal by its deadline (a queue slot, a registration, `WOKEN`; see
+    /// `queue::settle_abandoned`): the next journal-lock holder settles it.
+    pub abandoned: AtomicU32,
     /// FIFO order of queued waiters.
     pub next_ticket: AtomicU64,
     /// Last owner probe (`CLOCK_MONOTONIC` ns).
@@ -146,7 +153,17 @@ pub(crate) struct ProcSlot {
     pub owes_handoff: AtomicU32,
     /// Hand-offs delivered to this process whose receiver has not taken ownership yet.
     pub handoff: AtomicU32,
-    pub _pad: [u32; 9],
+    /// Waiter registrations this process gave up without the journal lock (a deadline passed
+    /// while the journal lock was held by a stalled process), written lock-free; `ab_reg_done`
+    /// of them were settled (under the journal lock). Likewise for `WOKEN`.
+    pub ab_reg_posted: AtomicU32,
+    /// The inode of this process's pidfd on kernels with pidfs (unique per process for the
+    /// boot), 0 if unknown: tells a pid reused within one start-time tick apart.
+    pub pidfs_ino: AtomicU64,
+    pub ab_reg_done: AtomicU32,
+    pub ab_woken_posted: AtomicU32,
+    pub ab_woken_done: AtomicU32,
+    pub _pad: [u32; 3],
 }
 
 /// One sleeping waiter.
@@ -158,10 +175,15 @@ pub(crate) struct WaiterSlot {
     pub proc: AtomicU32,
     /// `CLASS_*`.
     pub class: AtomicU32,
-    pub _pad0: u32,
+    /// 1 once its sleeper left without the journal lock (deadline passed while a stalled
+    /// process held it); the next journal-lock holder frees the slot, passing on any token.
+    pub abandoned: AtomicU32,
     /// FIFO order within the class.
     pub ticket: AtomicU64,
-    pub _pad: [u64; 5],
+    /// When a token was put in this slot (`CLOCK_MONOTONIC` ns; advisory): a token not picked
+    /// up for long is passed on.
+    pub token_at: AtomicU64,
+    pub _pad: [u64; 4],
 }
 
 /// Size of the header.
@@ -186,6 +208,8 @@ const _: () = {
     assert!(core::mem::offset_of!(Header, probe_at) == 160);
     assert!(core::mem::offset_of!(Header, scan_at) == 168);
     assert!(core::mem::offset_of!(Header, log) == 192);
+    assert!(core::mem::offset_of!(ProcSlot, pidfs_ino) == 32);
+    assert!(core::mem::offset_of!(WaiterSlot, token_at) == 24);
     assert!(size_of::<Log>() == 32 + 16 * LOG_ENTRIES);
     assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
 };

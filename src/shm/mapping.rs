@@ -310,7 +310,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         let p = map_shared(-1, len)?;
         // SAFETY: a fresh mapping of `len` bytes, page aligned, ours alone, zero-filled.
         match unsafe { init_region(p, len, value, cfg, true) } {
-            Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
+            Ok(r) => Self::from_region(r, Backing::Mapped, len).checked(),
             Err(e) => {
                 unmap(p, len);
                 Err(e)
@@ -348,7 +348,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         // SAFETY: a fresh mapping of the new (O_EXCL), just-extended, so zero-filled object,
         // page aligned; openers only load its magic atomically until it is written, last.
         match unsafe { init_region(p, len, value, cfg, true) } {
-            Ok(r) => Ok(Self::from_region(r, Backing::Mapped, len)),
+            Ok(r) => Self::from_region(r, Backing::Mapped, len).checked(),
             Err(e) => {
                 unmap(p, len);
                 Err(fail(e))
@@ -411,7 +411,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                     Ok(layout) => {
                         // SAFETY: validated; mapped for `len >= total_size` bytes until drop.
                         let r = unsafe { Region::new(NonNull::new_unchecked(p), layout) };
-                        return Ok(Self::from_region(r, Backing::Mapped, len));
+                        return Self::from_region(r, Backing::Mapped, len).checked();
                     }
                     Err(ShmError::Uninitialised) => unmap(p, len),
                     Err(e) => {
@@ -488,7 +488,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     ) -> Result<Self, ShmError> {
         // SAFETY: the caller's contract (the memory may hold anything: zero it).
         let r = unsafe { init_region(ptr, len, value, cfg, false) }?;
-        Ok(Self::from_region(r, Backing::Borrowed, len))
+        Self::from_region(r, Backing::Borrowed, len).checked()
     }
 
     /// Attach to a region another process (or [`init_in_place`](Self::init_in_place))
@@ -526,7 +526,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         let layout = validate::<T>(ptr, len)?;
         // SAFETY: validated (non-null, aligned, big enough); kept mapped per the contract.
         let r = unsafe { Region::new(NonNull::new_unchecked(ptr), layout) };
-        Ok(Self::from_region(r, Backing::Borrowed, len))
+        Self::from_region(r, Backing::Borrowed, len).checked()
     }
 }
 

@@ -75,6 +75,7 @@
 //! | owning `WOKEN` (spinner or woken waiter) | recorded; recovery clears `WOKEN` and wakes a waiter |
 //! | as a hand-off receiver before its fix-up | recorded; recovery passes the hand-off to the next waiter (or ends starvation mode) |
 //! | holding the journal lock | its word names it: the next taker replays or discards its redo log |
+//! | after taking back a token its sleeper did not pick up, before delivering it | one transaction whose commit point is the slot CAS: replayed if the slot is parked with the same ticket |
 //! | borrowing the spare participant slot to recover others (every regular slot held by the dead) | the next newcomer adopts the spare slot: it takes the journal lock over and undoes what the borrower left, then recovers the rest |
 //!
 //! # Limits
@@ -84,11 +85,19 @@
 //!   same `/proc`. Without a readable `/proc/<pid>/stat` (e.g. `hidepid`) a process that exists
 //!   is presumed alive.
 //! * A stopped (SIGSTOP) or hung owner is alive: it is never taken over.
+//! * Calls with a deadline return by it (plus a 2 ms grace to hand back what they hold) even
+//!   while a stopped process holds the internal journal lock: what they cannot hand back (a
+//!   queue slot, a registration, `WOKEN`) is settled by the next journal-lock holder. `lock()`,
+//!   unlocks and a hand-off's fix-up wait for the stopped process to continue.
+//! * A wake-up or hand-off that its sleeper does not pick up passes on to the next waiter: after
+//!   20 ms if the process is stopped, after 100 ms whatever the reason (an exec'd process, a
+//!   thread that does not run). A stopped sleeper that continues queues again in its place.
 //! * Death is per process: a thread ending without unwinding (`pthread_exit`) while holding
 //!   the lock is not detected. A process whose main thread ended while others run shows as a
 //!   zombie in `/proc`; it counts as alive until its last thread ends.
 //! * `execve` keeps the pid and start time: a process must not exec while one of its threads
-//!   holds the lock or waits for it (what those threads held would never be released).
+//!   holds the lock (it would stay held until the new program exits). A queued thread's
+//!   wake-ups pass on to others, but its registration counts until then.
 //! * Fork while holding the lock: the child does **not** own it (the owner recorded is the
 //!   parent's participant); dropping the inherited guard in the child does nothing, and
 //!   reaching the value through it panics. Use
@@ -96,8 +105,11 @@
 //!   child must not touch the lock.
 //! * Waiter slots are fixed ([`Config::waiter_slots`]); when all are taken further waiters wait
 //!   on a shared sequence word instead (correct, not FIFO among themselves). Participants are
-//!   fixed too ([`Config::participants`]); a process that cannot get one panics after trying
-//!   for 2 s to reclaim dead participants.
+//!   fixed too ([`Config::participants`], default 64). A process registers on first use: with
+//!   every slot held by a live process, `lock()` waits for one and `try_lock*` return
+//!   `WouldBlock` at their deadline, while [`ShmMutex::join`] (register now) fails with
+//!   [`ShmError::NoParticipantSlot`] at once, as do opening and attaching when the table is
+//!   full at that moment. No lock call panics for want of a slot.
 //! * After a death the protected data may be half-updated: that is what
 //!   [`LockError::OwnerDied`] is for.
 //! * A named object owned by another uid is refused ([`ShmError::NotOwner`]) unless
@@ -229,16 +241,44 @@ unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
 impl<T: ShmSafe> ShmMutex<T> {
     /// This process's view, registering it as a participant on first use (and again in a
-    /// forked child, whose pid differs).
+    /// forked child, whose pid differs), waiting as long as it takes for a participant slot.
     #[inline]
     fn ctx(&self) -> Ctx<'_> {
+        match self.ctx_by(None) {
+            Some(ctx) => ctx,
+            None => unreachable!("an untimed registration never gives up"),
+        }
+    }
+
+    /// [`ctx`](Self::ctx), giving up at `deadline` if every participant slot stays held by a
+    /// live process.
+    #[inline]
+    fn ctx_by(&self, deadline: Option<Instant>) -> Option<Ctx<'_>> {
         let pid = sys::current_pid();
         match self.registered(pid) {
-            Some(me) => Ctx {
-                r: &self.region,
-                me,
-            },
-            None => self.register(pid),
+            Some(me) => Some(Ctx::new(&self.region, me)),
+            None => self.register(pid, deadline, false),
+        }
+    }
+
+    /// Register this process as a participant now, if it is not one yet. Fails with
+    /// [`ShmError::NoParticipantSlot`] if every participant slot ([`Config::participants`],
+    /// default 64) is held by a live process. Otherwise a process registers on its first use
+    /// of the lock, where `lock()` waits for a slot and `try_lock*` return `WouldBlock` at
+    /// their deadline; `open`/`attach` already fail with that error when every slot is held by
+    /// a live process at that moment.
+    pub fn join(&self) -> Result<(), ShmError> {
+        let pid = sys::current_pid();
+        if self.registered(pid).is_some() {
+            return Ok(());
+        }
+        // Reclaiming dead participants may need the spare slot another newcomer is using:
+        // give that a moment, but fail at once when a scan found nobody to reclaim.
+        match self.register(pid, Some(Instant::now() + Duration::from_secs(2)), true) {
+            Some(_) => Ok(()),
+            None => Err(ShmError::NoParticipantSlot {
+                participants: self.region.layout.participants - 1,
+            }),
         }
     }
 
@@ -249,17 +289,34 @@ impl<T: ShmSafe> ShmMutex<T> {
         (c != 0 && (c >> 32) as u32 == pid).then(|| (c as u32) - 1)
     }
 
+    /// `self`, if this process is registered or could register now: some participant slot is
+    /// free or held by a dead process. (Checked, not claimed: a process that never locks takes
+    /// no slot.)
+    pub(super) fn checked(self) -> Result<Self, ShmError> {
+        let r = &self.region;
+        let n = r.layout.participants - 1;
+        let room = self.registered(sys::current_pid()).is_some()
+            || (0..n).any(|i| {
+                let ident = r.proc(i).ident.load(SeqCst);
+                ident == 0 || sys::ident_dead(ident)
+            });
+        if room {
+            Ok(self)
+        } else {
+            Err(ShmError::NoParticipantSlot { participants: n })
+        }
+    }
+
     #[cold]
-    fn register(&self, pid: u32) -> Ctx<'_> {
+    fn register(&self, pid: u32, deadline: Option<Instant>, certain: bool) -> Option<Ctx<'_>> {
         let r = &self.region;
         let ident = sys::self_ident();
         let guest = r.layout.participants - 1;
-        let started = Instant::now();
         loop {
             if let Some(me) = self.registered(pid) {
                 // Another thread of this process registered (while we waited for a slot, or
                 // while we claimed one: then we gave ours back).
-                return Ctx { r, me };
+                return Some(Ctx::new(r, me));
             }
             if let Some(i) = claim_participant(r, ident, guest) {
                 let mine = (u64::from(pid) << 32) | u64::from(i + 1);
@@ -270,7 +327,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                         .compare_exchange(seen, mine, Relaxed, Relaxed)
                         .is_ok()
                 {
-                    return Ctx { r, me: i };
+                    return Some(Ctx::new(r, i));
                 }
                 // Another thread of this process registered meanwhile: give ours back and use
                 // its slot.
@@ -292,7 +349,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             let took = if held == 0 {
                 g.ident.compare_exchange(0, ident, SeqCst, SeqCst).is_ok()
             } else {
-                held != ident && sys::ident_dead(held) && Ctx { r, me: guest }.adopt(held, ident)
+                held != ident && sys::ident_dead(held) && Ctx::new(r, guest).adopt(held, ident)
             };
             if took {
                 /// Gives the guest slot back, also if the scan unwinds.
@@ -303,13 +360,14 @@ impl<T: ShmSafe> ShmMutex<T> {
                     }
                 }
                 let _give_back = GiveBack(&g.ident);
-                Ctx { r, me: guest }.scan(None);
+                let found = Ctx::new(r, guest).scan(None).0;
+                if certain && found == 0 && (0..guest).all(|i| r.proc(i).ident.load(SeqCst) != 0) {
+                    // Every regular slot is held by a live process: say so now.
+                    return None;
+                }
             }
-            if started.elapsed() > Duration::from_secs(2) {
-                panic!(
-                    "gomutex::shm: all {} participant slots are used by live processes",
-                    guest
-                );
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -368,13 +426,16 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     #[inline]
     pub fn try_lock(&self) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        let ctx = self.ctx();
+        let Some(ctx) = self.ctx_by(Some(Instant::now())) else {
+            return Err(TryLockError::WouldBlock);
+        };
         // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
         let w = ctx.acquire_fast();
         if w != 0 {
             return Ok(self.guard(sys::current_pid(), w)?);
         }
-        ctx.probe();
+        // The probe never waits for the journal lock here.
+        ctx.until(Some(Instant::now())).probe();
         Err(TryLockError::WouldBlock)
     }
 
@@ -399,7 +460,10 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     fn try_lock_until_opt(&self, deadline: Option<Instant>) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        let ctx = self.ctx();
+        let Some(ctx) = self.ctx_by(deadline) else {
+            return Err(TryLockError::WouldBlock);
+        };
+        let ctx = ctx.until(deadline);
         let w = ctx.acquire_fast();
         if w != 0 || algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, deadline) {
             Ok(self.guard(sys::current_pid(), w)?)
@@ -470,14 +534,18 @@ pub fn __crash_at(point: u32) {
     sys::arm_crash(point);
 }
 
+/// Testing only: like [`__crash_at`], but the process stops itself (SIGSTOP) at `point`, once,
+/// and goes on when continued. Exists only with the test-only `__crash-points` feature.
+#[cfg(feature = "__crash-points")]
+#[doc(hidden)]
+pub fn __stop_at(point: u32) {
+    sys::arm_crash(point | sys::STOP);
+}
+
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
         if let Some(me) = self.registered(sys::current_pid()) {
-            Ctx {
-                r: &self.region,
-                me,
-            }
-            .release_self();
+            Ctx::new(&self.region, me).release_self();
         }
         if let Backing::Mapped = self.backing {
             unmap(self.region.base(), self.map_len);

@@ -3,16 +3,24 @@
 //! tokens released while nobody sleeps are stored and taken by the next waiter. Implements
 //! Go's [`WaitQueue`] for [`Ctx`].
 
-use super::journal::{Post, Target, Txn};
+use super::journal::{Post, Target, Txn, JLOCK_GRACE};
 use super::layout::*;
-use super::region::{Ctx, Region};
+use super::region::{low, owner_of, word, Ctx, Region};
 use super::sys::{self, crash};
+use crate::algo::{self, WOKEN};
 use crate::sema::WaitQueue;
 use core::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 /// A sleeping waiter wakes at least this often to look for dead participants.
 pub(crate) const TICK: Duration = Duration::from_millis(10);
+/// A token not picked up this long after its delivery is passed on if its process is stopped
+/// (`T`/`t` in `/proc/<pid>/stat`).
+pub(crate) const PASS_STOPPED: Duration = Duration::from_millis(20);
+/// A token not picked up this long after its delivery is passed on whatever the reason (a
+/// process that exec'd, a thread that does not run): a sleeper is woken at once and picks its
+/// token up in microseconds.
+pub(crate) const PASS_ANY: Duration = Duration::from_millis(100);
 
 /// Add to `tx` participant `p` taking a stored token, if there is one (a hand-off first): the
 /// token's accounting moves to `p` as if it had been delivered to its slot. `false` if none.
@@ -110,17 +118,46 @@ impl Ctx<'_> {
         let mut probe_at = Instant::now() + TICK;
         loop {
             let v = s.state.load(Acquire);
-            if v >= SLOT_TOKEN_NORMAL {
-                s.state.store(SLOT_FREE, Release);
-                sys::crash_point(crash::TOKEN_TAKEN);
-                return true;
+            if v == SLOT_TOKEN_NORMAL || v == SLOT_TOKEN_HANDOFF {
+                // A CAS: a token we were too slow to pick up may be taken back (`pass_on`).
+                if s.state
+                    .compare_exchange(v, SLOT_FREE, Acquire, Acquire)
+                    .is_ok()
+                {
+                    sys::crash_point(crash::TOKEN_TAKEN);
+                    return true;
+                }
+                continue;
             }
             let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                let _g = self.jlock();
+            if let Some(d) = deadline.filter(|&d| now >= d) {
+                // Leave the queue: under the journal lock, so that no token is delivered to the
+                // slot meanwhile. If a stalled process holds it, leave the slot for the next
+                // holder to free (passing on any token it receives).
+                let Some(_g) = self.jlock_by(Some(d + JLOCK_GRACE)) else {
+                    s.abandoned.store(1, SeqCst);
+                    self.r.hdr().abandoned.fetch_add(1, SeqCst);
+                    return false;
+                };
                 let v = s.state.load(Acquire);
                 s.state.store(SLOT_FREE, Release);
-                return v >= SLOT_TOKEN_NORMAL;
+                return v == SLOT_TOKEN_NORMAL || v == SLOT_TOKEN_HANDOFF;
+            }
+            if v == SLOT_PARKED {
+                // We did not pick up a token in time and it was passed on: take a token stored
+                // meanwhile (deliveries skipped us), or wait again in our place. Under the
+                // journal lock, as when joining the queue.
+                // (Past our deadline, the branch above leaves instead.)
+                if let Some(_g) = self.jlock_by(deadline) {
+                    if s.state.load(SeqCst) == SLOT_PARKED {
+                        if self.take_stored() {
+                            s.state.store(SLOT_FREE, Release);
+                            return true;
+                        }
+                        s.state.store(SLOT_QUEUED, SeqCst);
+                    }
+                }
+                continue;
             }
             if now >= probe_at {
                 self.probe();
@@ -131,6 +168,176 @@ impl Ctx<'_> {
             sys::futex_wait(&s.state, SLOT_QUEUED, Some(wake_at));
         }
     }
+
+    /// Take back the token waiting in slot `i` and deliver it to the next waiter (or store it),
+    /// as one transaction whose commit point is the slot's `token -> SLOT_PARKED` CAS (journal
+    /// lock held). `false` if the slot holds no token (or its sleeper took it first). The
+    /// token's accounting moves from the slot's participant to the receiver; the parked sleeper,
+    /// if it ever runs again, queues again in its place.
+    pub(super) fn pass_on(&self, i: u32, post: &mut Post) -> bool {
+        let s = self.r.slot(i);
+        let v = s.state.load(SeqCst);
+        if v != SLOT_TOKEN_NORMAL && v != SLOT_TOKEN_HANDOFF {
+            return false;
+        }
+        let handoff = v == SLOT_TOKEN_HANDOFF;
+        let p = s.proc.load(SeqCst);
+        let mut tx = Txn::new();
+        tx.pivot = Some((i, v, s.ticket.load(SeqCst)));
+        if p < self.r.layout.participants {
+            if handoff {
+                tx.add(self.r, Target::Handoff(p), -1);
+            } else {
+                tx.add(self.r, Target::Woken(p), -1);
+                tx.add(self.r, Target::Registered(p), 1);
+            }
+        }
+        // Slot `i` is not queued: the token goes elsewhere.
+        self.deliver(&mut tx, handoff);
+        if self.commit(&tx) {
+            post.absorb(self, &tx);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Pass on the tokens that sleepers did not pick up in time (see [`PASS_STOPPED`] and
+    /// [`PASS_ANY`]): a stopped or exec'd process, or a thread that does not run, must not
+    /// keep a free lock from the waiters behind it.
+    pub(super) fn pass_on_stale(&self) {
+        let now = sys::mono_ns();
+        for i in 0..self.r.layout.waiter_slots {
+            let s = self.r.slot(i);
+            let v = s.state.load(SeqCst);
+            if v != SLOT_TOKEN_NORMAL && v != SLOT_TOKEN_HANDOFF {
+                continue;
+            }
+            let at = s.token_at.load(Relaxed);
+            let age = now.saturating_sub(at);
+            if age < PASS_STOPPED.as_nanos() as u64 {
+                continue;
+            }
+            if age < PASS_ANY.as_nanos() as u64 {
+                let p = s.proc.load(SeqCst);
+                let gone = p >= self.r.layout.participants || {
+                    let ident = self.r.proc(p).ident.load(SeqCst);
+                    ident == 0 || sys::ident_stopped(ident)
+                };
+                if !gone {
+                    continue;
+                }
+            }
+            let mut post = Post::default();
+            {
+                let Some(_g) = self.jlock_by(self.deadline) else {
+                    return;
+                };
+                // Still the same token (not taken and re-delivered meanwhile)?
+                if s.state.load(SeqCst) == v && s.token_at.load(Relaxed) == at {
+                    self.pass_on(i, &mut post);
+                }
+            }
+            self.flush_wakes(&mut post);
+        }
+    }
+
+    /// Settle what participants gave up without the journal lock because their deadline
+    /// passed while a stalled process held it (journal lock held; called by every taker while
+    /// `Header::abandoned` is set): free their abandoned slots (passing on any token in them),
+    /// drop the `WOKEN` they gave up, and let their given-up registrations leave the count (a
+    /// stored token is as good as theirs; otherwise under `algo::deregistered`'s rule, or at a
+    /// later taking of the journal lock).
+    pub(super) fn settle_abandoned(&self, post: &mut Post) {
+        let (r, h) = (self.r, self.r.hdr());
+        loop {
+            let seen = h.abandoned.load(SeqCst);
+            if seen == 0 {
+                return;
+            }
+            for i in 0..r.layout.waiter_slots {
+                let s = r.slot(i);
+                if s.abandoned.load(SeqCst) == 0 {
+                    continue;
+                }
+                // Its sleeper is gone: a token in it goes to the next waiter.
+                self.pass_on(i, post);
+                s.state.store(SLOT_FREE, SeqCst);
+                s.abandoned.store(0, SeqCst);
+            }
+            let mut settled = true;
+            for p in 0..r.layout.participants {
+                let pr = r.proc(p);
+                loop {
+                    let posted = pr.ab_woken_posted.load(SeqCst);
+                    if pr.ab_woken_done.load(SeqCst) == posted {
+                        break;
+                    }
+                    let cur = h.state.load(SeqCst);
+                    let mut tx = Txn::new();
+                    tx.set(Target::AbWokenDone(p), posted.into());
+                    if pr.woken.load(SeqCst) > 0 {
+                        tx.add(r, Target::Woken(p), -1);
+                        if low(cur) & WOKEN != 0 {
+                            tx.word = Some((cur, cur & !u64::from(WOKEN)));
+                        }
+                    }
+                    if self.commit(&tx) {
+                        post.kick = true;
+                    }
+                }
+                loop {
+                    let done = pr.ab_reg_done.load(SeqCst);
+                    if done == pr.ab_reg_posted.load(SeqCst) {
+                        break;
+                    }
+                    let cur = h.state.load(SeqCst);
+                    let mut tx = Txn::new();
+                    tx.set(Target::AbRegDone(p), done.wrapping_add(1).into());
+                    if pr.registered.load(SeqCst) == 0 || algo::waiters(low(cur)) == 0 {
+                        // Nothing of it is counted (a count written by a faulty peer): done.
+                    } else if h.stored_normal.load(SeqCst) > 0 {
+                        // It takes the stored wake-up and drops the `WOKEN` it carries at once.
+                        tx.add(r, Target::StoredNormal, -1);
+                        tx.add(r, Target::Registered(p), -1);
+                        if low(cur) & WOKEN != 0 {
+                            tx.word = Some((cur, cur & !u64::from(WOKEN)));
+                        }
+                        post.kick = true;
+                    } else if let Some(new_low) = algo::deregistered(low(cur)) {
+                        tx.word = Some((cur, word(new_low, owner_of(cur))));
+                        tx.add(r, Target::Registered(p), -1);
+                    } else {
+                        // A token in flight needs it counted: a later taker settles it.
+                        settled = false;
+                        break;
+                    }
+                    self.commit(&tx);
+                }
+            }
+            if !settled
+                || h.abandoned
+                    .compare_exchange(seen, 0, SeqCst, SeqCst)
+                    .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Give up this thread's registration (see [`WaitQueue::give_up`]) once its deadline is
+    /// [`JLOCK_GRACE`] past.
+    fn give_up_registration(&self) -> bool {
+        if self
+            .deadline
+            .is_none_or(|d| Instant::now() < d + JLOCK_GRACE)
+        {
+            return false;
+        }
+        self.r.proc(self.me).ab_reg_posted.fetch_add(1, SeqCst);
+        self.r.hdr().abandoned.fetch_add(1, SeqCst);
+        true
+    }
 }
 
 impl WaitQueue for Ctx<'_> {
@@ -139,7 +346,9 @@ impl WaitQueue for Ctx<'_> {
         let mut probe_at: Option<Instant> = None;
         loop {
             let (slot, seq) = {
-                let _g = self.jlock();
+                let Some(_g) = self.jlock_by(deadline) else {
+                    return false;
+                };
                 if self.take_stored() {
                     return true;
                 }
@@ -152,6 +361,7 @@ impl WaitQueue for Ctx<'_> {
                         s.class
                             .store(if lifo { CLASS_FRONT } else { CLASS_BACK }, SeqCst);
                         s.ticket.store(h.next_ticket.fetch_add(1, SeqCst), SeqCst);
+                        s.abandoned.store(0, SeqCst);
                         s.state.store(SLOT_QUEUED, SeqCst);
                         (Some(i), 0)
                     }
@@ -181,6 +391,10 @@ impl WaitQueue for Ctx<'_> {
             );
             h.overflow_waiters.fetch_sub(1, SeqCst);
         }
+    }
+
+    fn give_up(&self) -> bool {
+        self.give_up_registration()
     }
 
     fn release(&self, handoff: bool) {

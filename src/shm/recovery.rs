@@ -111,6 +111,11 @@ impl Ctx<'_> {
         {
             self.scan(None);
         }
+        if h.abandoned.load(SeqCst) != 0 {
+            // Taking the journal lock settles what timed callers gave up.
+            drop(self.jlock_by(self.deadline));
+        }
+        self.pass_on_stale();
         self.kick();
     }
 
@@ -268,11 +273,37 @@ impl Ctx<'_> {
     /// what that unlock would do; if it is alive and does it too, one of us finds `WOKEN` set).
     /// This covers an unlocker that died in that moment, and a dead `WOKEN` owner once its bit
     /// is cleared.
-    fn kick(&self) {
-        let cur = low(self.r.hdr().state.load(SeqCst));
-        if cur & (LOCKED | STARVING | WOKEN) == 0 && algo::waiters(cur) > 0 {
-            algo::unlock_slow(self, self, cur);
+    ///
+    /// Go's `unlockSlow` CAS and the wake-up it owes are one transaction here (nothing is
+    /// owed in between), so a caller with a deadline gives up cleanly when the journal lock is
+    /// not to be had by then.
+    pub(super) fn kick(&self) {
+        let st = &self.r.hdr().state;
+        let idle = |l: u32| l & (LOCKED | STARVING | WOKEN) == 0 && algo::waiters(l) > 0;
+        if !idle(low(st.load(SeqCst))) {
+            return;
         }
+        let mut post = Post::default();
+        {
+            let Some(_g) = self.jlock_by(self.deadline) else {
+                return;
+            };
+            loop {
+                let cur = st.load(SeqCst);
+                let l = low(cur);
+                if !idle(l) {
+                    break;
+                }
+                let mut tx = Txn::new();
+                tx.word = Some((cur, word((l - algo::WAITER) | WOKEN, 0)));
+                self.deliver(&mut tx, false);
+                if self.commit(&tx) {
+                    post.absorb(self, &tx);
+                    break;
+                }
+            }
+        }
+        self.flush_wakes(&mut post);
     }
 
     /// Undo everything participant `d` (found dead with identity `ident`) left. Returns whether
@@ -280,7 +311,10 @@ impl Ctx<'_> {
     pub(crate) fn recover(&self, d: u32, ident: u64) -> bool {
         let mut post = Post::default();
         let owned = {
-            let _g = self.jlock();
+            // A timed caller leaves recovery to others if the journal lock is not to be had.
+            let Some(_g) = self.jlock_by(self.deadline) else {
+                return false;
+            };
             self.recover_locked(d, ident, &mut post)
         };
         self.finish(post);
@@ -305,6 +339,15 @@ impl Ctx<'_> {
         self.unqueue_dead(d);
         self.deliver_owed_by_dead(d, post);
         self.undo_dead_waiters(d, post);
+        // What it gave up without the journal lock is undone with the rest.
+        let p = self.r.proc(d);
+        let (reg, woken) = (p.ab_reg_posted.load(SeqCst), p.ab_woken_posted.load(SeqCst));
+        if p.ab_reg_done.load(SeqCst) != reg || p.ab_woken_done.load(SeqCst) != woken {
+            let mut tx = Txn::new();
+            tx.set(Target::AbRegDone(d), reg.into());
+            tx.set(Target::AbWokenDone(d), woken.into());
+            self.commit(&tx);
+        }
         owned
     }
 

@@ -24,11 +24,12 @@
 //!
 //! (See `journal` for transactions and `recovery` for what the accounting lets survivors undo.)
 
-use super::journal::{Target, Txn};
+use super::journal::{Target, Txn, JLOCK_GRACE};
 use super::layout::*;
 use crate::algo::{self, StateWord, LOCKED, STARVING, WOKEN};
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering::*;
+use std::time::Instant;
 
 /// Go's 32-bit state in the 64-bit word.
 #[inline]
@@ -133,9 +134,27 @@ pub(crate) struct Ctx<'a> {
     pub r: &'a Region,
     /// This process's participant index.
     pub me: u32,
+    /// The deadline of the call this view serves (`None`: it may wait as long as it takes).
+    /// Waits for the journal lock end there; what the call holds is then given up for the next
+    /// journal-lock holder to settle (`queue::settle_abandoned`).
+    pub deadline: Option<Instant>,
 }
 
 impl<'a> Ctx<'a> {
+    /// A view without a deadline.
+    pub(super) fn new(r: &'a Region, me: u32) -> Self {
+        Self {
+            r,
+            me,
+            deadline: None,
+        }
+    }
+
+    /// This view, for a call that ends at `deadline`.
+    pub(super) fn until(self, deadline: Option<Instant>) -> Self {
+        Self { deadline, ..self }
+    }
+
     #[inline]
     pub(super) fn tag(&self) -> u32 {
         self.me + 1
@@ -311,7 +330,15 @@ impl Ctx<'_> {
         if low(cur) != old {
             return Err(low(cur));
         }
-        let _g = self.jlock();
+        // Joining the queue waits until the deadline; handing something back a little longer.
+        let by = if algo::waiters(new) > algo::waiters(old) {
+            self.deadline
+        } else {
+            self.deadline.map(|d| d + JLOCK_GRACE)
+        };
+        let Some(_g) = self.jlock_by(by) else {
+            return self.cas_abandoned(old, new);
+        };
         loop {
             let cur = st.load(SeqCst);
             if low(cur) != old {
@@ -324,6 +351,25 @@ impl Ctx<'_> {
                 return Ok(old);
             }
         }
+    }
+
+    /// A journaled CAS whose caller's deadline passed while the journal lock was held by
+    /// another process (stopped, say). What the caller gives up by it, a registration leaving
+    /// the count or `WOKEN` being dropped, is handed to the next journal-lock holder
+    /// (`queue::settle_abandoned`) and the CAS reported done; any other change fails with the
+    /// word unchanged, which [`crate::algo`] takes for "out of time".
+    #[cold]
+    fn cas_abandoned(&self, old: u32, new: u32) -> Result<u32, u32> {
+        let p = self.r.proc(self.me);
+        if algo::deregistered(old) == Some(new) {
+            p.ab_reg_posted.fetch_add(1, SeqCst);
+        } else if old & WOKEN != 0 && new == old & !WOKEN {
+            p.ab_woken_posted.fetch_add(1, SeqCst);
+        } else {
+            return Err(old);
+        }
+        self.r.hdr().abandoned.fetch_add(1, SeqCst);
+        Ok(old)
     }
 
     #[cold]

@@ -139,11 +139,22 @@ pub(crate) fn arm_crash(point: u32) {
 #[cfg(feature = "__crash-points")]
 #[inline]
 pub(crate) fn crash_point(point: u32) {
-    if CRASH_AT.load(Ordering::Relaxed) == point {
+    let armed = CRASH_AT.load(Ordering::Relaxed);
+    if armed == point {
         // SAFETY: raising a signal at ourselves.
         unsafe { libc::raise(libc::SIGKILL) };
+    } else if armed == point | STOP {
+        // Stop instead, once (tests of stalled processes): disarm, so it goes on when
+        // continued.
+        CRASH_AT.store(0, Ordering::Relaxed);
+        // SAFETY: raising a signal at ourselves.
+        unsafe { libc::raise(libc::SIGSTOP) };
     }
 }
+
+/// Added to a crash point: stop (SIGSTOP) there once instead of dying.
+#[cfg(feature = "__crash-points")]
+pub(crate) const STOP: u32 = 1 << 16;
 
 /// Crash points are compiled out: nothing.
 #[cfg(not(feature = "__crash-points"))]
@@ -368,6 +379,16 @@ pub(crate) fn ident_dead(ident: u64) -> bool {
                 || (ident_start(ident) != 0 && start != ident_start(ident))
         }
     }
+}
+
+/// Is the process with this identity stopped (`T`, job control or a signal, or `t`, traced)?
+/// Such a process runs no code until it is continued.
+pub(crate) fn ident_stopped(ident: u64) -> bool {
+    let pid = ident_pid(ident);
+    pid != 0
+        && pid != current_pid()
+        && matches!(read_stat(pid), Stat::Found { state: b'T' | b't', start, .. }
+            if ident_start(ident) == 0 || start == ident_start(ident))
 }
 
 #[cfg(test)]

@@ -1,0 +1,413 @@
+//! Multi-process tests of `gomutex::shm` with peers that stall, exec, or write nonsense into
+//! the region (issue 13): every call with a deadline returns by it, a wake-up that is not picked
+//! up passes on, a full participant table is an error.
+//!
+//! `harness = false`, like `shm_process`: the tests run one after another on the main thread,
+//! so the process is single-threaded whenever it forks. Run one with
+//! `cargo test --test shm_peers -- <name substring>`.
+
+use gomutex::shm::{Config, LockError, ShmError, ShmMutex, ShmSafe, TryLockError};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+// ------------------------------------------------------------------ helpers
+
+/// Fork; the child runs `f` and exits with its code (101 if it panicked).
+fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: the test process is single-threaded when it forks (see the module docs).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = catch_unwind(AssertUnwindSafe(f)).unwrap_or(101);
+        // SAFETY: leave the child at once, without the parent's atexit work.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+/// Wait for a child at most `limit`; kill it and fail if it takes longer. Its exit code, or
+/// 128 + signal.
+fn wait_limit(pid: libc::pid_t, limit: Duration, what: &str) -> i32 {
+    let t = Instant::now();
+    loop {
+        let mut st = 0;
+        // SAFETY: our own child.
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+        if r == pid {
+            return if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                128 + libc::WTERMSIG(st)
+            };
+        }
+        if t.elapsed() > limit {
+            signal(pid, libc::SIGKILL);
+            signal(pid, libc::SIGCONT);
+            // SAFETY: our own child.
+            unsafe { libc::waitpid(pid, &mut st, 0) };
+            panic!("{what}: child {pid} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn signal(pid: libc::pid_t, sig: i32) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Wait until a child has stopped (SIGSTOP, or a `__stop_at` point).
+fn wait_stopped(pid: libc::pid_t) {
+    let mut st = 0;
+    // SAFETY: our own child.
+    let r = unsafe { libc::waitpid(pid, &mut st, libc::WUNTRACED) };
+    assert_eq!(r, pid);
+    assert!(libc::WIFSTOPPED(st), "child {pid} did not stop: {st:#x}");
+}
+
+/// A small anonymous shared array of counters for test bookkeeping (not the lock's region).
+struct Shared {
+    p: *mut u64,
+    n: usize,
+}
+impl Shared {
+    fn new(n: usize) -> Self {
+        // SAFETY: a fresh shared anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Self { p: p.cast(), n }
+    }
+    fn at(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.n);
+        // SAFETY: in bounds, aligned, zero-initialised shared memory.
+        unsafe { &*(self.p.add(i) as *const AtomicU64) }
+    }
+}
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(self.p.cast(), self.n * 8) };
+    }
+}
+
+fn ok<G>(r: Result<G, LockError<G>>) -> G {
+    match r {
+        Ok(g) => g,
+        Err(e) => panic!("unexpected lock error: {e}"),
+    }
+}
+
+/// Assert the lock is quiescent: no waiters, nothing queued, no tokens, no accounting.
+fn assert_quiescent<T: ShmSafe>(m: &ShmMutex<T>) {
+    let d = m.diagnostics();
+    assert_eq!(d.waiters, 0, "{d:?}");
+    assert_eq!(d.queued_slots, 0, "{d:?}");
+    assert_eq!(d.stored_tokens, 0, "{d:?}");
+    assert_eq!(d.registered_waiters, 0, "{d:?}");
+    assert_eq!(d.in_flight, 0, "{d:?}");
+    assert_eq!(d.state & 7, 0, "{d:?}");
+}
+
+/// Wait (bounded) until `cond` holds.
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(5), "timed out: {what}");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// A word of the region's header (offsets of `src/shm/layout.rs`), for tests that play a
+/// faulty peer.
+fn header_u32<T: ShmSafe>(m: &ShmMutex<T>, off: usize) -> &AtomicU32 {
+    let (p, len) = m.as_ptr_len();
+    assert!(off + 4 <= len && off.is_multiple_of(4));
+    // SAFETY: in bounds and aligned in the live mapping `m` keeps.
+    unsafe { &*(p.add(off) as *const AtomicU32) }
+}
+const STATE_OFFSET: usize = 64;
+const JLOCK_OFFSET: usize = 128;
+
+// ------------------------------------------------------------------ tests
+
+/// Issue 13, item 1: a process stopped while it holds the internal journal lock (here: inside
+/// its waiter registration) must not hold up anybody's deadline. A queued `try_lock_for(300 ms)`
+/// and a fresh `try_lock_for(20 ms)` return on time, and everything they gave up is settled
+/// once the stopped process continues.
+fn stopped_journal_holder_keeps_deadlines() {
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    let g = ok(m.lock());
+    let times = Shared::new(2);
+    let timed = fork(|| {
+        let t = Instant::now();
+        if !matches!(
+            m.try_lock_for(Duration::from_millis(300)),
+            Err(TryLockError::WouldBlock)
+        ) {
+            return 2;
+        }
+        times.at(0).store(t.elapsed().as_micros() as u64, SeqCst);
+        let t = Instant::now();
+        if !matches!(
+            m.try_lock_for(Duration::from_millis(20)),
+            Err(TryLockError::WouldBlock)
+        ) {
+            return 3;
+        }
+        times.at(1).store(t.elapsed().as_micros() as u64, SeqCst);
+        0
+    });
+    until("the timed waiter queued", || {
+        m.diagnostics().queued_slots == 1
+    });
+    let stopped = fork(|| {
+        // Stop with the journal lock held, the registration's redo log committed.
+        gomutex::shm::__stop_at(1);
+        *ok(m.lock()) += 1;
+        0
+    });
+    wait_stopped(stopped);
+    let code = wait_limit(timed, Duration::from_secs(3), "timed waiter");
+    let (a, b) = (times.at(0).load(SeqCst), times.at(1).load(SeqCst));
+    println!("    try_lock_for(300 ms) took {a} us, try_lock_for(20 ms) took {b} us");
+    assert_eq!(code, 0);
+    assert!((300_000..450_000).contains(&a), "{a} us");
+    assert!((20_000..150_000).contains(&b), "{b} us");
+    signal(stopped, libc::SIGCONT);
+    drop(g);
+    assert_eq!(wait_limit(stopped, Duration::from_secs(3), "stopped"), 0);
+    assert_eq!(*ok(m.lock()), 1);
+    m.recover();
+    assert_quiescent(&m);
+}
+
+/// Issue 13, item 2: a queued waiter that is stopped when the unlock wakes it must not keep the
+/// free lock from the waiter behind it; when it continues it waits in its place and gets the
+/// lock later.
+fn stopped_waiter_passes_wakeup_on() {
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    let g = ok(m.lock());
+    let got = Shared::new(1);
+    let first = fork(|| {
+        *ok(m.lock()) += 1;
+        0
+    });
+    until("first queued", || m.diagnostics().queued_slots == 1);
+    let second = fork(|| {
+        *ok(m.lock()) += 1;
+        got.at(0).store(1, SeqCst);
+        0
+    });
+    until("second queued", || m.diagnostics().queued_slots == 2);
+    signal(first, libc::SIGSTOP);
+    wait_stopped(first);
+    let t = Instant::now();
+    drop(g);
+    until("second got the lock", || got.at(0).load(SeqCst) == 1);
+    let e = t.elapsed();
+    println!("    the waiter behind the stopped one got the lock after {e:?}");
+    assert!(e < Duration::from_millis(300), "{e:?}");
+    assert_eq!(wait_limit(second, Duration::from_secs(3), "second"), 0);
+    signal(first, libc::SIGCONT);
+    assert_eq!(wait_limit(first, Duration::from_secs(3), "first"), 0);
+    assert_eq!(*ok(m.lock()), 2);
+    m.recover();
+    assert_quiescent(&m);
+}
+
+/// Issue 13, item 2: a process that execs while one of its threads is queued never picks up
+/// the wake-up; the waiter behind it gets the free lock within a bounded time.
+fn execd_waiter_passes_wakeup_on() {
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    let g = ok(m.lock());
+    let got = Shared::new(1);
+    let execd = fork(|| {
+        let m = &m;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let _g = m.lock();
+            });
+            until("thread queued", || m.diagnostics().queued_slots >= 1);
+            let prog = c"/bin/sleep";
+            let args = [prog.as_ptr(), c"3".as_ptr(), std::ptr::null()];
+            // SAFETY: NUL-terminated strings and argument vector.
+            unsafe { libc::execv(prog.as_ptr(), args.as_ptr()) };
+            101
+        })
+    });
+    until("exec'd waiter queued", || m.diagnostics().queued_slots == 1);
+    let second = fork(|| {
+        *ok(m.lock()) += 1;
+        got.at(0).store(1, SeqCst);
+        0
+    });
+    until("second queued", || m.diagnostics().queued_slots == 2);
+    // Let the exec happen.
+    let exe = format!("/proc/{execd}/comm");
+    until("exec done", || {
+        std::fs::read_to_string(&exe).is_ok_and(|c| c.trim() == "sleep")
+    });
+    let t = Instant::now();
+    drop(g);
+    until("second got the lock", || got.at(0).load(SeqCst) == 1);
+    let e = t.elapsed();
+    println!("    the waiter behind the exec'd one got the lock after {e:?}");
+    assert!(e < Duration::from_millis(500), "{e:?}");
+    assert_eq!(wait_limit(second, Duration::from_secs(3), "second"), 0);
+    signal(execd, libc::SIGKILL);
+    wait_limit(execd, Duration::from_secs(3), "exec'd");
+    m.recover();
+    assert_eq!(*ok(m.lock()), 1);
+    m.recover();
+    assert_quiescent(&m);
+}
+
+/// Issue 13, item 7: a journal-lock word naming no participant (written by a faulty peer) is
+/// taken over, so timed calls return on time and later calls work.
+fn jlock_word_out_of_range() {
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    let g = ok(m.lock());
+    header_u32(&m, JLOCK_OFFSET).store(1000, SeqCst);
+    let k = fork(|| {
+        let t = Instant::now();
+        let r = m.try_lock_for(Duration::from_millis(30));
+        let e = t.elapsed();
+        if !matches!(r, Err(TryLockError::WouldBlock)) || e > Duration::from_millis(200) {
+            return 2;
+        }
+        *ok(m.lock()) += 1;
+        0
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    drop(g);
+    assert_eq!(
+        wait_limit(k, Duration::from_secs(3), "jlock out of range"),
+        0
+    );
+    assert_eq!(*ok(m.lock()), 1);
+}
+
+/// Issue 13, item 7: `STARVING` with no waiter counted (a faulty peer's word): a timed call
+/// queues, times out, and must leave although the count says it may not.
+fn starving_without_waiters_keeps_deadline() {
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    header_u32(&m, STATE_OFFSET).store(4, SeqCst); // STARVING, not LOCKED, 0 waiters
+    let k = fork(|| {
+        let t = Instant::now();
+        let r = m.try_lock_for(Duration::from_millis(30));
+        let e = t.elapsed();
+        if r.is_ok() || e > Duration::from_millis(200) {
+            return 2;
+        }
+        0
+    });
+    assert_eq!(
+        wait_limit(k, Duration::from_secs(3), "starving, no waiters"),
+        0
+    );
+}
+
+/// Issue 13, item 4: with every participant slot held by a live process, registering is an
+/// error at once (`join`, `attach`), and a timed call returns `WouldBlock` on time (it used
+/// to panic inside the lock call after 2 s).
+fn full_participant_table_is_an_error() {
+    let cfg = Config {
+        participants: 1, // the parent's
+        waiter_slots: 4,
+    };
+    let m = ShmMutex::anonymous_with(0u64, cfg).unwrap();
+    m.join().unwrap();
+    assert_eq!(m.diagnostics().participants, 1);
+    let k = fork(|| {
+        let t = Instant::now();
+        let r = m.try_lock_for(Duration::from_millis(50));
+        if !matches!(r, Err(TryLockError::WouldBlock)) {
+            println!("    {r:?} {:?}", m.diagnostics());
+            return 2;
+        }
+        drop(r);
+        if t.elapsed() > Duration::from_millis(500) {
+            return 3;
+        }
+        let t = Instant::now();
+        match m.join() {
+            Err(ShmError::NoParticipantSlot { participants: 1 }) => {}
+            _ => return 4,
+        }
+        if t.elapsed() > Duration::from_millis(500) {
+            return 5;
+        }
+        let (p, len) = m.as_ptr_len();
+        // SAFETY: the live region `m` maps, valid for as long as `m` lives.
+        match unsafe { ShmMutex::<u64>::attach(p, len) } {
+            Err(e @ ShmError::NoParticipantSlot { .. }) => println!("    {e}"),
+            _ => return 6,
+        }
+        0
+    });
+    assert_eq!(wait_limit(k, Duration::from_secs(5), "full table"), 0);
+    *ok(m.lock()) += 1;
+}
+
+// ------------------------------------------------------------------ runner
+
+pub fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+    let tests: &[(&str, fn())] = &[
+        (
+            "stopped_journal_holder_keeps_deadlines",
+            stopped_journal_holder_keeps_deadlines,
+        ),
+        (
+            "stopped_waiter_passes_wakeup_on",
+            stopped_waiter_passes_wakeup_on,
+        ),
+        (
+            "execd_waiter_passes_wakeup_on",
+            execd_waiter_passes_wakeup_on,
+        ),
+        ("jlock_word_out_of_range", jlock_word_out_of_range),
+        (
+            "starving_without_waiters_keeps_deadline",
+            starving_without_waiters_keeps_deadline,
+        ),
+        (
+            "full_participant_table_is_an_error",
+            full_participant_table_is_an_error,
+        ),
+    ];
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for (name, f) in tests {
+        if filter.as_ref().is_some_and(|p| !name.contains(p.as_str())) {
+            skipped += 1;
+            continue;
+        }
+        let t = Instant::now();
+        println!("test {name} ...");
+        match catch_unwind(f) {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.2?})", t.elapsed());
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED ({:.2?})", t.elapsed());
+            }
+        }
+    }
+    println!("\nshm_peers: {passed} passed, {failed} failed, {skipped} skipped");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
