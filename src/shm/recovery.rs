@@ -170,7 +170,10 @@ impl Ctx<'_> {
     fn recover_phantom_owner(&self) {
         let mut post = Post::default();
         {
-            let _g = self.jlock();
+            // A timed caller does not wait past its deadline (the next probe retries).
+            let Some(_g) = self.jlock_by(self.deadline) else {
+                return;
+            };
             let cur = self.r.hdr().state.load(SeqCst);
             // Re-checked under the journal lock: no participant can take a held lock, and a
             // slot is claimed lock-free but becomes an owner only by taking the lock.
@@ -190,7 +193,10 @@ impl Ctx<'_> {
         let (r, h) = (self.r, self.r.hdr());
         let mut post = Post::default();
         {
-            let _g = self.jlock();
+            // A timed caller does not wait past its deadline (the next full scan retries).
+            let Some(_g) = self.jlock_by(self.deadline) else {
+                return;
+            };
             // 1. A waiter slot naming no participant: nobody sleeps there. A token it got (it
             // may have been at the front of the queue) goes to the next waiter instead.
             for i in 0..r.layout.waiter_slots {
