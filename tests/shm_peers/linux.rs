@@ -391,13 +391,12 @@ fn kernel_has_pidfs() -> bool {
         return false;
     }
     // SAFETY: an all-zero statfs is a valid out-parameter; `fd` is ours.
-    let ok = unsafe {
+    unsafe {
         let mut sfs: libc::statfs = std::mem::zeroed();
         let ok = libc::fstatfs(fd, &mut sfs) == 0 && sfs.f_type as i64 == 0x5049_4446;
         libc::close(fd);
         ok
-    };
-    ok
+    }
 }
 
 /// `struct clone_args` of `clone3(2)` up to `set_tid_size` (`CLONE_ARGS_SIZE_VER1`).
