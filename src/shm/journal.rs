@@ -348,7 +348,7 @@ impl<'a> Ctx<'a> {
                 if holder != self.me {
                     let ident = self.r.proc(holder).ident.load(SeqCst);
                     if ident != 0
-                        && sys::ident_dead(ident)
+                        && self.r.proc(holder).dead(ident)
                         && j.compare_exchange(cur, me | J_CONTENDED, SeqCst, Relaxed)
                             .is_ok()
                     {

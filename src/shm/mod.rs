@@ -298,7 +298,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         let room = self.registered(sys::current_pid()).is_some()
             || (0..n).any(|i| {
                 let ident = r.proc(i).ident.load(SeqCst);
-                ident == 0 || sys::ident_dead(ident)
+                ident == 0 || r.proc(i).dead(ident)
             });
         if room {
             Ok(self)
@@ -331,7 +331,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                 }
                 // Another thread of this process registered meanwhile: give ours back and use
                 // its slot.
-                r.proc(i).ident.store(0, SeqCst);
+                r.proc(i).free(ident);
                 continue;
             }
             // Full: borrow the spare "guest" slot to reclaim dead participants. One thread at a
@@ -347,19 +347,19 @@ impl<T: ShmSafe> ShmMutex<T> {
             let g = r.proc(guest);
             let held = g.ident.load(SeqCst);
             let took = if held == 0 {
-                g.ident.compare_exchange(0, ident, SeqCst, SeqCst).is_ok()
+                g.claim(0, ident)
             } else {
-                held != ident && sys::ident_dead(held) && Ctx::new(r, guest).adopt(held, ident)
+                held != ident && g.dead(held) && Ctx::new(r, guest).adopt(held, ident)
             };
             if took {
                 /// Gives the guest slot back, also if the scan unwinds.
-                struct GiveBack<'a>(&'a AtomicU64);
+                struct GiveBack<'a>(&'a layout::ProcSlot, u64);
                 impl Drop for GiveBack<'_> {
                     fn drop(&mut self) {
-                        self.0.store(0, SeqCst);
+                        self.0.free(self.1);
                     }
                 }
-                let _give_back = GiveBack(&g.ident);
+                let _give_back = GiveBack(g, ident);
                 let found = Ctx::new(r, guest).scan(None).0;
                 if certain && found == 0 && (0..guest).all(|i| r.proc(i).ident.load(SeqCst) != 0) {
                     // Every regular slot is held by a live process: say so now.

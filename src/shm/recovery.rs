@@ -99,7 +99,7 @@ impl Ctx<'_> {
             self.recover_phantom_owner();
         } else if owner != 0 && owner - 1 != self.me && owner - 1 < self.r.layout.participants {
             let ident = self.r.proc(owner - 1).ident.load(SeqCst);
-            if ident != 0 && sys::ident_dead(ident) {
+            if ident != 0 && self.r.proc(owner - 1).dead(ident) {
                 self.recover(owner - 1, ident);
             }
         }
@@ -139,7 +139,7 @@ impl Ctx<'_> {
                 if ident == 0 || pid.is_some_and(|p| p != sys::ident_pid(ident)) {
                     continue;
                 }
-                if sys::ident_dead(ident) {
+                if self.r.proc(i).dead(ident) {
                     dead += 1;
                     owned |= self.recover(i, ident);
                     left += usize::from(self.r.proc(i).ident.load(SeqCst) == ident);
@@ -369,10 +369,7 @@ impl Ctx<'_> {
         let p = self.r.proc(self.me);
         // The CAS makes us the index's only user; from then on a death of ours leaves our own
         // (dead) identity here, to be adopted or recovered in turn.
-        if p.ident
-            .compare_exchange(dead, ident, SeqCst, SeqCst)
-            .is_err()
-        {
+        if !p.claim(dead, ident) {
             return false;
         }
         let mut post = Post::default();
@@ -539,11 +536,7 @@ impl Ctx<'_> {
         if self.r.holds_nothing(d) {
             // A CAS: a newcomer may have adopted the slot meanwhile (`adopt`, the guest slot),
             // and then it is the newcomer's.
-            let _ = self
-                .r
-                .proc(d)
-                .ident
-                .compare_exchange(ident, 0, SeqCst, SeqCst);
+            self.r.proc(d).free(ident);
         }
     }
 
@@ -556,7 +549,8 @@ impl Ctx<'_> {
             s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == self.me
         });
         if self.r.holds_nothing(self.me) && !in_queue {
-            self.r.proc(self.me).ident.store(0, SeqCst);
+            let p = self.r.proc(self.me);
+            p.free(p.ident.load(SeqCst));
         }
     }
 }

@@ -415,10 +415,53 @@ impl Ctx<'_> {
 
 /// Claim one of the first `n` participant slots for `ident` (lock-free CAS on a free slot).
 pub(crate) fn claim_participant(r: &Region, ident: u64, n: u32) -> Option<u32> {
-    (0..n.min(r.layout.participants)).find(|&i| {
-        r.proc(i)
+    (0..n.min(r.layout.participants)).find(|&i| r.proc(i).claim(0, ident))
+}
+
+/// A participant slot's identity: `ident` (pid and start time) is what ownership CASes on;
+/// `pidfs_ino`, written by the owner right after its claiming CAS, is an extra liveness check.
+///
+/// Invariant: `pidfs_ino` is 0 or the inode of the process `ident` names. Only the owner
+/// writes a non-zero inode (its own, after its claim); whoever frees the slot or takes it
+/// from a dead owner clears the inode first ([`ProcSlot::free`], [`ProcSlot::claim`]). A
+/// clear that lands after a newcomer's store only loses the extra check (0 = unknown).
+impl ProcSlot {
+    /// CAS the identity from `from` (0 for a free slot, or a dead owner's identity) to
+    /// `ident`, this process's, and record this process's pidfs inode.
+    pub(crate) fn claim(&self, from: u64, ident: u64) -> bool {
+        if from != 0 {
+            // A dead owner's inode must not be taken for ours between the CAS and the store.
+            self.pidfs_ino.store(0, SeqCst);
+        }
+        if self
             .ident
-            .compare_exchange(0, ident, SeqCst, Relaxed)
+            .compare_exchange(from, ident, SeqCst, SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        self.pidfs_ino.store(super::sys::self_pidfs_ino(), SeqCst);
+        true
+    }
+
+    /// Free the slot if it still holds `ident` (an unconditional free of our own slot is
+    /// `free(own ident)`). Returns whether it did.
+    pub(crate) fn free(&self, ident: u64) -> bool {
+        self.pidfs_ino.store(0, SeqCst);
+        self.ident
+            .compare_exchange(ident, 0, SeqCst, SeqCst)
             .is_ok()
-    })
+    }
+
+    /// Is the participant recorded here as `ident` (read from this slot) gone? Its pidfs inode
+    /// is used only if the slot still holds `ident` after it was read.
+    pub(crate) fn dead(&self, ident: u64) -> bool {
+        let ino = self.pidfs_ino.load(SeqCst);
+        let ino = if self.ident.load(SeqCst) == ident {
+            ino
+        } else {
+            0
+        };
+        super::sys::ident_dead(ident, ino)
+    }
 }

@@ -3,7 +3,8 @@
 //!
 //! Everything on the lock and recovery paths here is allocation-free and uses only
 //! async-signal-safe calls (`open`, `read`, `close`, `kill`, `getpid`, `clock_gettime`,
-//! `futex`), so a child forked from a multi-threaded process may use the lock.
+//! `futex`, and the raw system calls `pidfd_open`, `fstat`, `fstatfs`), so a child forked from
+//! a multi-threaded process may use the lock.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Once;
@@ -165,11 +166,16 @@ pub(crate) fn crash_point(_point: u32) {}
 static PID: AtomicU32 = AtomicU32::new(0);
 /// This process's identity (`make_ident(pid, start time)`), cached; reset in a forked child.
 static SELF_START: AtomicU64 = AtomicU64::new(0);
+/// This process's pidfs inode ([`self_pidfs_ino`]): 0 = not known yet (or reset in a forked
+/// child), [`NO_PIDFS`] = none.
+static SELF_INO: AtomicU64 = AtomicU64::new(0);
+const NO_PIDFS: u64 = u64::MAX;
 static ATFORK: Once = Once::new();
 
 extern "C" fn after_fork_in_child() {
     PID.store(0, Ordering::Relaxed);
     SELF_START.store(0, Ordering::Relaxed);
+    SELF_INO.store(0, Ordering::Relaxed);
 }
 
 /// This process's pid, cached without a syscall per call. A `pthread_atfork` child handler
@@ -232,6 +238,75 @@ pub(crate) fn self_ident() -> u64 {
     let id = make_ident(pid, start);
     SELF_START.store(id, Ordering::Relaxed);
     id
+}
+
+/// `PIDFS_MAGIC` (`include/uapi/linux/magic.h`): the file system of pidfds since Linux 6.9.
+const PIDFS_MAGIC: u64 = 0x5049_4446;
+
+/// What a pidfd says about a pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PidIno {
+    /// The pidfs inode of the process that has the pid now: unique for the boot, never reused
+    /// (`pidfd_open(2)`; pidfs, Linux 6.9+).
+    Ino(u64),
+    /// `pidfd_open` said `ESRCH`: no such process.
+    Gone,
+    /// No answer: no pidfs (older kernel: every pidfd shares one anonymous inode), no
+    /// `pidfd_open` (before 5.3, or refused by a seccomp filter), out of descriptors, a pid
+    /// that is not a thread-group leader (`EINVAL`), ...
+    Unknown,
+}
+
+/// The pidfs inode of `pid` (see [`PidIno`]).
+fn pidfs_ino(pid: u32) -> PidIno {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => PidIno::Gone,
+            _ => PidIno::Unknown,
+        };
+    }
+    let fd = fd as libc::c_int;
+    // SAFETY: all-zero `statfs`/`stat` are valid out-parameters; `fd` is ours, closed once.
+    let ino = unsafe {
+        let mut sfs: libc::statfs = core::mem::zeroed();
+        let mut st: libc::stat = core::mem::zeroed();
+        let ino = if libc::fstatfs(fd, &mut sfs) == 0
+            && sfs.f_type as u64 == PIDFS_MAGIC
+            && libc::fstat(fd, &mut st) == 0
+        {
+            PidIno::Ino(st.st_ino as u64)
+        } else {
+            PidIno::Unknown
+        };
+        libc::close(fd);
+        ino
+    };
+    match ino {
+        PidIno::Ino(0 | NO_PIDFS) => PidIno::Unknown,
+        other => other,
+    }
+}
+
+/// This process's pidfs inode, to record in its participant slot (`ProcSlot::pidfs_ino`);
+/// 0 if the kernel has no pidfs (or `pidfd_open` is not allowed).
+pub(crate) fn self_pidfs_ino() -> u64 {
+    let pid = current_pid();
+    let cached = SELF_INO.load(Ordering::Relaxed);
+    if cached != 0 {
+        return if cached == NO_PIDFS { 0 } else { cached };
+    }
+    let ino = match pidfs_ino(pid) {
+        PidIno::Ino(i) => i,
+        _ => NO_PIDFS,
+    };
+    SELF_INO.store(ino, Ordering::Relaxed);
+    if ino == NO_PIDFS {
+        0
+    } else {
+        ino
+    }
 }
 
 /// What `/proc/<pid>/stat` said.
@@ -348,23 +423,42 @@ fn number(field: &[u8]) -> Option<u64> {
 /// visible: `hidepid=2` answers `ENOENT` for another user's process) is presumed alive (never
 /// steal from a process we cannot prove dead). A stopped process is alive.
 ///
+/// `ino` is the pidfs inode the participant recorded ([`self_pidfs_ino`]), 0 if unknown. Start
+/// times are in clock ticks (10 ms), so a pid reused within the tick its first holder started
+/// in (`clone3` with `set_tid`, or a busy machine wrapping `pid_max`) looks the same in
+/// `/proc`; its pidfs inode does not (each process gets its own for the boot).
+///
 /// `/proc/<pid>/stat` describes the thread-group leader: a leader that ended alone (the main
 /// thread called `pthread_exit` or `SYS_exit`) shows `Z` while the other threads still run,
 /// so a zombie is dead only when it has no other thread left (field 20 is then 1, or 0 once
 /// it is being reaped).
-pub(crate) fn ident_dead(ident: u64) -> bool {
+pub(crate) fn ident_dead(ident: u64, ino: u64) -> bool {
     let pid = ident_pid(ident);
     if pid == 0 {
         return false;
     }
     if pid == current_pid() {
-        // Our own pid: alive if it is really us, dead if it is a predecessor with our pid.
-        return ident != self_ident();
+        // Our own pid: alive if it is really us, dead if it is a predecessor with our pid (in
+        // the same start tick only its inode tells).
+        if ident != self_ident() {
+            return true;
+        }
+        let mine = self_pidfs_ino();
+        return ino != 0 && mine != 0 && ino != mine;
     }
     // SAFETY: signal 0 only checks existence and permission.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
         return true;
+    }
+    if ino != 0 {
+        // A process keeps its pid (and pidfs inode) until it is reaped: another inode behind
+        // the pid now means ours has gone. (Zombies are left to the `/proc` check below.)
+        match pidfs_ino(pid) {
+            PidIno::Gone => return true,
+            PidIno::Ino(now) if now != ino => return true,
+            _ => {}
+        }
     }
     // It existed just now (0 or EPERM): a missing /proc entry is hidden, or the process has
     // gone since, which the next probe's kill() will tell.
@@ -475,22 +569,60 @@ mod tests {
                 _ => std::thread::sleep(std::time::Duration::from_millis(1)),
             }
         }
+        let ino = match pidfs_ino(pid) {
+            PidIno::Ino(i) => i,
+            _ => 0,
+        };
         assert!(
-            !ident_dead(ident),
+            !ident_dead(ident, ino),
             "a process with a running thread taken for dead"
         );
         let mut st = 0;
         // SAFETY: our child.
         unsafe { libc::waitpid(pid as libc::pid_t, &mut st, 0) };
-        assert!(ident_dead(ident));
+        assert!(ident_dead(ident, ino));
     }
 
     #[test]
     fn self_is_alive_and_ident_roundtrips() {
         let me = self_ident();
         assert_eq!(ident_pid(me), std::process::id());
-        assert!(!ident_dead(me));
+        assert!(!ident_dead(me, 0));
         // Same pid, other start time: a predecessor with our pid, so dead.
-        assert!(ident_dead(make_ident(ident_pid(me), ident_start(me) + 1)));
+        assert!(ident_dead(
+            make_ident(ident_pid(me), ident_start(me) + 1),
+            0
+        ));
+    }
+
+    #[test]
+    fn pidfs_inode_tells_processes_apart() {
+        let me = self_ident();
+        let ino = self_pidfs_ino();
+        assert!(!ident_dead(me, ino));
+        if ino == 0 {
+            return; // no pidfs: nothing more to tell
+        }
+        // Our pid and start time with another inode: a predecessor within our start tick.
+        assert!(ident_dead(me, ino + 1));
+        // Another live process: alive with its own inode, dead with another one.
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = match read_stat(pid) {
+            Stat::Found { start, .. } => start,
+            other => panic!("{other:?}"),
+        };
+        let PidIno::Ino(cino) = pidfs_ino(pid) else {
+            panic!("no pidfs inode for a live child")
+        };
+        assert_ne!(cino, ino);
+        assert!(!ident_dead(make_ident(pid, start), cino));
+        assert!(ident_dead(make_ident(pid, start), cino + 1));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(ident_dead(make_ident(pid, start), cino));
     }
 }

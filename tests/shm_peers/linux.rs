@@ -373,6 +373,155 @@ fn full_participant_table_is_an_error() {
     *ok(m.lock()) += 1;
 }
 
+/// Field 22 of `/proc/<pid>/stat` (start time in clock ticks), if readable.
+fn start_time(pid: libc::pid_t) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// Whether pidfds live on pidfs (Linux 6.9+), where each process has its own inode.
+fn kernel_has_pidfs() -> bool {
+    // SAFETY: pidfd_open of our own pid; the fd is closed below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as i32;
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: an all-zero statfs is a valid out-parameter; `fd` is ours.
+    unsafe {
+        let mut sfs: libc::statfs = std::mem::zeroed();
+        let ok = libc::fstatfs(fd, &mut sfs) == 0 && sfs.f_type as i64 == 0x5049_4446;
+        libc::close(fd);
+        ok
+    }
+}
+
+/// `struct clone_args` of `clone3(2)` up to `set_tid_size` (`CLONE_ARGS_SIZE_VER1`).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+}
+
+/// `clone3` a child with pid `pid` that sleeps until killed: the child's pid, or the errno.
+fn clone_with_pid(pid: libc::pid_t) -> Result<libc::pid_t, i32> {
+    let tid = [pid];
+    let args = CloneArgs {
+        exit_signal: libc::SIGCHLD as u64,
+        set_tid: tid.as_ptr() as u64,
+        set_tid_size: 1,
+        ..Default::default()
+    };
+    // SAFETY: a fork-like clone (no shared memory, the child runs on a copy of our stack); the
+    // test process is single-threaded, and the child makes only raw libc calls (nanosleep,
+    // _exit): it never touches the lock (its glibc caches are the parent's).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if r == 0 {
+        let ts = libc::timespec {
+            tv_sec: 10,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec; then leave without the parent's atexit work.
+        unsafe {
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0)
+        }
+    }
+    if r < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    Ok(r as libc::pid_t)
+}
+
+/// Issue 13, item 5: an owner dies and its pid is reused *within its start-time tick* (a
+/// `clone3` with `set_tid`): same pid, same start time, another process. It used to be taken
+/// for the dead owner, wedging the lock until the impostor exited; on kernels with pidfs the
+/// pidfd inode recorded in the participant slot tells them apart.
+fn pid_reused_within_tick_is_dead() {
+    if !kernel_has_pidfs() {
+        println!("    skipped: no pidfs (Linux < 6.9): pid + start time is all there is");
+        return;
+    }
+    let flag = Shared::new(1);
+    for attempt in 1..=50 {
+        let m = ShmMutex::anonymous_with(
+            0u64,
+            Config {
+                participants: 4,
+                waiter_slots: 4,
+            },
+        )
+        .unwrap();
+        flag.at(0).store(0, SeqCst);
+        let owner = fork(|| {
+            let g = ok(m.lock());
+            flag.at(0).store(1, SeqCst);
+            loop {
+                std::hint::black_box(&g);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+        while flag.at(0).load(SeqCst) == 0 {
+            std::hint::spin_loop();
+        }
+        let start = start_time(owner);
+        signal(owner, libc::SIGKILL);
+        let mut st = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(owner, &mut st, 0) };
+        let imp = match clone_with_pid(owner) {
+            Ok(p) => p,
+            Err(e @ (libc::EPERM | libc::ENOSYS | libc::EINVAL)) => {
+                println!("    skipped: clone3 with set_tid refused (errno {e})");
+                return;
+            }
+            Err(e) => {
+                println!("    attempt {attempt}: clone3 failed (errno {e}), again");
+                continue;
+            }
+        };
+        assert_eq!(imp, owner);
+        let same_tick = start.is_some() && start_time(imp) == start;
+        if same_tick {
+            let t = Instant::now();
+            let r = m.try_lock_for(Duration::from_secs(1));
+            let took = t.elapsed();
+            let died = matches!(r, Err(TryLockError::OwnerDied(_)));
+            let what = format!("{r:?}");
+            drop(r);
+            signal(imp, libc::SIGKILL);
+            wait_limit(imp, Duration::from_secs(5), "impostor");
+            assert!(
+                died,
+                "a pid reused within the dead owner's start tick was taken for it: {what} after {took:?}"
+            );
+            println!("    attempt {attempt}: OwnerDied after {took:.2?}");
+            return;
+        }
+        signal(imp, libc::SIGKILL);
+        wait_limit(imp, Duration::from_secs(5), "impostor");
+    }
+    println!("    skipped: could not reuse a pid within one start-time tick in 50 attempts");
+}
+
 // ------------------------------------------------------------------ runner
 
 pub fn main() {
@@ -399,6 +548,10 @@ pub fn main() {
         (
             "full_participant_table_is_an_error",
             full_participant_table_is_an_error,
+        ),
+        (
+            "pid_reused_within_tick_is_dead",
+            pid_reused_within_tick_is_dead,
         ),
     ];
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
