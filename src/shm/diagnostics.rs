@@ -180,13 +180,7 @@ mod tests {
         h.stored_handoff.store(u32::MAX, SeqCst);
         for i in 0..r.layout.participants {
             let p = r.proc(i);
-            for c in [
-                &p.registered,
-                &p.woken,
-                &p.owes_normal,
-                &p.owes_handoff,
-                &p.handoff,
-            ] {
+            for c in p.counters() {
                 c.store(u32::MAX, SeqCst);
             }
         }

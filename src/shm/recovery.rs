@@ -619,13 +619,7 @@ mod tests {
         let r = &m.region;
         let p = r.proc(0);
         p.ident.store(dead_ident(), SeqCst);
-        for c in [
-            &p.registered,
-            &p.woken,
-            &p.owes_normal,
-            &p.owes_handoff,
-            &p.handoff,
-        ] {
+        for c in p.counters() {
             c.store(u32::MAX, SeqCst);
         }
         let found = within(Duration::from_secs(2), "recovery", move || m.recover());

@@ -28,7 +28,7 @@ use super::journal::{Target, Txn, JLOCK_GRACE};
 use super::layout::*;
 use crate::algo::{self, StateWord, LOCKED, STARVING, WOKEN};
 use core::ptr::NonNull;
-use core::sync::atomic::Ordering::*;
+use core::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Instant;
 
 /// Go's 32-bit state in the 64-bit word.
@@ -117,12 +117,7 @@ impl Region {
     /// Participant `i` holds nothing (journal lock held): no waiter counted, no `WOKEN`, no
     /// token owed or received, not the owner. Its slot may be freed (once its queue slots are).
     pub(crate) fn holds_nothing(&self, i: u32) -> bool {
-        let p = self.proc(i);
-        p.registered.load(SeqCst) == 0
-            && p.woken.load(SeqCst) == 0
-            && p.owes_normal.load(SeqCst) == 0
-            && p.owes_handoff.load(SeqCst) == 0
-            && p.handoff.load(SeqCst) == 0
+        self.proc(i).counters().iter().all(|c| c.load(SeqCst) == 0)
             && owner_of(self.hdr().state.load(SeqCst)) != i + 1
     }
 }
@@ -426,6 +421,18 @@ pub(crate) fn claim_participant(r: &Region, ident: u64, n: u32) -> Option<u32> {
 /// from a dead owner clears the inode first ([`ProcSlot::free`], [`ProcSlot::claim`]). A
 /// clear that lands after a newcomer's store only loses the extra check (0 = unknown).
 impl ProcSlot {
+    /// The participant's accounting (module docs of `recovery`): all zero when it holds
+    /// nothing.
+    pub(crate) fn counters(&self) -> [&AtomicU32; 5] {
+        [
+            &self.registered,
+            &self.woken,
+            &self.owes_normal,
+            &self.owes_handoff,
+            &self.handoff,
+        ]
+    }
+
     /// CAS the identity from `from` (0 for a free slot, or a dead owner's identity) to
     /// `ident`, this process's, and record this process's pidfs inode.
     pub(crate) fn claim(&self, from: u64, ident: u64) -> bool {
