@@ -274,6 +274,29 @@ fn check_owner(name: &CString, st: &libc::stat, opts: &OpenOptions) -> Result<()
     Ok(())
 }
 
+/// Remove a named shared-memory object (`shm_unlink`); `name` may omit the leading `/`.
+/// Processes that have it mapped keep their mapping; the next
+/// [`create`](ShmMutex::create) of the name makes a new object. Fails with `Io(NotFound)` if
+/// the name does not exist.
+///
+/// ```
+/// use gomutex::shm::{self, Config, ShmMutex};
+/// let name = format!("/gomutex-doc-unlink-{}", std::process::id());
+/// let m = ShmMutex::create(&name, 1u32, Config::default())?;
+/// shm::unlink(&name)?; // no `ShmMutex::<u32>::` needed
+/// assert_eq!(*m.lock().unwrap(), 1); // still mapped here
+/// assert!(shm::unlink(&name).is_err());
+/// # Ok::<(), shm::ShmError>(())
+/// ```
+pub fn unlink(name: &str) -> Result<(), ShmError> {
+    let cname = shm_name(name)?;
+    // SAFETY: a NUL-terminated name.
+    if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
 impl<T: ShmSafe> ShmMutex<T> {
     /// Bytes a region for `T` with this configuration occupies (what to map for
     /// [`init_in_place`](Self::init_in_place)).
@@ -457,14 +480,10 @@ impl<T: ShmSafe> ShmMutex<T> {
         }
     }
 
-    /// Remove a name (`shm_unlink`). Processes that have it mapped keep their mapping.
+    /// Remove a name: the same as the free function [`shm::unlink`](super::unlink), which
+    /// needs no type parameter.
     pub fn unlink(name: &str) -> Result<(), ShmError> {
-        let cname = shm_name(name)?;
-        // SAFETY: a NUL-terminated name.
-        if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        Ok(())
+        unlink(name)
     }
 
     /// Initialise a region in memory the caller mapped, holding `value`.

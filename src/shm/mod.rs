@@ -24,7 +24,7 @@
 //!   and the children share it. (Not `memmap2`'s `map_anon`, which is `MAP_PRIVATE`: each
 //!   child would get a copy.)
 //! * [`ShmMutex::create`], [`ShmMutex::open`], [`ShmMutex::open_or_create`],
-//!   [`ShmMutex::unlink`]: a named POSIX shared-memory object (`shm_open`, visible under
+//!   [`unlink`]: a named POSIX shared-memory object (`shm_open`, visible under
 //!   `/dev/shm`) for unrelated processes. The creator uses `O_CREAT | O_EXCL`, initialises the
 //!   region and publishes it by writing the magic number last; openers wait (bounded) until
 //!   it is there.
@@ -134,7 +134,7 @@ mod sys;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
-pub use mapping::OpenOptions;
+pub use mapping::{unlink, OpenOptions};
 
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
