@@ -9,7 +9,7 @@ use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::*};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -261,7 +261,7 @@ impl OpenOptions {
 }
 
 /// Refuse an object another user owns, unless `opts` allow it.
-fn check_owner(name: &CString, st: &libc::stat, opts: &OpenOptions) -> Result<(), ShmError> {
+fn check_owner(name: &CStr, st: &libc::stat, opts: &OpenOptions) -> Result<(), ShmError> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if st.st_uid != uid && !opts.allow_other_owner {
@@ -292,9 +292,14 @@ pub fn unlink(name: &str) -> Result<(), ShmError> {
     let cname = shm_name(name)?;
     // SAFETY: a NUL-terminated name.
     if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error().into());
+        return Err(about(&cname, io::Error::last_os_error().into()));
     }
     Ok(())
+}
+
+/// `e`, naming the object `cname` if it is a system call's error.
+fn about(cname: &CStr, e: ShmError) -> ShmError {
+    e.about(&cname.to_string_lossy())
 }
 
 impl<T: ShmSafe> ShmMutex<T> {
@@ -345,6 +350,10 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Fails with `Io(AlreadyExists)` if the name exists. `name` may omit the leading `/`.
     pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
+        Self::create_c(&cname, value, cfg).map_err(|e| about(&cname, e))
+    }
+
+    fn create_c(cname: &CStr, value: T, cfg: Config) -> Result<Self, ShmError> {
         let len = layout_for::<T>(cfg)?.total_size;
         // SAFETY: a NUL-terminated name; creates a new object.
         let fd = unsafe {
@@ -398,6 +407,10 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// [`OpenOptions::timeout`], or a validation error (nothing is written then).
     pub fn open_with(name: &str, opts: OpenOptions) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
+        Self::open_c(&cname, opts).map_err(|e| about(&cname, e))
+    }
+
+    fn open_c(cname: &CStr, opts: OpenOptions) -> Result<Self, ShmError> {
         // SAFETY: a NUL-terminated name.
         let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
         if fd < 0 {
@@ -416,7 +429,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             }
             if !owner_checked {
                 // Before mapping anything: a squatter's object is not even read.
-                check_owner(&cname, &st, &opts)?;
+                check_owner(cname, &st, &opts)?;
                 owner_checked = true;
             }
             let len = st.st_size as usize;
@@ -573,6 +586,37 @@ mod tests {
         // SAFETY: our descriptor.
         assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
         Fd(fd)
+    }
+
+    #[test]
+    fn errors_name_the_object() {
+        let name = uniq("named");
+        let _a = ShmMutex::create(&name, 1u32, Config::default()).unwrap();
+        let e = ShmMutex::create(&name, 1u32, Config::default()).unwrap_err();
+        unlink(&name).unwrap();
+        assert!(matches!(&e, ShmError::Io(io) if io.kind() == io::ErrorKind::AlreadyExists));
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(e.object_name(), Some(name.as_str()));
+        assert_eq!(
+            e.to_string(),
+            format!("shared memory object \"{name}\": File exists (os error 17)")
+        );
+        for e in [ShmMutex::<u32>::open(&name).unwrap_err(), unlink(&name).unwrap_err()] {
+            assert!(matches!(&e, ShmError::Io(io) if io.kind() == io::ErrorKind::NotFound));
+            assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+            assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
+        }
+        // The name is not wrapped twice, and `source` reaches the OS error.
+        let e = e_about_twice(&name);
+        assert_eq!(e.to_string().matches(&name).count(), 1, "{e}");
+    }
+
+    fn e_about_twice(name: &str) -> ShmError {
+        let e = ShmError::from(io::Error::from_raw_os_error(libc::EACCES));
+        let e = e.about(name).about(name);
+        let src = std::error::Error::source(&e).unwrap();
+        assert!(std::error::Error::source(src).is_some());
+        e
     }
 
     #[test]
