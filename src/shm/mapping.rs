@@ -601,7 +601,10 @@ mod tests {
             e.to_string(),
             format!("shared memory object \"{name}\": File exists (os error 17)")
         );
-        for e in [ShmMutex::<u32>::open(&name).unwrap_err(), unlink(&name).unwrap_err()] {
+        for e in [
+            ShmMutex::<u32>::open(&name).unwrap_err(),
+            unlink(&name).unwrap_err(),
+        ] {
             assert!(matches!(&e, ShmError::Io(io) if io.kind() == io::ErrorKind::NotFound));
             assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
             assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
