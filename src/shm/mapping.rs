@@ -209,14 +209,16 @@ impl Drop for Fd {
     }
 }
 
-/// How [`ShmMutex::open_with`] and [`ShmMutex::open_or_create_with`] treat an existing named
-/// region.
+/// How [`ShmMutex::open_with`], [`ShmMutex::create_with`] and
+/// [`ShmMutex::open_or_create_with`] treat a named region: the wait for an existing one and
+/// whose to accept, the permissions of a new one.
 ///
 /// ```
 /// use gomutex::shm::OpenOptions;
 /// use std::time::Duration;
-/// let o = OpenOptions::new().timeout(Duration::from_millis(100));
+/// let o = OpenOptions::new().timeout(Duration::from_millis(100)).mode(0o660);
 /// assert!(!o.allow_other_owner);
+/// assert_eq!(o.mode, 0o660);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -230,6 +232,11 @@ pub struct OpenOptions {
     /// `SIGBUS`); and anyone may create a name first in `/dev/shm`. Set it only when the owner
     /// is trusted, e.g. a service whose clients run as other users.
     pub allow_other_owner: bool,
+    /// Permission bits of an object this call creates (default `0o600`: the owner only). Set
+    /// exactly, whatever the umask (`fchmod` after `shm_open`). Only the bits in `0o777` are
+    /// allowed ([`ShmError::InvalidConfig`] otherwise). Other users who may write the object
+    /// must also open it with [`allow_other_owner`](Self::allow_other_owner).
+    pub mode: u32,
 }
 
 impl Default for OpenOptions {
@@ -237,12 +244,14 @@ impl Default for OpenOptions {
         Self {
             timeout: Duration::from_secs(1),
             allow_other_owner: false,
+            mode: 0o600,
         }
     }
 }
 
 impl OpenOptions {
-    /// The defaults: wait 1 s, refuse an object owned by another user.
+    /// The defaults: wait 1 s, refuse an object owned by another user, create with mode
+    /// `0o600`.
     pub fn new() -> Self {
         Self::default()
     }
@@ -256,6 +265,12 @@ impl OpenOptions {
     /// Set [`allow_other_owner`](Self::allow_other_owner).
     pub fn allow_other_owner(mut self, allow: bool) -> Self {
         self.allow_other_owner = allow;
+        self
+    }
+
+    /// Set [`mode`](Self::mode).
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode;
         self
     }
 }
@@ -349,13 +364,44 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Create a named region (`shm_open(name, O_CREAT | O_EXCL)`, mode 0600) holding `value`.
     /// Fails with `Io(AlreadyExists)` if the name exists. `name` may omit the leading `/`.
     pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
-        let cname = shm_name(name)?;
-        Self::create_c(&cname, value, cfg).map_err(|e| about(&cname, e))
+        Self::create_with(name, value, cfg, OpenOptions::new())
     }
 
-    fn create_c(cname: &CStr, value: T, cfg: Config) -> Result<Self, ShmError> {
+    /// [`create`](Self::create) with the object's permissions from
+    /// [`OpenOptions::mode`] (its other options concern opening and are ignored here).
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, OpenOptions, ShmMutex};
+    /// use std::os::unix::fs::PermissionsExt;
+    ///
+    /// let name = format!("/gomutex-doc-mode-{}", std::process::id());
+    /// // Readable and writable by the group too (peers of another uid in the group open it
+    /// // with `OpenOptions::new().allow_other_owner(true)`).
+    /// let m = ShmMutex::create_with(&name, 0u64, Config::default(), OpenOptions::new().mode(0o660))?;
+    /// let mode = std::fs::metadata(format!("/dev/shm{name}"))?.permissions().mode();
+    /// shm::unlink(&name)?;
+    /// assert_eq!(mode & 0o777, 0o660);
+    /// # drop(m);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_with(
+        name: &str,
+        value: T,
+        cfg: Config,
+        opts: OpenOptions,
+    ) -> Result<Self, ShmError> {
+        let cname = shm_name(name)?;
+        if opts.mode & !0o777 != 0 {
+            return Err(ShmError::InvalidConfig(
+                "mode must be permission bits (at most 0o777)",
+            ));
+        }
+        Self::create_c(&cname, value, cfg, opts.mode).map_err(|e| about(&cname, e))
+    }
+
+    fn create_c(cname: &CStr, value: T, cfg: Config, mode: u32) -> Result<Self, ShmError> {
         let len = layout_for::<T>(cfg)?.total_size;
-        // SAFETY: a NUL-terminated name; creates a new object.
+        // SAFETY: a NUL-terminated name; creates a new object, owner-only until the fchmod.
         let fd = unsafe {
             libc::shm_open(
                 cname.as_ptr(),
@@ -372,6 +418,11 @@ impl<T: ShmSafe> ShmMutex<T> {
             unsafe { libc::shm_unlink(cname.as_ptr()) };
             e
         };
+        // The exact mode, not masked by the umask as `shm_open`'s would be.
+        // SAFETY: our descriptor.
+        if unsafe { libc::fchmod(fd.0, mode) } != 0 {
+            return Err(fail(io::Error::last_os_error().into()));
+        }
         // SAFETY: our descriptor.
         if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
             return Err(fail(io::Error::last_os_error().into()));
@@ -471,7 +522,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     /// [`open_or_create`](Self::open_or_create), opening an existing object as
-    /// [`open_with`](Self::open_with) does.
+    /// [`open_with`](Self::open_with) does, or creating one with [`OpenOptions::mode`].
     pub fn open_or_create_with(
         name: &str,
         value: T,
@@ -479,7 +530,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         opts: OpenOptions,
     ) -> Result<(Self, bool), ShmError> {
         loop {
-            match Self::create(name, value, cfg) {
+            match Self::create_with(name, value, cfg, opts) {
                 Ok(m) => return Ok((m, true)),
                 Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
@@ -620,6 +671,31 @@ mod tests {
         let src = std::error::Error::source(&e).unwrap();
         assert!(std::error::Error::source(src).is_some());
         e
+    }
+
+    #[test]
+    fn mode_is_exact_and_checked() {
+        let name = uniq("mode");
+        let opts = OpenOptions::new().mode(0o604);
+        let m = ShmMutex::create_with(&name, 1u32, Config::default(), opts).unwrap();
+        let cname = shm_name(&name).unwrap();
+        // SAFETY: a NUL-terminated name.
+        let fd = Fd(unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) });
+        // SAFETY: a zeroed stat buffer for fstat to fill.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: our descriptor, a valid buffer.
+        assert_eq!(unsafe { libc::fstat(fd.0, &mut st) }, 0);
+        unlink(&name).unwrap();
+        assert_eq!(st.st_mode & 0o7777, 0o604);
+        drop(m);
+        for bad in [0o1600, 0o4600, 0o10000] {
+            let r = ShmMutex::create_with(&name, 1u32, Config::default(), opts.mode(bad));
+            assert!(matches!(r, Err(ShmError::InvalidConfig(_))), "{bad:o}");
+        }
+        assert!(matches!(
+            ShmMutex::<u32>::open(&name),
+            Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound
+        ));
     }
 
     #[test]
