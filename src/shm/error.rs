@@ -67,7 +67,10 @@ pub enum ShmError {
         /// The region's participant slots (its `Config::participants`).
         participants: u32,
     },
-    /// A system call failed.
+    /// A system call failed. For a named object the error names it (its `Display` reads
+    /// e.g. `shared memory object "/board": File exists (os error 17)`); its
+    /// [`kind`](io::Error::kind) is the system call's, [`ShmError::raw_os_error`] gives the
+    /// `errno` and [`ShmError::object_name`] the name.
     Io(io::Error),
     /// A named object exists but belongs to another user: refused, since whoever can write
     /// it controls the lock (see [`OpenOptions::allow_other_owner`](super::OpenOptions)).
@@ -125,6 +128,7 @@ impl fmt::Display for ShmError {
                 "all {participants} participant slots of the shared region are used by live \
                  processes (Config::participants)"
             ),
+            ShmError::Io(e) if ObjectError::of(e).is_some() => write!(f, "{e}"),
             ShmError::Io(e) => write!(f, "shared memory: {e}"),
             ShmError::NotOwner {
                 name,
@@ -132,7 +136,7 @@ impl fmt::Display for ShmError {
                 uid,
             } => write!(
                 f,
-                "shared memory object {name} is owned by uid {owner_uid}, not by this \
+                "shared memory object {name:?} is owned by uid {owner_uid}, not by this \
                  process's uid {uid}: refused (anyone who can write it controls the lock; \
                  OpenOptions::allow_other_owner trusts it)"
             ),
@@ -152,6 +156,80 @@ impl std::error::Error for ShmError {
 impl From<io::Error> for ShmError {
     fn from(e: io::Error) -> Self {
         ShmError::Io(e)
+    }
+}
+
+impl ShmError {
+    /// The name of the shared-memory object the failed call was about, if it was about a
+    /// named one (with its leading `/`).
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmError, ShmMutex};
+    /// let e = ShmMutex::<u32>::open("/gomutex-doc-no-such-object").unwrap_err();
+    /// assert!(matches!(&e, ShmError::Io(io) if io.kind() == std::io::ErrorKind::NotFound));
+    /// assert_eq!(e.object_name(), Some("/gomutex-doc-no-such-object"));
+    /// assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "shared memory object \"/gomutex-doc-no-such-object\": No such file or directory (os error 2)"
+    /// );
+    /// ```
+    pub fn object_name(&self) -> Option<&str> {
+        match self {
+            ShmError::Io(e) => ObjectError::of(e).map(|o| o.name.as_str()),
+            ShmError::NotOwner { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The `errno` of a failed system call ([`ShmError::Io`]), also when the error names the
+    /// object (where [`io::Error::raw_os_error`] of the wrapped error is `None`).
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            ShmError::Io(e) => ObjectError::of(e).map_or(e, |o| &o.err).raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// This error, naming the object `name` if it is an [`Io`](ShmError::Io) error that does
+    /// not name one yet.
+    pub(super) fn about(self, name: &str) -> Self {
+        match self {
+            ShmError::Io(e) if ObjectError::of(&e).is_none() => ShmError::Io(io::Error::new(
+                e.kind(),
+                ObjectError {
+                    name: name.to_owned(),
+                    err: e,
+                },
+            )),
+            e => e,
+        }
+    }
+}
+
+/// A system call's error about a named shared-memory object, inside [`ShmError::Io`]'s
+/// `io::Error` (same kind), so that the message names the object.
+#[derive(Debug)]
+struct ObjectError {
+    name: String,
+    err: io::Error,
+}
+
+impl ObjectError {
+    fn of(e: &io::Error) -> Option<&ObjectError> {
+        e.get_ref()?.downcast_ref()
+    }
+}
+
+impl fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "shared memory object {:?}: {}", self.name, self.err)
+    }
+}
+
+impl std::error::Error for ObjectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.err)
     }
 }
 

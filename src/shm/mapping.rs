@@ -9,7 +9,7 @@ use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::*};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -209,14 +209,16 @@ impl Drop for Fd {
     }
 }
 
-/// How [`ShmMutex::open_with`] and [`ShmMutex::open_or_create_with`] treat an existing named
-/// region.
+/// How [`ShmMutex::open_with`], [`ShmMutex::create_with`] and
+/// [`ShmMutex::open_or_create_with`] treat a named region: the wait for an existing one and
+/// whose to accept, the permissions of a new one.
 ///
 /// ```
 /// use gomutex::shm::OpenOptions;
 /// use std::time::Duration;
-/// let o = OpenOptions::new().timeout(Duration::from_millis(100));
+/// let o = OpenOptions::new().timeout(Duration::from_millis(100)).mode(0o660);
 /// assert!(!o.allow_other_owner);
+/// assert_eq!(o.mode, 0o660);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -230,6 +232,11 @@ pub struct OpenOptions {
     /// `SIGBUS`); and anyone may create a name first in `/dev/shm`. Set it only when the owner
     /// is trusted, e.g. a service whose clients run as other users.
     pub allow_other_owner: bool,
+    /// Permission bits of an object this call creates (default `0o600`: the owner only). Set
+    /// exactly, whatever the umask (`fchmod` after `shm_open`). Only the bits in `0o777` are
+    /// allowed ([`ShmError::InvalidConfig`] otherwise). Other users who may write the object
+    /// must also open it with [`allow_other_owner`](Self::allow_other_owner).
+    pub mode: u32,
 }
 
 impl Default for OpenOptions {
@@ -237,12 +244,14 @@ impl Default for OpenOptions {
         Self {
             timeout: Duration::from_secs(1),
             allow_other_owner: false,
+            mode: 0o600,
         }
     }
 }
 
 impl OpenOptions {
-    /// The defaults: wait 1 s, refuse an object owned by another user.
+    /// The defaults: wait 1 s, refuse an object owned by another user, create with mode
+    /// `0o600`.
     pub fn new() -> Self {
         Self::default()
     }
@@ -258,10 +267,16 @@ impl OpenOptions {
         self.allow_other_owner = allow;
         self
     }
+
+    /// Set [`mode`](Self::mode).
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode;
+        self
+    }
 }
 
 /// Refuse an object another user owns, unless `opts` allow it.
-fn check_owner(name: &CString, st: &libc::stat, opts: &OpenOptions) -> Result<(), ShmError> {
+fn check_owner(name: &CStr, st: &libc::stat, opts: &OpenOptions) -> Result<(), ShmError> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if st.st_uid != uid && !opts.allow_other_owner {
@@ -272,6 +287,34 @@ fn check_owner(name: &CString, st: &libc::stat, opts: &OpenOptions) -> Result<()
         });
     }
     Ok(())
+}
+
+/// Remove a named shared-memory object (`shm_unlink`); `name` may omit the leading `/`.
+/// Processes that have it mapped keep their mapping; the next
+/// [`create`](ShmMutex::create) of the name makes a new object. Fails with `Io(NotFound)` if
+/// the name does not exist.
+///
+/// ```
+/// use gomutex::shm::{self, Config, ShmMutex};
+/// let name = format!("/gomutex-doc-unlink-{}", std::process::id());
+/// let m = ShmMutex::create(&name, 1u32, Config::default())?;
+/// shm::unlink(&name)?; // no `ShmMutex::<u32>::` needed
+/// assert_eq!(*m.lock().unwrap(), 1); // still mapped here
+/// assert!(shm::unlink(&name).is_err());
+/// # Ok::<(), shm::ShmError>(())
+/// ```
+pub fn unlink(name: &str) -> Result<(), ShmError> {
+    let cname = shm_name(name)?;
+    // SAFETY: a NUL-terminated name.
+    if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
+        return Err(about(&cname, io::Error::last_os_error().into()));
+    }
+    Ok(())
+}
+
+/// `e`, naming the object `cname` if it is a system call's error.
+fn about(cname: &CStr, e: ShmError) -> ShmError {
+    e.about(&cname.to_string_lossy())
 }
 
 impl<T: ShmSafe> ShmMutex<T> {
@@ -321,9 +364,44 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Create a named region (`shm_open(name, O_CREAT | O_EXCL)`, mode 0600) holding `value`.
     /// Fails with `Io(AlreadyExists)` if the name exists. `name` may omit the leading `/`.
     pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
+        Self::create_with(name, value, cfg, OpenOptions::new())
+    }
+
+    /// [`create`](Self::create) with the object's permissions from
+    /// [`OpenOptions::mode`] (its other options concern opening and are ignored here).
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, OpenOptions, ShmMutex};
+    /// use std::os::unix::fs::PermissionsExt;
+    ///
+    /// let name = format!("/gomutex-doc-mode-{}", std::process::id());
+    /// // Readable and writable by the group too (peers of another uid in the group open it
+    /// // with `OpenOptions::new().allow_other_owner(true)`).
+    /// let m = ShmMutex::create_with(&name, 0u64, Config::default(), OpenOptions::new().mode(0o660))?;
+    /// let mode = std::fs::metadata(format!("/dev/shm{name}"))?.permissions().mode();
+    /// shm::unlink(&name)?;
+    /// assert_eq!(mode & 0o777, 0o660);
+    /// # drop(m);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_with(
+        name: &str,
+        value: T,
+        cfg: Config,
+        opts: OpenOptions,
+    ) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
+        if opts.mode & !0o777 != 0 {
+            return Err(ShmError::InvalidConfig(
+                "mode must be permission bits (at most 0o777)",
+            ));
+        }
+        Self::create_c(&cname, value, cfg, opts.mode).map_err(|e| about(&cname, e))
+    }
+
+    fn create_c(cname: &CStr, value: T, cfg: Config, mode: u32) -> Result<Self, ShmError> {
         let len = layout_for::<T>(cfg)?.total_size;
-        // SAFETY: a NUL-terminated name; creates a new object.
+        // SAFETY: a NUL-terminated name; creates a new object, owner-only until the fchmod.
         let fd = unsafe {
             libc::shm_open(
                 cname.as_ptr(),
@@ -340,6 +418,11 @@ impl<T: ShmSafe> ShmMutex<T> {
             unsafe { libc::shm_unlink(cname.as_ptr()) };
             e
         };
+        // The exact mode, not masked by the umask as `shm_open`'s would be.
+        // SAFETY: our descriptor.
+        if unsafe { libc::fchmod(fd.0, mode) } != 0 {
+            return Err(fail(io::Error::last_os_error().into()));
+        }
         // SAFETY: our descriptor.
         if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
             return Err(fail(io::Error::last_os_error().into()));
@@ -375,6 +458,10 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// [`OpenOptions::timeout`], or a validation error (nothing is written then).
     pub fn open_with(name: &str, opts: OpenOptions) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
+        Self::open_c(&cname, opts).map_err(|e| about(&cname, e))
+    }
+
+    fn open_c(cname: &CStr, opts: OpenOptions) -> Result<Self, ShmError> {
         // SAFETY: a NUL-terminated name.
         let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
         if fd < 0 {
@@ -393,7 +480,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             }
             if !owner_checked {
                 // Before mapping anything: a squatter's object is not even read.
-                check_owner(&cname, &st, &opts)?;
+                check_owner(cname, &st, &opts)?;
                 owner_checked = true;
             }
             let len = st.st_size as usize;
@@ -435,7 +522,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     /// [`open_or_create`](Self::open_or_create), opening an existing object as
-    /// [`open_with`](Self::open_with) does.
+    /// [`open_with`](Self::open_with) does, or creating one with [`OpenOptions::mode`].
     pub fn open_or_create_with(
         name: &str,
         value: T,
@@ -443,7 +530,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         opts: OpenOptions,
     ) -> Result<(Self, bool), ShmError> {
         loop {
-            match Self::create(name, value, cfg) {
+            match Self::create_with(name, value, cfg, opts) {
                 Ok(m) => return Ok((m, true)),
                 Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
@@ -457,14 +544,10 @@ impl<T: ShmSafe> ShmMutex<T> {
         }
     }
 
-    /// Remove a name (`shm_unlink`). Processes that have it mapped keep their mapping.
+    /// Remove a name: the same as the free function [`shm::unlink`](super::unlink), which
+    /// needs no type parameter.
     pub fn unlink(name: &str) -> Result<(), ShmError> {
-        let cname = shm_name(name)?;
-        // SAFETY: a NUL-terminated name.
-        if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        Ok(())
+        unlink(name)
     }
 
     /// Initialise a region in memory the caller mapped, holding `value`.
@@ -554,6 +637,65 @@ mod tests {
         // SAFETY: our descriptor.
         assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
         Fd(fd)
+    }
+
+    #[test]
+    fn errors_name_the_object() {
+        let name = uniq("named");
+        let _a = ShmMutex::create(&name, 1u32, Config::default()).unwrap();
+        let e = ShmMutex::create(&name, 1u32, Config::default()).unwrap_err();
+        unlink(&name).unwrap();
+        assert!(matches!(&e, ShmError::Io(io) if io.kind() == io::ErrorKind::AlreadyExists));
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(e.object_name(), Some(name.as_str()));
+        assert_eq!(
+            e.to_string(),
+            format!("shared memory object \"{name}\": File exists (os error 17)")
+        );
+        for e in [
+            ShmMutex::<u32>::open(&name).unwrap_err(),
+            unlink(&name).unwrap_err(),
+        ] {
+            assert!(matches!(&e, ShmError::Io(io) if io.kind() == io::ErrorKind::NotFound));
+            assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+            assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
+        }
+        // The name is not wrapped twice, and `source` reaches the OS error.
+        let e = e_about_twice(&name);
+        assert_eq!(e.to_string().matches(&name).count(), 1, "{e}");
+    }
+
+    fn e_about_twice(name: &str) -> ShmError {
+        let e = ShmError::from(io::Error::from_raw_os_error(libc::EACCES));
+        let e = e.about(name).about(name);
+        let src = std::error::Error::source(&e).unwrap();
+        assert!(std::error::Error::source(src).is_some());
+        e
+    }
+
+    #[test]
+    fn mode_is_exact_and_checked() {
+        let name = uniq("mode");
+        let opts = OpenOptions::new().mode(0o604);
+        let m = ShmMutex::create_with(&name, 1u32, Config::default(), opts).unwrap();
+        let cname = shm_name(&name).unwrap();
+        // SAFETY: a NUL-terminated name.
+        let fd = Fd(unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) });
+        // SAFETY: a zeroed stat buffer for fstat to fill.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: our descriptor, a valid buffer.
+        assert_eq!(unsafe { libc::fstat(fd.0, &mut st) }, 0);
+        unlink(&name).unwrap();
+        assert_eq!(st.st_mode & 0o7777, 0o604);
+        drop(m);
+        for bad in [0o1600, 0o4600, 0o10000] {
+            let r = ShmMutex::create_with(&name, 1u32, Config::default(), opts.mode(bad));
+            assert!(matches!(r, Err(ShmError::InvalidConfig(_))), "{bad:o}");
+        }
+        assert!(matches!(
+            ShmMutex::<u32>::open(&name),
+            Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound
+        ));
     }
 
     #[test]

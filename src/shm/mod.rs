@@ -24,7 +24,7 @@
 //!   and the children share it. (Not `memmap2`'s `map_anon`, which is `MAP_PRIVATE`: each
 //!   child would get a copy.)
 //! * [`ShmMutex::create`], [`ShmMutex::open`], [`ShmMutex::open_or_create`],
-//!   [`ShmMutex::unlink`]: a named POSIX shared-memory object (`shm_open`, visible under
+//!   [`unlink`]: a named POSIX shared-memory object (`shm_open`, visible under
 //!   `/dev/shm`) for unrelated processes. The creator uses `O_CREAT | O_EXCL`, initialises the
 //!   region and publishes it by writing the magic number last; openers wait (bounded) until
 //!   it is there.
@@ -134,7 +134,7 @@ mod sys;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
-pub use mapping::OpenOptions;
+pub use mapping::{unlink, OpenOptions};
 
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
@@ -411,6 +411,51 @@ impl<T: ShmSafe> ShmMutex<T> {
         self.guard(sys::current_pid(), w)
     }
 
+    /// [`lock`](Self::lock), handling the owner-died path: if a previous owner died (or
+    /// panicked) while holding the lock, run `repair` on the value, then
+    /// [`mark_consistent`](ShmMutexGuard::mark_consistent); either way return the guard.
+    ///
+    /// If `repair` panics the flags stay set (and the lock is poisoned as well), so the next
+    /// owner repairs again.
+    ///
+    /// ```
+    /// use gomutex::shm::ShmMutex;
+    ///
+    /// #[derive(Clone, Copy)]
+    /// #[repr(C)]
+    /// struct Account { balance: i64, checksum: i64 }
+    /// // SAFETY: repr(C), fixed-width integers only, every bit pattern valid.
+    /// unsafe impl gomutex::shm::ShmSafe for Account {}
+    ///
+    /// let m = ShmMutex::anonymous(Account { balance: 10, checksum: 10 })?;
+    /// // An owner that stops half-way through an update (a panic here; a killed process
+    /// // leaves the lock the same way, with `LockError::OwnerDied`).
+    /// std::thread::scope(|s| {
+    ///     let t = s.spawn(|| {
+    ///         let mut g = m.lock().unwrap();
+    ///         g.balance += 5;
+    ///         panic!("interrupted before the checksum");
+    ///     });
+    ///     assert!(t.join().is_err());
+    /// });
+    /// let g = m.lock_or_repair(|a| a.balance = a.checksum); // roll back
+    /// assert_eq!(g.balance, 10);
+    /// drop(g);
+    /// assert!(m.lock().is_ok()); // consistent again
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn lock_or_repair(&self, repair: impl FnOnce(&mut T)) -> ShmMutexGuard<'_, T> {
+        match self.lock() {
+            Ok(g) => g,
+            Err(e) => {
+                let mut g = e.into_guard();
+                repair(&mut g);
+                g.mark_consistent();
+                g
+            }
+        }
+    }
+
     /// Acquire the lock if it is free right now (never spins, never queues). A failing call
     /// also checks, at most every few ms, whether the owner died (so polling users, like an
     /// accept lock, recover too).
@@ -480,8 +525,27 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// `ngx_shmtx_force_unlock`): no pid-reuse window. A process that is still alive (same pid
     /// and start time, not a zombie) is left alone, so calling it for a live pid is harmless.
     /// Not async-signal-safe: call it from normal code, not from a `SIGCHLD` handler.
-    pub fn force_unlock(&self, pid: u32) -> bool {
-        self.ctx().scan(Some(pid)).1
+    ///
+    /// `pid` may be any integer type: the `u32` of [`Child::id`](std::process::Child::id), or
+    /// the `i32` (`pid_t`) that `fork`/`waitpid` return. A value that is no pid (negative, or
+    /// beyond `u32`) names no process: `false`.
+    ///
+    /// ```
+    /// let m = gomutex::shm::ShmMutex::anonymous(0u32)?;
+    /// let child = std::process::Command::new("true").spawn()?;
+    /// let pid = child.id(); // u32
+    /// let waited = child.wait_with_output()?;
+    /// assert!(waited.status.success());
+    /// assert!(!m.force_unlock(pid)); // it never held the lock
+    /// assert!(!m.force_unlock(pid as libc::pid_t)); // i32 works as well
+    /// assert!(!m.force_unlock(-1)); // no pid
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn force_unlock(&self, pid: impl TryInto<u32>) -> bool {
+        match pid.try_into() {
+            Ok(pid) => self.ctx().scan(Some(pid)).1,
+            Err(_) => false,
+        }
     }
 
     /// Look for dead participants now and repair what they left (normally done by waiting

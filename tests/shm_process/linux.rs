@@ -590,6 +590,42 @@ fn force_unlock_after_waitpid() {
     assert_quiescent(&m);
 }
 
+/// `lock_or_repair` after an owner killed mid-update: the repair runs once, on the value the
+/// dead owner left, and later owners get a clean lock. `force_unlock` takes the `pid_t`
+/// `fork` returned as it is.
+fn lock_or_repair_after_owner_death() {
+    let m = ShmMutex::anonymous([5u64, 5]).unwrap();
+    let flags = AnonShared::counters(1);
+    let victim = fork(|| {
+        let mut g = ok(m.lock());
+        g[0] += 1; // half of a two-word update
+        flags.at(0).store(1, SeqCst);
+        std::thread::sleep(Duration::from_secs(60));
+        drop(g);
+        0
+    });
+    while flags.at(0).load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    kill9(victim);
+    assert_eq!(wait(victim), 128 + libc::SIGKILL);
+    assert!(m.force_unlock(victim), "it held the lock");
+    let mut repaired = 0;
+    let g = m.lock_or_repair(|v| {
+        repaired += 1;
+        assert_eq!(*v, [6, 5]);
+        v[0] = v[1];
+    });
+    assert_eq!(*g, [5, 5]);
+    drop(g);
+    assert_eq!(*m.lock_or_repair(|_| repaired += 1), [5, 5]);
+    assert_eq!(repaired, 1);
+    assert!(!m.owner_died() && !m.is_poisoned());
+    assert!(m.lock().is_ok());
+    assert!(!m.force_unlock(-1), "no pid");
+    assert_quiescent(&m);
+}
+
 /// Polling users (try_lock only, like an accept lock) recover from a dead owner too.
 fn try_lock_polling_detects_dead_owner() {
     let m = ShmMutex::anonymous(0u32).unwrap();
@@ -996,6 +1032,10 @@ pub fn main() {
             owner_death_detected_by_waiter,
         ),
         ("force_unlock_after_waitpid", force_unlock_after_waitpid),
+        (
+            "lock_or_repair_after_owner_death",
+            lock_or_repair_after_owner_death,
+        ),
         (
             "try_lock_polling_detects_dead_owner",
             try_lock_polling_detects_dead_owner,
