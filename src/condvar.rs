@@ -39,7 +39,7 @@ pub struct Condvar {
 /// Whether a timed wait returned because its time ran out (std's type cannot be built outside
 /// std, so this is ours, with the same method).
 #[derive(Debug, PartialEq, Eq, Copy, Clone)]
-pub struct WaitTimeoutResult(bool);
+pub struct WaitTimeoutResult(pub(crate) bool);
 
 impl WaitTimeoutResult {
     /// `true` if the wait timed out.

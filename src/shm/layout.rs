@@ -3,8 +3,8 @@
 //! ```text
 //! offset 0      Header (448 bytes, 64-aligned): identity (magic, version, sizes) and flags;
 //!               the lock's 64-bit state word alone on its cache line (offset 64); the
-//!               internal journal lock, token counters, probe timestamps (offset 128); the
-//!               recovery log (offset 192)
+//!               internal journal lock, token counters, probe timestamps, the condition
+//!               variable's words (offset 128); the recovery log (offset 192)
 //! 448           participants × ProcSlot (64 bytes each): identity + accounting of each process
 //! ...           waiter_slots × WaiterSlot (64 bytes each): one futex word per sleeping thread
 //! value_offset  T (aligned to max(64, align_of::<T>()))
@@ -23,7 +23,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// the initialiser, so a region with this magic is fully initialised.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
 /// The layout version. Bumped on any change of the bytes below.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// Required alignment of a region's first byte.
 pub const REGION_ALIGN: usize = 64;
 /// Most participants or waiter slots a region may have.
@@ -80,7 +80,7 @@ pub(crate) struct Log {
 ///   mapped at a 128-byte boundary (every mapping this crate makes is page-aligned) its
 ///   128-byte buddy, which adjacent-line prefetchers fetch with it, is the read-mostly line 0.
 /// * **128, the slow path**: the journal lock, stored tokens, the overflow futex word, the
-///   ticket counter, probe timestamps.
+///   ticket counter, probe timestamps, the condition variable (`ShmCondvar`).
 /// * **192, the redo log**, written by the journal lock's holder.
 #[repr(C, align(64))]
 pub(crate) struct Header {
@@ -132,7 +132,15 @@ pub(crate) struct Header {
     pub probe_at: AtomicU64,
     /// Last full participant scan (`CLOCK_MONOTONIC` ns).
     pub scan_at: AtomicU64,
-    pub _pad2: [u64; 2],
+    /// The condition variable's futex word (`ShmCondvar`): bumped by every notify.
+    pub cv_seq: AtomicU32,
+    /// `cv_seq` as of the last `notify_all` (plus one): a woken waiter that started waiting
+    /// before it passes one wake-up on (wake one and chain).
+    pub cv_all: AtomicU32,
+    /// Threads inside a condvar wait (a hint: notifies skip the `futex` call at 0; a waiter
+    /// killed inside a wait leaves it too high, which only costs a system call per notify).
+    pub cv_sleepers: AtomicU32,
+    pub _pad2: u32,
     // --- offset 192 ---
     pub log: Log,
 }
@@ -207,6 +215,9 @@ const _: () = {
     assert!(core::mem::offset_of!(Header, next_ticket) == 152);
     assert!(core::mem::offset_of!(Header, probe_at) == 160);
     assert!(core::mem::offset_of!(Header, scan_at) == 168);
+    assert!(core::mem::offset_of!(Header, cv_seq) == 176);
+    assert!(core::mem::offset_of!(Header, cv_all) == 180);
+    assert!(core::mem::offset_of!(Header, cv_sleepers) == 184);
     assert!(core::mem::offset_of!(Header, log) == 192);
     assert!(core::mem::offset_of!(ProcSlot, pidfs_ino) == 32);
     assert!(core::mem::offset_of!(WaiterSlot, token_at) == 24);

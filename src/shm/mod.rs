@@ -121,6 +121,7 @@
 //!   waiter that names no participant is treated like a dead one.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
 
+mod condvar;
 mod diagnostics;
 mod error;
 mod journal;
@@ -131,6 +132,7 @@ mod recovery;
 mod region;
 mod sys;
 
+pub use condvar::ShmCondvar;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
