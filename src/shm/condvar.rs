@@ -180,9 +180,9 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok((guard, WaitTimeoutResult(true)));
             }
-            match self.wait_until_opt(guard, deadline).0 {
-                Ok(g) => guard = g,
-                Err(e) => return with(Err(e), WaitTimeoutResult(false)),
+            match self.wait_until_opt(guard, deadline) {
+                (Ok(g), _) => guard = g,
+                (Err(e), timed_out) => return with(Err(e), WaitTimeoutResult(timed_out)),
             }
         }
     }

@@ -7,6 +7,7 @@
 
 use gomutex::shm::{LockError, ShmCondvar, ShmMutex, ShmMutexGuard, ShmSafe};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------ helpers
@@ -239,9 +240,12 @@ fn basics() {
 
     // A guard of another mutex is refused.
     let other = ShmMutex::anonymous(0u32).unwrap();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
     let r = catch_unwind(AssertUnwindSafe(|| {
         let _ = cv.wait(other.lock().unwrap());
     }));
+    std::panic::set_hook(hook);
     assert!(r.is_err());
     assert!(!other.is_locked() && !m.is_locked());
     let _ = format!("{cv:?}");
@@ -373,6 +377,58 @@ fn notify_all_wakes_everyone() {
     println!("  6 waiters woken and exited in {:.2?}", t.elapsed());
 }
 
+/// A word of the region's header (offsets of `src/shm/layout.rs`, layout version 4).
+fn header_u32<T: ShmSafe>(m: &ShmMutex<T>, off: usize) -> &AtomicU32 {
+    assert_eq!(gomutex::shm::LAYOUT_VERSION, 4, "header offsets changed");
+    let (base, len) = m.as_ptr_len();
+    assert!(off + 4 <= len && off.is_multiple_of(4));
+    // SAFETY: in bounds and aligned (checked; the region is 64-aligned), a word the library
+    // itself only accesses atomically; the mapping lives as long as `m`.
+    unsafe { &*(base.add(off) as *const AtomicU32) }
+}
+
+/// A notifier killed after its bump but before its `futex` wake (played here by bumping the
+/// header's condvar word directly), and a broadcast whose chain breaks at once (the same, with
+/// the broadcast mark set): untimed sleepers still return, within the 10 ms re-check.
+fn notifier_death_loses_no_wakeup() {
+    const SEQ: usize = 176;
+    const ALL: usize = 180;
+    for (waiters, broadcast) in [(1, false), (4, true)] {
+        let m = ShmMutex::anonymous(0u64).unwrap();
+        let cv = m.condvar();
+        let kids: Vec<_> = (0..waiters)
+            .map(|_| {
+                fork(|| {
+                    let mut g = m.lock().unwrap();
+                    *g += 1;
+                    let g = cv.wait_while(g, |v| *v < 1000).unwrap();
+                    assert_eq!(*g, 1000);
+                    0
+                })
+            })
+            .collect();
+        let t = Instant::now();
+        while *m.lock().unwrap() < waiters {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(30)); // asleep by now
+        *m.lock().unwrap() = 1000;
+        let t = Instant::now();
+        let seq = header_u32(&m, SEQ);
+        if broadcast {
+            header_u32(&m, ALL).store(seq.load(SeqCst).wrapping_add(1), SeqCst);
+        }
+        seq.fetch_add(1, SeqCst); // ... and the notifier dies here: no futex wake
+        for k in kids {
+            assert_eq!(wait_limit(k, Duration::from_secs(10), "waiter"), 0);
+        }
+        let el = t.elapsed();
+        println!("  {waiters} sleeper(s), no wake-up sent: all back in {el:.2?}");
+        assert!(el < Duration::from_secs(1), "{el:?}");
+    }
+}
+
 /// A waiter re-acquiring the lock after its owner was SIGKILLed gets `OwnerDied` from `wait`,
 /// as `lock` would report it, and later waits are `Ok` once it marked the data consistent.
 fn wait_reports_owner_died() {
@@ -491,13 +547,15 @@ fn kills_under_load() {
     println!(
         "  {secs} s: {moved_under_kills} items moved under {} kills ({} producers, {} consumers); \
          force_unlock {forced} (true {forced_true}); owner deaths reported {}; \
-         longest stall {max_stall:.2?}; last {} items and exit in {:.2?}",
+         longest stall {max_stall:.2?}; the remaining {} items and exit in {:.2?}; {:?} \
+         (sleepers = waiters killed in a wait, a hint)",
         kills[0] + kills[1],
         kills[0],
         kills[1],
         g.owner_died,
         limit - moved_under_kills.min(limit),
-        t.elapsed()
+        t.elapsed(),
+        m.condvar()
     );
     assert_eq!(g.errors, 0, "an item arrived twice or out of order");
     assert_eq!((g.head, g.tail), (limit, limit));
@@ -515,6 +573,10 @@ pub fn main() {
         ("queue_exact", queue_exact),
         ("notify_races", notify_races),
         ("notify_all_wakes_everyone", notify_all_wakes_everyone),
+        (
+            "notifier_death_loses_no_wakeup",
+            notifier_death_loses_no_wakeup,
+        ),
         ("wait_reports_owner_died", wait_reports_owner_died),
         ("kills_under_load", kills_under_load),
     ];
