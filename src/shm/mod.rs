@@ -34,6 +34,13 @@
 //! Every attach validates the header (magic, layout version, sizes, slot counts, size and
 //! alignment of `T`) and returns a [`ShmError`] without writing a byte if anything is off.
 //!
+//! # Condition variable
+//!
+//! [`ShmMutex::condvar`] gives the region's [`ShmCondvar`]: std's `Condvar` API across
+//! processes (`wait`, `wait_while`, `wait_timeout`, `wait_timeout_while`, `notify_one`,
+//! `notify_all`), reporting [`LockError::OwnerDied`] / [`LockError::Poisoned`] from its waits as
+//! [`ShmMutex::lock`] does. A notifier killed mid-notify delays sleepers by at most 10 ms.
+//!
 //! # Robustness
 //!
 //! Every process that uses the lock owns a *participant* slot holding its identity: the pid
