@@ -14,8 +14,10 @@
 //!   them onto the mutex: its waiters sleep on per-slot words, each with its own queue
 //!   position and accounting.)
 //!
-//! **Deaths.** A waiter keeps no state in the region while it sleeps (only the `cv_sleepers`
-//! hint, which a death leaves too high: one extra `futex` call per notify). A notifier's bump
+//! **Deaths.** A waiter keeps no state in the region while it sleeps but its count in the
+//! `cv_sleepers` hint (kept per participant too, so recovery takes a dead process's share back
+//! when it frees its slot; a count left too high only costs a `futex` call per notify, one
+//! too low a sleeper's 10 ms re-check). A notifier's bump
 //! *is* the notification; if it dies between the bump and its `futex` wake, or a chained
 //! waiter dies before passing its wake-up on, the sleepers still see the new counter value:
 //! they sleep at most one [`TICK`] (10 ms) at a time and then compare it again. So no
@@ -25,10 +27,11 @@
 
 use super::error::{LockError, LockResult};
 use super::queue::TICK;
+use super::region::Region;
 use super::{sys, ShmMutex, ShmMutexGuard, ShmSafe};
 use crate::WaitTimeoutResult;
 use core::fmt;
-use core::sync::atomic::Ordering::SeqCst;
+use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 /// A condition variable shared between processes, living in the region of the [`ShmMutex`] it
@@ -86,6 +89,25 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// condition variable.
     pub fn condvar(&self) -> ShmCondvar<'_, T> {
         ShmCondvar { m: self }
+    }
+}
+
+/// `word -= n`, stopping at 0 (a recovered share may have been counted already).
+fn sub_saturating(word: &AtomicU32, n: u32) {
+    let _ = word.fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(n)));
+}
+
+impl Region {
+    /// Recovery, before it frees the slot of the dead participant `d` (identity `ident`): take
+    /// the condvar waits it was counted in out of the sleepers hint.
+    pub(crate) fn forget_cv_waiting(&self, d: u32, ident: u64) {
+        let p = self.proc(d);
+        if p.ident.load(SeqCst) == ident {
+            let n = p.cv_waiting.swap(0, SeqCst);
+            if n != 0 {
+                sub_saturating(&self.hdr().cv_sleepers, n);
+            }
+        }
     }
 }
 
@@ -228,7 +250,17 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         // Read while holding the lock: a notify made after the waiter's predicate check (under
         // the lock) bumps the counter after this read.
         let seq = h.cv_seq.load(SeqCst);
+        // Holding the lock, this process is a participant. Global count first, own share
+        // second (and the reverse below): a death between them leaves the hint too high,
+        // never too low.
+        let mine = self
+            .m
+            .registered(sys::current_pid())
+            .map(|i| &self.m.region.proc(i).cv_waiting);
         h.cv_sleepers.fetch_add(1, SeqCst);
+        if let Some(c) = mine {
+            c.fetch_add(1, SeqCst);
+        }
         drop(guard);
         let notified = loop {
             if h.cv_seq.load(SeqCst) != seq {
@@ -245,7 +277,10 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
             let until = deadline.map_or(chunk, |d| d.min(chunk));
             sys::futex_wait(&h.cv_seq, seq, Some(until));
         };
-        h.cv_sleepers.fetch_sub(1, SeqCst);
+        if let Some(c) = mine {
+            c.fetch_sub(1, SeqCst);
+        }
+        sub_saturating(&h.cv_sleepers, 1);
         let r = self.m.lock();
         // Wake one and chain: a broadcast made since this wait began owes the next sleeper a
         // wake-up, which this waiter passes on now that it holds the mutex (so the next one

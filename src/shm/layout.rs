@@ -137,8 +137,10 @@ pub(crate) struct Header {
     /// `cv_seq` as of the last `notify_all` (plus one): a woken waiter that started waiting
     /// before it passes one wake-up on (wake one and chain).
     pub cv_all: AtomicU32,
-    /// Threads inside a condvar wait (a hint: notifies skip the `futex` call at 0; a waiter
-    /// killed inside a wait leaves it too high, which only costs a system call per notify).
+    /// Threads inside a condvar wait (a hint: notifies skip the `futex` call at 0). The sum
+    /// of the participants' `cv_waiting`: recovery takes a dead process's share back (a death
+    /// between the two counts leaves it one too high, which only costs a system call per
+    /// notify).
     pub cv_sleepers: AtomicU32,
     pub _pad2: u32,
     // --- offset 192 ---
@@ -171,7 +173,10 @@ pub(crate) struct ProcSlot {
     pub ab_reg_done: AtomicU32,
     pub ab_woken_posted: AtomicU32,
     pub ab_woken_done: AtomicU32,
-    pub _pad: [u32; 3],
+    /// Threads of this process inside a condvar wait (its share of `Header::cv_sleepers`,
+    /// which recovery subtracts when it frees the slot of a dead process).
+    pub cv_waiting: AtomicU32,
+    pub _pad: [u32; 2],
 }
 
 /// One sleeping waiter.
@@ -220,6 +225,7 @@ const _: () = {
     assert!(core::mem::offset_of!(Header, cv_sleepers) == 184);
     assert!(core::mem::offset_of!(Header, log) == 192);
     assert!(core::mem::offset_of!(ProcSlot, pidfs_ino) == 32);
+    assert!(core::mem::offset_of!(ProcSlot, cv_waiting) == 52);
     assert!(core::mem::offset_of!(WaiterSlot, token_at) == 24);
     assert!(size_of::<Log>() == 32 + 16 * LOG_ENTRIES);
     assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);

@@ -377,6 +377,11 @@ fn notify_all_wakes_everyone() {
     println!("  6 waiters woken and exited in {:.2?}", t.elapsed());
 }
 
+/// The condvar's words in the header: sequence, last broadcast, sleepers hint.
+const SEQ: usize = 176;
+const ALL: usize = 180;
+const SLEEPERS: usize = 184;
+
 /// A word of the region's header (offsets of `src/shm/layout.rs`, layout version 4).
 fn header_u32<T: ShmSafe>(m: &ShmMutex<T>, off: usize) -> &AtomicU32 {
     assert_eq!(gomutex::shm::LAYOUT_VERSION, 4, "header offsets changed");
@@ -391,8 +396,6 @@ fn header_u32<T: ShmSafe>(m: &ShmMutex<T>, off: usize) -> &AtomicU32 {
 /// header's condvar word directly), and a broadcast whose chain breaks at once (the same, with
 /// the broadcast mark set): untimed sleepers still return, within the 10 ms re-check.
 fn notifier_death_loses_no_wakeup() {
-    const SEQ: usize = 176;
-    const ALL: usize = 180;
     for (waiters, broadcast) in [(1, false), (4, true)] {
         let m = ShmMutex::anonymous(0u64).unwrap();
         let cv = m.condvar();
@@ -543,23 +546,31 @@ fn kills_under_load() {
             0
         );
     }
+    // Every worker reaped: a scan frees the dead participants' slots and takes their condvar
+    // waits out of the sleepers hint.
+    m.recover();
+    let sleepers = header_u32(&m, SLEEPERS).load(SeqCst);
     let g = take(m.lock());
     println!(
         "  {secs} s: {moved_under_kills} items moved under {} kills ({} producers, {} consumers); \
          force_unlock {forced} (true {forced_true}); owner deaths reported {}; \
-         longest stall {max_stall:.2?}; the remaining {} items and exit in {:.2?}; {:?} \
-         (sleepers = waiters killed in a wait, a hint)",
+         longest stall {max_stall:.2?}; the remaining {} items and exit in {:.2?}; \
+         condvar sleepers hint after recovery {sleepers}",
         kills[0] + kills[1],
         kills[0],
         kills[1],
         g.owner_died,
         limit - moved_under_kills.min(limit),
         t.elapsed(),
-        m.condvar()
     );
     assert_eq!(g.errors, 0, "an item arrived twice or out of order");
     assert_eq!((g.head, g.tail), (limit, limit));
     assert!(moved_under_kills > 0);
+    // Only a kill between a wait's two counts leaves one behind.
+    assert!(
+        sleepers as u64 <= 1 + (kills[0] + kills[1]) / 20,
+        "{sleepers}"
+    );
     drop(g);
     let d = m.diagnostics();
     assert_eq!((d.waiters, d.queued_slots, d.state & 7), (0, 0, 0), "{d:?}");
