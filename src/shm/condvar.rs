@@ -26,8 +26,9 @@
 //! wake-up, which the condvar contract allows and `wait_while` absorbs).
 
 use super::error::{LockError, LockResult};
+use super::layout::Header;
 use super::queue::TICK;
-use super::region::Region;
+use super::region::{Ctx, Region};
 use super::{sys, ShmMutex, ShmMutexGuard, ShmSafe};
 use crate::WaitTimeoutResult;
 use core::fmt;
@@ -97,16 +98,32 @@ fn sub_saturating(word: &AtomicU32, n: u32) {
     let _ = word.fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(n)));
 }
 
+/// `notify_all` on the words of `h` (see [`ShmCondvar::notify_all`]).
+fn broadcast(h: &Header) {
+    // Record the broadcast before it happens: every waiter whose counter value is below this
+    // one started waiting before the bump below and passes a wake-up on.
+    h.cv_all
+        .store(h.cv_seq.load(SeqCst).wrapping_add(1), SeqCst);
+    h.cv_seq.fetch_add(1, SeqCst);
+    if h.cv_sleepers.load(SeqCst) != 0 {
+        sys::futex_wake(&h.cv_seq, 1);
+    }
+}
+
 impl Region {
     /// Recovery, before it frees the slot of the dead participant `d` (identity `ident`): take
-    /// the condvar waits it was counted in out of the sleepers hint.
-    pub(crate) fn forget_cv_waiting(&self, d: u32, ident: u64) {
+    /// the condvar waits it was counted in out of the sleepers hint, and notify all waiters.
+    /// The dead process may have changed the data and died before its notify (in its critical
+    /// section, or between its unlock and the notify): its death wakes the waiters to re-check
+    /// their predicates (a spurious wake-up if it was not about to notify).
+    pub(crate) fn cv_after_death(&self, d: u32, ident: u64) {
         let p = self.proc(d);
         if p.ident.load(SeqCst) == ident {
             let n = p.cv_waiting.swap(0, SeqCst);
             if n != 0 {
                 sub_saturating(&self.hdr().cv_sleepers, n);
             }
+            broadcast(self.hdr());
         }
     }
 }
@@ -223,15 +240,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
     /// Wake every thread waiting on this condition variable, in any process. One is woken
     /// now; each of them wakes the next once it holds the mutex again (see the type docs).
     pub fn notify_all(&self) {
-        let h = self.m.region.hdr();
-        // Record the broadcast before it happens: every waiter whose counter value is below
-        // this one started waiting before the bump below and passes a wake-up on.
-        h.cv_all
-            .store(h.cv_seq.load(SeqCst).wrapping_add(1), SeqCst);
-        h.cv_seq.fetch_add(1, SeqCst);
-        if h.cv_sleepers.load(SeqCst) != 0 {
-            sys::futex_wake(&h.cv_seq, 1);
-        }
+        broadcast(self.m.region.hdr());
     }
 
     /// The wait: unlock, sleep until the counter moves or `deadline`, lock again. Returns the
@@ -253,15 +262,17 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         // Holding the lock, this process is a participant. Global count first, own share
         // second (and the reverse below): a death between them leaves the hint too high,
         // never too low.
-        let mine = self
-            .m
-            .registered(sys::current_pid())
-            .map(|i| &self.m.region.proc(i).cv_waiting);
+        let me = self.m.registered(sys::current_pid());
+        let mine = me.map(|i| &self.m.region.proc(i).cv_waiting);
         h.cv_sleepers.fetch_add(1, SeqCst);
         if let Some(c) = mine {
             c.fetch_add(1, SeqCst);
         }
         drop(guard);
+        // Probe every TICK of sleep, timed from a fixed point (as the mutex's sleepers do): a
+        // process that died owning the lock, or between changing the data and notifying, is
+        // found even when every other process sleeps here, and its recovery notifies.
+        let mut probe_at = Instant::now() + TICK;
         let notified = loop {
             if h.cv_seq.load(SeqCst) != seq {
                 break true;
@@ -270,11 +281,17 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
             if deadline.is_some_and(|d| now >= d) {
                 break false;
             }
-            // Sleep at most a TICK: a wake-up lost to a notifier's death (or to a chained
-            // waiter's) is made up for at the next comparison. EAGAIN, EINTR and time-outs all
-            // come back to the comparison above.
-            let chunk = now + TICK;
-            let until = deadline.map_or(chunk, |d| d.min(chunk));
+            if now >= probe_at {
+                if let Some(me) = me {
+                    Ctx::new(&self.m.region, me).until(deadline).probe();
+                }
+                probe_at = Instant::now() + TICK;
+                continue;
+            }
+            // Sleep at most until the next probe: a wake-up lost to a notifier's death (or to a
+            // chained waiter's) is made up for at the next comparison. EAGAIN, EINTR and
+            // time-outs all come back to the comparison above.
+            let until = deadline.map_or(probe_at, |d| d.min(probe_at));
             sys::futex_wait(&h.cv_seq, seq, Some(until));
         };
         if let Some(c) = mine {

@@ -536,7 +536,7 @@ impl Ctx<'_> {
         if self.r.holds_nothing(d) {
             // A CAS: a newcomer may have adopted the slot meanwhile (`adopt`, the guest slot),
             // and then it is the newcomer's.
-            self.r.forget_cv_waiting(d, ident);
+            self.r.cv_after_death(d, ident);
             self.r.proc(d).free(ident);
         }
     }

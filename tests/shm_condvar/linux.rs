@@ -432,6 +432,53 @@ fn notifier_death_loses_no_wakeup() {
     }
 }
 
+/// A process that makes the condition true and dies before it notifies — after its unlock, or
+/// still holding the lock — does not leave the waiters asleep: sleepers probe every 10 ms
+/// (also when every process sleeps in the condvar) and the recovery of a dead participant
+/// notifies all. Holding: the waiter gets `OwnerDied`.
+fn death_before_notify_wakes_waiters() {
+    for holding in [false, true] {
+        let m = ShmMutex::anonymous(0u64).unwrap();
+        let cv = m.condvar();
+        let waiter = fork(|| {
+            let g = m.lock().unwrap();
+            match cv.wait_while(g, |v| *v == 0) {
+                Ok(g) if !holding && *g == 1 => 0,
+                Err(LockError::OwnerDied(g)) if holding && *g == 1 => 0,
+                _ => 2,
+            }
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        let notifier = fork(|| {
+            let mut g = m.lock().unwrap();
+            *g = 1;
+            if !holding {
+                drop(g);
+            } else {
+                std::mem::forget(g);
+            }
+            // SAFETY: die before the notify.
+            unsafe { libc::raise(libc::SIGKILL) };
+            0
+        });
+        let t = Instant::now();
+        assert_eq!(
+            wait_limit(notifier, Duration::from_secs(10), "notifier"),
+            128 + libc::SIGKILL
+        );
+        assert_eq!(wait_limit(waiter, Duration::from_secs(10), "waiter"), 0);
+        println!(
+            "  notifier died {}: waiter back {:.2?} after",
+            if holding {
+                "holding the lock"
+            } else {
+                "after its unlock"
+            },
+            t.elapsed()
+        );
+    }
+}
+
 /// A waiter re-acquiring the lock after its owner was SIGKILLed gets `OwnerDied` from `wait`,
 /// as `lock` would report it, and later waits are `Ok` once it marked the data consistent.
 fn wait_reports_owner_died() {
@@ -498,7 +545,7 @@ fn kills_under_load() {
     let mut kids: Vec<libc::pid_t> = (0..6).map(|i| spawn(i, 0)).collect();
     let mut rng = Rng::new();
     let (mut kills, mut forced, mut forced_true) = ([0u64; 2], 0u64, 0u64);
-    let mut max_stall = Duration::ZERO;
+    let (mut max_stall, mut long_stalls) = (Duration::ZERO, 0u64);
     let (mut last_head, mut last_move) = (0u64, Instant::now());
     let start = Instant::now();
     let mut next_kill = start;
@@ -507,7 +554,9 @@ fn kills_under_load() {
         if let Ok(g) = m.try_lock_for(Duration::from_millis(50)) {
             if g.head != last_head {
                 last_head = g.head;
-                max_stall = max_stall.max(last_move.elapsed());
+                let stall = last_move.elapsed();
+                long_stalls += (stall > Duration::from_millis(100)) as u64;
+                max_stall = max_stall.max(stall);
                 last_move = Instant::now();
             }
         } else if let Err(gomutex::shm::TryLockError::OwnerDied(g)) = m.try_lock() {
@@ -554,7 +603,7 @@ fn kills_under_load() {
     println!(
         "  {secs} s: {moved_under_kills} items moved under {} kills ({} producers, {} consumers); \
          force_unlock {forced} (true {forced_true}); owner deaths reported {}; \
-         longest stall {max_stall:.2?}; the remaining {} items and exit in {:.2?}; \
+         longest stall {max_stall:.2?} ({long_stalls} over 100 ms); the remaining {} items and exit in {:.2?}; \
          condvar sleepers hint after recovery {sleepers}",
         kills[0] + kills[1],
         kills[0],
@@ -589,6 +638,10 @@ pub fn main() {
             notifier_death_loses_no_wakeup,
         ),
         ("wait_reports_owner_died", wait_reports_owner_died),
+        (
+            "death_before_notify_wakes_waiters",
+            death_before_notify_wakes_waiters,
+        ),
         ("kills_under_load", kills_under_load),
     ];
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
