@@ -17,13 +17,16 @@
 //! **Deaths.** A waiter keeps no state in the region while it sleeps but its count in the
 //! `cv_sleepers` hint (kept per participant too, so recovery takes a dead process's share back
 //! when it frees its slot; a count left too high only costs a `futex` call per notify, one
-//! too low a sleeper's 10 ms re-check). A notifier's bump
-//! *is* the notification; if it dies between the bump and its `futex` wake, or a chained
-//! waiter dies before passing its wake-up on, the sleepers still see the new counter value:
-//! they sleep at most one [`TICK`] (10 ms) at a time and then compare it again. So no
-//! notification is lost, at worst it is 10 ms late; the price is that a sleeper that saw the
-//! counter move at such a check returns even if another waiter took the wake-up (a spurious
-//! wake-up, which the condvar contract allows and `wait_while` absorbs).
+//! too low a sleeper's 10 ms re-check). A notifier's bump *is* the notification; if it dies
+//! between the bump and its `futex` wake, or a chained waiter dies before passing its wake-up
+//! on, the sleepers still see the new counter value: they sleep at most one [`TICK`] (10 ms)
+//! at a time and then compare it again. So no notification is lost, at worst it is 10 ms late;
+//! the price is that a sleeper that saw the counter move at such a check returns even if
+//! another waiter took the wake-up (a spurious wake-up, which the condvar contract allows and
+//! `wait_while` absorbs). At each tick a sleeper also runs the mutex's rate-limited probe, so
+//! dead processes are found even when every survivor sleeps here, and the recovery of a dead
+//! participant notifies all (`Region::cv_after_death`): a process that made the condition true
+//! and died before its notify leaves nobody asleep.
 
 use super::error::{LockError, LockResult};
 use super::layout::Header;
@@ -45,8 +48,10 @@ use std::time::{Duration, Instant};
 ///
 /// Robust to process death: a waiter that dies leaves nothing behind, and a notification whose
 /// notifier died before its wake-up reached a sleeper is seen by that sleeper at most 10 ms
-/// later (sleepers re-check every 10 ms). Spurious wake-ups happen, as with std's `Condvar`:
-/// wait in a loop or with [`wait_while`](Self::wait_while).
+/// later (sleepers re-check every 10 ms). The death of any process using the mutex, once
+/// recovered (sleepers look for dead processes as the mutex's waiters do), notifies all: one
+/// that changed the data and died before notifying leaves nobody asleep. Spurious wake-ups
+/// happen, as with std's `Condvar`: wait in a loop or with [`wait_while`](Self::wait_while).
 ///
 /// ```
 /// use gomutex::shm::ShmMutex;

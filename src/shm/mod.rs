@@ -39,7 +39,8 @@
 //! [`ShmMutex::condvar`] gives the region's [`ShmCondvar`]: std's `Condvar` API across
 //! processes (`wait`, `wait_while`, `wait_timeout`, `wait_timeout_while`, `notify_one`,
 //! `notify_all`), reporting [`LockError::OwnerDied`] / [`LockError::Poisoned`] from its waits as
-//! [`ShmMutex::lock`] does. A notifier killed mid-notify delays sleepers by at most 10 ms.
+//! [`ShmMutex::lock`] does. A notifier killed mid-notify delays sleepers by at most 10 ms, and
+//! the recovery of a dead process notifies all (it may have died before its notify).
 //!
 //! # Robustness
 //!
