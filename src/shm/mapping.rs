@@ -234,27 +234,29 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        Self {
-            timeout: Duration::from_secs(1),
-            allow_other_owner: false,
-        }
+        Self::new()
     }
 }
 
 impl OpenOptions {
     /// The defaults: wait 1 s, refuse an object owned by another user.
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        Self {
+            timeout: Duration::from_secs(1),
+            allow_other_owner: false,
+        }
     }
 
     /// Set [`timeout`](Self::timeout).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    #[must_use]
+    pub const fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
     /// Set [`allow_other_owner`](Self::allow_other_owner).
-    pub fn allow_other_owner(mut self, allow: bool) -> Self {
+    #[must_use]
+    pub const fn allow_other_owner(mut self, allow: bool) -> Self {
         self.allow_other_owner = allow;
         self
     }
