@@ -18,10 +18,7 @@ impl SharedLock {
         // Every worker takes a participant slot (and sleeps in a waiter slot in the blocking
         // mode); a dead worker's are reclaimed by force_unlock.
         let n = (workers as u32 * 2 + 8).clamp(64, 65535);
-        let cfg = shm::Config {
-            participants: n,
-            waiter_slots: n,
-        };
+        let cfg = shm::Config::new().participants(n).waiter_slots(n);
         let m = ShmMutex::anonymous_with((), cfg).map_err(|e| io::Error::other(e.to_string()))?;
         Ok(Self { m })
     }

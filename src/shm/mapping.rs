@@ -241,35 +241,38 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        Self {
-            timeout: Duration::from_secs(1),
-            allow_other_owner: false,
-            mode: 0o600,
-        }
+        Self::new()
     }
 }
 
 impl OpenOptions {
     /// The defaults: wait 1 s, refuse an object owned by another user, create with mode
     /// `0o600`.
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        Self {
+            timeout: Duration::from_secs(1),
+            allow_other_owner: false,
+            mode: 0o600,
+        }
     }
 
     /// Set [`timeout`](Self::timeout).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    #[must_use]
+    pub const fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
     /// Set [`allow_other_owner`](Self::allow_other_owner).
-    pub fn allow_other_owner(mut self, allow: bool) -> Self {
+    #[must_use]
+    pub const fn allow_other_owner(mut self, allow: bool) -> Self {
         self.allow_other_owner = allow;
         self
     }
 
     /// Set [`mode`](Self::mode).
-    pub fn mode(mut self, mode: u32) -> Self {
+    #[must_use]
+    pub const fn mode(mut self, mode: u32) -> Self {
         self.mode = mode;
         self
     }

@@ -201,8 +201,20 @@ shm_safe!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, ());
 // SAFETY: an array of plain data is plain data, with a layout fixed by its element.
 unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
 
-/// Sizes fixed when a region is created.
+/// Sizes fixed when a region is created (fields may be added: build one with
+/// [`Config::new`] and the setters).
+///
+/// ```
+/// use gomutex::shm::{Config, ShmMutex};
+/// let cfg = Config::new().participants(8).waiter_slots(4);
+/// assert_eq!((cfg.participants, cfg.waiter_slots), (8, 4));
+/// assert_eq!(Config::new(), Config::default());
+/// let m = ShmMutex::anonymous_with(0u32, cfg)?;
+/// *m.lock().unwrap() += 1;
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Config {
     /// How many processes may use the lock at once (each takes one participant slot for as
     /// long as it lives or keeps its handle). Default 64; at most 65535.
@@ -214,9 +226,36 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Config {
+    /// The defaults: 64 participants, 64 waiter slots.
+    pub const fn new() -> Self {
         Self {
             participants: 64,
             waiter_slots: 64,
+        }
+    }
+
+    /// These sizes with [`participants`](Self::participants) set to `n` (1..=65535; a
+    /// region made with another value fails with [`ShmError::InvalidConfig`]).
+    #[must_use]
+    pub const fn participants(self, n: u32) -> Self {
+        Self {
+            participants: n,
+            ..self
+        }
+    }
+
+    /// These sizes with [`waiter_slots`](Self::waiter_slots) set to `n` (at most 65536;
+    /// a region made with more fails with [`ShmError::InvalidConfig`]).
+    #[must_use]
+    pub const fn waiter_slots(self, n: u32) -> Self {
+        Self {
+            waiter_slots: n,
+            ..self
         }
     }
 }

@@ -46,10 +46,7 @@ fn threads(w: usize) -> usize {
     1 + w % 2
 }
 const MAX_THREADS: usize = 2;
-const CFG: Config = Config {
-    participants: 8,
-    waiter_slots: 4,
-};
+const CFG: Config = Config::new().participants(8).waiter_slots(4);
 
 // Side mapping indices.
 const STOP: usize = 0;
@@ -523,14 +520,8 @@ fn child(f: impl FnOnce() -> i32) -> libc::pid_t {
 /// A third process must still get the lock (told `OwnerDied`) at once; it used to find no
 /// participant slot it could use, and nobody alive could recover one.
 fn dead_guest(crash: u32) -> Result<(), String> {
-    let m = ShmMutex::anonymous_with(
-        [0u64; 4],
-        Config {
-            participants: 1,
-            waiter_slots: 4,
-        },
-    )
-    .unwrap();
+    let m =
+        ShmMutex::anonymous_with([0u64; 4], Config::new().participants(1).waiter_slots(4)).unwrap();
     let m = &m;
     // A: takes the only regular slot and dies holding the lock.
     let a = child(|| {

@@ -335,10 +335,7 @@ fn starving_without_waiters_keeps_deadline() {
 /// error at once (`join`, `attach`), and a timed call returns `WouldBlock` on time (it used
 /// to panic inside the lock call after 2 s).
 fn full_participant_table_is_an_error() {
-    let cfg = Config {
-        participants: 1, // the parent's
-        waiter_slots: 4,
-    };
+    let cfg = Config::new().participants(1).waiter_slots(4); // one participant: the parent's
     let m = ShmMutex::anonymous_with(0u64, cfg).unwrap();
     m.join().unwrap();
     assert_eq!(m.diagnostics().participants, 1);
@@ -462,14 +459,8 @@ fn pid_reused_within_tick_is_dead() {
     }
     let flag = Shared::new(1);
     for attempt in 1..=50 {
-        let m = ShmMutex::anonymous_with(
-            0u64,
-            Config {
-                participants: 4,
-                waiter_slots: 4,
-            },
-        )
-        .unwrap();
+        let m =
+            ShmMutex::anonymous_with(0u64, Config::new().participants(4).waiter_slots(4)).unwrap();
         flag.at(0).store(0, SeqCst);
         let owner = fork(|| {
             let g = ok(m.lock());

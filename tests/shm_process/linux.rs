@@ -920,10 +920,7 @@ fn crash_points() {
 /// outside the queue.
 fn slot_exhaustion() {
     for slots in [0, 1] {
-        let cfg = Config {
-            participants: 8,
-            waiter_slots: slots,
-        };
+        let cfg = Config::new().participants(8).waiter_slots(slots);
         let m = ShmMutex::anonymous_with([0u64; 2], cfg).unwrap();
         let kids: Vec<_> = (0..4)
             .map(|_| {
@@ -949,10 +946,7 @@ fn slot_exhaustion() {
 
 /// Participant table: processes beyond its size wait for dead ones to be reclaimed.
 fn participants_reclaimed() {
-    let cfg = Config {
-        participants: 2,
-        waiter_slots: 4,
-    };
+    let cfg = Config::new().participants(2).waiter_slots(4);
     let m = ShmMutex::anonymous_with(0u64, cfg).unwrap();
     *ok(m.lock()) += 1; // the parent takes one participant slot
     for _ in 0..5 {

@@ -196,10 +196,8 @@ pub fn main() {
         return;
     }
     println!("test kill_torture ({secs} s, {WORKERS} workers) ...");
-    let cfg = Config {
-        participants: 32,
-        waiter_slots: 8, // fewer than the 9 worker threads: slot exhaustion happens too
-    };
+    // Fewer waiter slots than the 9 worker threads: slot exhaustion happens too.
+    let cfg = Config::new().participants(32).waiter_slots(8);
     let m = ShmMutex::anonymous_with([0u64; 4], cfg).unwrap();
     let side = AnonShared::counters(SIDE_LEN);
     let mut pids: Vec<libc::pid_t> = (0..WORKERS).map(|w| spawn_worker(&m, &side, w)).collect();
