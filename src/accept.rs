@@ -300,6 +300,10 @@ pub struct Config {
     /// nginx's `accept_mutex_delay`: the longest a loser polls before trying again, and in
     /// blocking mode the longest one wait on the lock lasts. Default 500 ms.
     pub delay: Duration,
+    /// The load-aware spread rule ([`Spread`]), used by
+    /// [`AcceptLock::begin_iteration_loaded`]; `None` (the default of both constructors):
+    /// nginx's behaviour, no cap on a holder's accepts.
+    pub spread: Option<Spread>,
 }
 
 impl Default for Config {
@@ -314,6 +318,7 @@ impl Config {
         Self {
             mode: LockMode::TryLock,
             delay: DEFAULT_DELAY,
+            spread: None,
         }
     }
 
@@ -333,6 +338,117 @@ impl Config {
     pub const fn with_delay(self, delay: Duration) -> Self {
         Self { delay, ..self }
     }
+
+    /// These settings with the load-aware spread rule (`None`: off).
+    #[must_use]
+    pub const fn with_spread(self, spread: Option<Spread>) -> Self {
+        Self { spread, ..self }
+    }
+}
+
+/// The live connection counts of the workers, as one worker sees them at the start of an
+/// iteration (read from memory the workers share, e.g. one relaxed atomic per worker next to
+/// the lock; a slightly stale view only delays the balancing by an iteration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Load {
+    /// This worker's open connections.
+    pub own: usize,
+    /// The sum of the other live workers' open connections.
+    pub others: usize,
+    /// How many other workers are alive (a dead worker's count must be dropped: its slot
+    /// reset by the supervisor after `waitpid`, as with [`ForceUnlock`]).
+    pub other_workers: usize,
+}
+
+impl Load {
+    /// `own` connections here, `others` in all of the `other_workers` other live workers.
+    pub const fn new(own: usize, others: usize, other_workers: usize) -> Self {
+        Self {
+            own,
+            others,
+            other_workers,
+        }
+    }
+}
+
+/// What the spread rule allows this worker this iteration ([`Spread::decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    /// More loaded than the mean by more than the margin: do not even try the lock, disarm.
+    Skip,
+    /// Try (or, idle in blocking mode, wait for) the lock and accept at most this many
+    /// connections (at least 1) before releasing it.
+    Accept(usize),
+}
+
+/// nginx's `accept_disabled` back-off generalised: instead of backing off only when 7/8 of its
+/// connection slots are used, a worker backs off as soon as it holds more than
+/// `margin` connections above the mean of the live workers, and a holder accepts only as many
+/// as keep it within that bound, at most `batch`, before releasing the lock so that a less
+/// loaded worker can take the next batch.
+///
+/// ```
+/// use gomutex::accept::{Load, Share, Spread};
+///
+/// let s = Spread::new(1, 4); // margin 1, batches of at most 4
+/// // Two workers, none loaded: accept up to 2 (then 2 vs 0: mean 1, 1 above it).
+/// assert_eq!(s.decide(Load::new(0, 0, 1)), Share::Accept(2));
+/// // 30 here, 20 in the other: mean 25, 5 above it: skip the lock.
+/// assert_eq!(s.decide(Load::new(30, 20, 1)), Share::Skip);
+/// // The other one, 10 below the mean: a full batch.
+/// assert_eq!(s.decide(Load::new(20, 30, 1)), Share::Accept(4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Spread {
+    /// How many connections above the mean of the live workers' counts a worker may hold and
+    /// still accept. 0 is the tightest spread (and the most lock hand-overs in a burst).
+    pub margin: usize,
+    /// The most connections a holder accepts per accept phase (values below 1 count as 1).
+    pub batch: usize,
+}
+
+impl Default for Spread {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl Spread {
+    /// Margin 1, batches of 4 (see docs/accept.md for why).
+    pub const DEFAULT: Spread = Spread::new(1, 4);
+
+    /// The rule with these knobs.
+    pub const fn new(margin: usize, batch: usize) -> Self {
+        Self { margin, batch }
+    }
+
+    /// The rule itself, a pure function of the counts. With `n = other_workers + 1` workers
+    /// and `total = own + others` connections:
+    ///
+    /// * [`Share::Skip`] if `own > total / n + margin` (above the mean by more than the
+    ///   margin). The least loaded worker never skips, so some worker always accepts;
+    /// * else [`Share::Accept`]`(k)` with `k` the most connections this worker can take and
+    ///   stay within `margin` of the new mean, `(total + n·margin − n·own) / (n − 1)` (any
+    ///   number when it is alone), clamped to `1..=batch`.
+    ///
+    /// An idle worker (`own == 0`) never skips, so in [`LockMode::Blocking`] it still sleeps
+    /// on the lock.
+    pub fn decide(&self, load: Load) -> Share {
+        let batch = self.batch.max(1);
+        let n = load.other_workers as u128 + 1;
+        let own = load.own as u128;
+        let total = own + load.others as u128;
+        let allowed = total + n * self.margin as u128;
+        if n * own > allowed {
+            return Share::Skip;
+        }
+        if n == 1 {
+            return Share::Accept(batch);
+        }
+        let headroom = (allowed - n * own) / (n - 1);
+        Share::Accept(headroom.clamp(1, batch as u128) as usize)
+    }
 }
 
 /// What the worker does in this iteration (made by [`AcceptLock::begin_iteration`]; fields may
@@ -347,6 +463,9 @@ pub struct Decision {
     pub changed: bool,
     /// Cap on this iteration's poll timeout (`min(own_timeout, cap)`); `None`: no cap.
     pub poll_timeout: Option<Duration>,
+    /// When armed: the most connections to accept in this accept phase (from the spread rule,
+    /// [`AcceptLock::begin_iteration_loaded`]); `None`: no cap (nginx).
+    pub batch: Option<usize>,
 }
 
 impl Decision {
@@ -384,6 +503,8 @@ pub struct AcceptStats {
     pub disarms: u64,
     /// Connections reported through [`AcceptLock::accepted`].
     pub accepted: u64,
+    /// Iterations that skipped the lock because the spread rule said so ([`Share::Skip`]).
+    pub spread_skips: u64,
 }
 
 /// The caller's listening sockets, for [`AcceptLock::begin_iteration_with`]: arm (add to the
@@ -408,6 +529,8 @@ pub struct AcceptLock<M: AcceptMutex> {
     /// between iterations).
     armed: bool,
     accept_disabled: i64,
+    /// This iteration's cap from the spread rule.
+    batch: Option<usize>,
     stats: AcceptStats,
 }
 
@@ -432,6 +555,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
             held: false,
             armed: false,
             accept_disabled: 0,
+            batch: None,
             stats: AcceptStats::default(),
         }
     }
@@ -446,14 +570,36 @@ impl<M: AcceptMutex> AcceptLock<M> {
     ///
     /// If the lock is still held from an iteration that was not ended, it is kept.
     pub fn begin_iteration(&mut self, idle: bool) -> Decision {
+        self.iterate(idle, None)
+    }
+
+    /// Like [`begin_iteration`](Self::begin_iteration), with the workers' live connection
+    /// counts for the spread rule ([`Config::spread`]; without one this is
+    /// `begin_iteration`). A worker the rule tells to skip does not try the lock and disarms,
+    /// as inside nginx's back-off; otherwise [`Decision::batch`] caps this accept phase.
+    pub fn begin_iteration_loaded(&mut self, idle: bool, load: Load) -> Decision {
+        self.iterate(idle, Some(load))
+    }
+
+    fn iterate(&mut self, idle: bool, load: Option<Load>) -> Decision {
         self.stats.iterations += 1;
         if self.held {
             return self.decision(true, false, None);
         }
+        self.batch = None;
         if self.accept_disabled > 0 {
             self.accept_disabled -= 1;
             self.stats.disabled_skips += 1;
             return self.lost();
+        }
+        if let (Some(spread), Some(load)) = (self.config.spread, load) {
+            match spread.decide(load) {
+                Share::Skip => {
+                    self.stats.spread_skips += 1;
+                    return self.lost();
+                }
+                Share::Accept(k) => self.batch = Some(k),
+            }
         }
         let got = match self.mutex.try_lock() {
             Some(a) => Some(a),
@@ -537,6 +683,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
             armed,
             changed,
             poll_timeout,
+            batch: if armed { self.batch } else { None },
         }
     }
 
