@@ -406,6 +406,12 @@ pub struct Spread {
     pub margin: usize,
     /// The most connections a holder accepts per accept phase (values below 1 count as 1).
     pub batch: usize,
+    /// Cap on the poll timeout of a worker that skipped or lost the lock (instead of
+    /// [`Config::delay`]): the counts move while it polls (the holder may go above the mean and
+    /// skip, and then nobody watches the listening sockets until someone tries again). The
+    /// price: a worker that is not the holder wakes every `retry` (an idle holder keeps the
+    /// lock across its poll; in [`LockMode::Blocking`] idle workers wait on the lock instead).
+    pub retry: Duration,
 }
 
 impl Default for Spread {
@@ -415,12 +421,22 @@ impl Default for Spread {
 }
 
 impl Spread {
-    /// Margin 1, batches of 4 (see docs/accept.md for why).
+    /// Margin 1, batches of 4, retry 10 ms (see docs/accept.md for why).
     pub const DEFAULT: Spread = Spread::new(1, 4);
 
-    /// The rule with these knobs.
+    /// The rule with these knobs (and a 10 ms `retry`).
     pub const fn new(margin: usize, batch: usize) -> Self {
-        Self { margin, batch }
+        Self {
+            margin,
+            batch,
+            retry: Duration::from_millis(10),
+        }
+    }
+
+    /// This rule with `retry`.
+    #[must_use]
+    pub const fn with_retry(self, retry: Duration) -> Self {
+        Self { retry, ..self }
     }
 
     /// The rule itself, a pure function of the counts. With `n = other_workers + 1` workers
@@ -531,6 +547,8 @@ pub struct AcceptLock<M: AcceptMutex> {
     accept_disabled: i64,
     /// This iteration's cap from the spread rule.
     batch: Option<usize>,
+    /// This iteration's poll cap if it skips or loses the lock (from the spread rule).
+    retry: Option<Duration>,
     stats: AcceptStats,
 }
 
@@ -556,6 +574,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
             armed: false,
             accept_disabled: 0,
             batch: None,
+            retry: None,
             stats: AcceptStats::default(),
         }
     }
@@ -587,12 +606,15 @@ impl<M: AcceptMutex> AcceptLock<M> {
             return self.decision(true, false, None);
         }
         self.batch = None;
+        self.retry = None;
         if self.accept_disabled > 0 {
             self.accept_disabled -= 1;
             self.stats.disabled_skips += 1;
             return self.lost();
         }
         if let (Some(spread), Some(load)) = (self.config.spread, load) {
+            // Whoever does not get to accept retries soon: the counts move under it.
+            self.retry = Some(spread.retry);
             match spread.decide(load) {
                 Share::Skip => {
                     self.stats.spread_skips += 1;
@@ -675,7 +697,10 @@ impl<M: AcceptMutex> AcceptLock<M> {
             self.armed = false;
             self.stats.disarms += 1;
         }
-        self.decision(false, changed, Some(self.config.delay))
+        let cap = self
+            .retry
+            .map_or(self.config.delay, |r| r.min(self.config.delay));
+        self.decision(false, changed, Some(cap))
     }
 
     fn decision(&self, armed: bool, changed: bool, poll_timeout: Option<Duration>) -> Decision {

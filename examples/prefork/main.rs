@@ -297,7 +297,7 @@ struct Master<'a> {
 #[cfg(target_os = "linux")]
 impl Master<'_> {
     fn spawn(&mut self, i: usize) -> Result<(), String> {
-        self.region.slot(i).reset(0);
+        self.region.slot(i).reset(shared::STARTING);
         let _ = std::io::stdout().flush();
         let _ = std::io::stderr().flush();
         // SAFETY: the master never starts a thread, so it is single-threaded here.
@@ -494,6 +494,10 @@ fn run(args: Args) -> Result<(), String> {
         forced_unlocks: 0,
     };
     let mut result = Ok(());
+    // Every worker counts for the spread rule from the start, not only once it is forked.
+    for i in 0..args.workers {
+        region.slot(i).reset(shared::STARTING);
+    }
     for i in 0..args.workers {
         if let Err(e) = m.spawn(i) {
             result = Err(e);

@@ -8,11 +8,15 @@ use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed};
 
+/// `Slot::pid` of a worker the master is about to fork: it already counts as a live worker
+/// with no connections, so the workers forked before it leave it its share of an early burst.
+pub const STARTING: i32 = -1;
+
 /// One worker's counters. 128-byte aligned so two workers never share a cache line.
 #[repr(C, align(128))]
 #[derive(Default)]
 pub struct Slot {
-    /// The worker's pid (0: never started).
+    /// The worker's pid (0: never started, or reaped; [`STARTING`]: about to be forked).
     pub pid: AtomicI32,
     /// Connections accepted.
     pub accepted: AtomicU64,
@@ -62,7 +66,8 @@ pub struct WorkerStats {
 }
 
 impl Slot {
-    /// Zero every counter and set the pid (the master, before forking the slot's worker).
+    /// Zero every counter and set the pid (the master, before forking the slot's worker:
+    /// [`STARTING`]).
     pub fn reset(&self, pid: i32) {
         for c in [
             &self.accepted,

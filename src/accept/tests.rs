@@ -502,10 +502,11 @@ fn loaded_iteration_skips_or_caps_the_batch() {
     assert!(d.armed && d.changed);
     assert_eq!(d.batch, Some(4));
     a.end_accept_phase();
-    // Above the mean: the lock is not tried, the sockets are disarmed.
+    // Above the mean: the lock is not tried, the sockets are disarmed, and it looks again
+    // after `retry`, not `delay`.
     let d = a.begin_iteration_loaded(false, Load::new(30, 10, 1));
     assert!(!d.armed && d.changed && d.batch.is_none());
-    assert_eq!(d.poll_timeout, DELAY);
+    assert_eq!(d.poll_timeout, Some(Duration::from_millis(10)));
     assert_eq!(a.stats().spread_skips, 1);
     assert_eq!(m.log(), ["try", "unlock"]);
     // Without loads (begin_iteration) or without a rule, no cap.
@@ -517,6 +518,23 @@ fn loaded_iteration_skips_or_caps_the_batch() {
     assert!(d.armed && d.batch.is_none());
     b.end_accept_phase();
     assert_eq!(b.stats().spread_skips, 0);
+}
+
+#[test]
+fn loaded_loser_retries_after_retry_capped_by_delay() {
+    let m = Script::busy_tries(2);
+    let spread = Spread::new(1, 4).with_retry(Duration::from_millis(3));
+    let mut a = AcceptLock::new(&m, Config::nginx().with_spread(Some(spread)));
+    let d = a.begin_iteration_loaded(false, Load::new(5, 5, 1));
+    assert!(!d.armed);
+    assert_eq!(d.poll_timeout, Some(Duration::from_millis(3)));
+    // Unloaded iterations keep nginx's delay; a retry above delay is capped by it.
+    let d = a.begin_iteration(false);
+    assert_eq!(d.poll_timeout, DELAY);
+    let slow = spread.with_retry(Duration::from_secs(9));
+    let mut b = AcceptLock::new(&m, Config::nginx().with_spread(Some(slow)));
+    let d = b.begin_iteration_loaded(false, Load::new(9, 0, 1));
+    assert_eq!(d.poll_timeout, DELAY);
 }
 
 #[test]
