@@ -484,6 +484,10 @@ fn bad_flags_are_usage_errors() {
         &["--addr"],
         &["--frobnicate"],
         &["--multi-accept=yes"],
+        &["--spread-batch", "0"],
+        &["--spread-margin", "-1"],
+        &["--spread-retry", "soon"],
+        &["--no-spread=1"],
     ] {
         let out = run_example(args);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -63,7 +63,7 @@ use sys::{Exit, Forked};
 const USAGE: &str = "\
 usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PATH]
                [--accept-delay MS] [--worker-connections N] [--multi-accept]
-               [--no-spread] [--spread-margin N] [--spread-batch N]
+               [--no-spread] [--spread-margin N] [--spread-batch N] [--spread-retry MS]
 
   --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
   --workers N               worker processes (default: number of CPUs)
@@ -83,6 +83,7 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                             and still accept (default 1)
   --spread-batch N          spread rule: most connections accepted per turn of the lock
                             (default 4)
+  --spread-retry MS         spread rule: poll cap of a worker without the lock (default 10)
 
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
@@ -153,7 +154,11 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         multi_accept: false,
         spread: Some(Spread::DEFAULT),
     };
-    let (mut margin, mut batch) = (Spread::DEFAULT.margin, Spread::DEFAULT.batch);
+    let (mut margin, mut batch, mut retry) = (
+        Spread::DEFAULT.margin,
+        Spread::DEFAULT.batch,
+        Spread::DEFAULT.retry,
+    );
     let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -170,6 +175,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 | "--worker-connections"
                 | "--spread-margin"
                 | "--spread-batch"
+                | "--spread-retry"
         );
         let value = if has_value {
             match inline.or_else(|| it.next()) {
@@ -239,11 +245,21 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                     }
                 }
             }
+            "--spread-retry" => {
+                retry = match value.parse() {
+                    Ok(ms) if ms >= 1 => Duration::from_millis(ms),
+                    _ => {
+                        return Err(format!(
+                            "--spread-retry: expected milliseconds >= 1, got {value:?}"
+                        ))
+                    }
+                }
+            }
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
     if a.spread.is_some() {
-        a.spread = Some(Spread::new(margin, batch));
+        a.spread = Some(Spread::new(margin, batch).with_retry(retry));
     }
     Ok(Some(a))
 }
