@@ -64,6 +64,28 @@
 //! still nginx's race (the holder keeps the lock across its poll), so a burst of connections
 //! that arrives while every worker is busy mostly goes to the holder.
 //!
+//! # Beyond nginx: spreading long-lived connections
+//!
+//! A burst of keep-alive connections (a client opening its pool) is taken by whichever worker
+//! holds the lock, and each connection stays where it was accepted for its lifetime. nginx's
+//! back-off only starts when a worker is 7/8 full, far too late. With a [`Spread`] in the
+//! [`Config`] and the workers' live connection counts passed to
+//! [`AcceptLock::begin_iteration_loaded`] (a [`Load`], read from memory the workers share),
+//! the rule [`Spread::decide`] generalises the back-off to "more loaded than the others":
+//!
+//! * a worker holding more than `margin` connections above the mean of the live workers does
+//!   not try the lock this iteration (and disarms, as inside the back-off);
+//! * a holder accepts at most [`Decision::batch`] connections (no more than keep it within the
+//!   margin, at most `batch`), then releases the lock as usual, so a less loaded worker takes
+//!   the next batch;
+//! * a worker that skipped or lost the lock caps its poll at `retry` (10 ms) rather than
+//!   `delay`, because the counts move while it polls: the holder may be about to skip.
+//!
+//! The least loaded worker never skips, so some worker always accepts — provided dead workers
+//! drop out of the counts (the supervisor resets a reaped worker's count, as it
+//! force-unlocks). An idle worker (count 0) never skips, so in [`LockMode::Blocking`] idle
+//! workers still sleep on the lock.
+//!
 //! # What does not belong here
 //!
 //! The lock itself is any [`AcceptMutex`]: [`crate::RawMutex`] for workers that are threads of
@@ -76,7 +98,8 @@
 //! # nginx differences
 //!
 //! A worker inside its back-off (`accept_disabled > 0`) also disarms its listening sockets
-//! (nginx leaves them armed, so two workers may accept at once: trac #612).
+//! (nginx leaves them armed, so two workers may accept at once: trac #612). The blocking mode
+//! and the spread rule are not in nginx (both are off in [`Config::nginx`]).
 
 #[cfg(target_os = "linux")]
 use crate::shm::{ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, TryLockResult};

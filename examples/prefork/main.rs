@@ -24,6 +24,12 @@
 //! * `exclusive` — every worker watches it with `EPOLLEXCLUSIVE` (Linux 4.5; nginx's default
 //!   since 1.11.3);
 //! * `reuseport` — one `SO_REUSEPORT` socket per worker; the kernel spreads connections by hash.
+//!
+//! In both lock modes the spread rule ([`gomutex::accept::Spread`]; `--no-spread` turns it off)
+//! keeps long-lived connections even: each worker publishes its open-connection count in the
+//! shared region, a worker more than `--spread-margin` above the mean skips the lock, and a
+//! holder accepts at most `--spread-batch` per turn; a worker without the lock polls at most
+//! `--spread-retry` (10 ms) instead of `--accept-delay`.
 
 #[cfg(target_os = "linux")]
 mod http;
