@@ -7,8 +7,8 @@
 #   * installs wrk and nginx from Debian if they are missing (apt-get update once, then
 #     apt-get install -y wrk nginx);
 #   * builds the example (cargo build --release --example prefork);
-#   * runs nginx (2 workers, `location / { return 200 "ok"; }`) with accept_mutex on, off, and reuseport,
-#     under its own temporary prefix (config, pid, logs, temp dirs in a mktemp directory, not
+#   * runs nginx (2 workers, `location / { return 200 "ok"; }`) with accept_mutex on, off, and
+#     off with `listen ... reuseport`, under its own temporary prefix (config, pid, logs, temp dirs in a mktemp directory, not
 #     the system service), and the example in each mode: mutex, blocking, none, exclusive,
 #     reuseport;
 #   * loads each with wrk for DURATION seconds, twice: a new connection per request

@@ -371,8 +371,10 @@ impl Config {
 
 /// The live connection counts of the workers, as one worker sees them at the start of an
 /// iteration (read from memory the workers share, e.g. one relaxed atomic per worker next to
-/// the lock; a slightly stale view only delays the balancing by an iteration).
+/// the lock; a slightly stale view only delays the balancing by an iteration). Made with
+/// [`Load::new`] (fields may be added, e.g. a request rate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Load {
     /// This worker's open connections.
     pub own: usize,
@@ -425,7 +427,8 @@ pub enum Share {
 #[non_exhaustive]
 pub struct Spread {
     /// How many connections above the mean of the live workers' counts a worker may hold and
-    /// still accept. 0 is the tightest spread (and the most lock hand-overs in a burst).
+    /// still accept (it then takes at least one, so two workers end at most `2·margin + 1`
+    /// apart). 0 is the tightest spread (and the most lock hand-overs in a burst).
     pub margin: usize,
     /// The most connections a holder accepts per accept phase (values below 1 count as 1).
     pub batch: usize,
