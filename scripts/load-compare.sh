@@ -7,8 +7,8 @@
 #   * installs wrk and nginx from Debian if they are missing (apt-get update once, then
 #     apt-get install -y wrk nginx);
 #   * builds the example (cargo build --release --example prefork);
-#   * runs nginx (2 workers, `location / { return 200 "ok"; }`) with accept_mutex on, then off,
-#     under its own temporary prefix (config, pid, logs, temp dirs in a mktemp directory, not
+#   * runs nginx (2 workers, `location / { return 200 "ok"; }`) with accept_mutex on, off, and
+#     off with `listen ... reuseport`, under its own temporary prefix (config, pid, logs, temp dirs in a mktemp directory, not
 #     the system service), and the example in each mode: mutex, blocking, none, exclusive,
 #     reuseport;
 #   * loads each with wrk for DURATION seconds, twice: a new connection per request
@@ -24,6 +24,7 @@
 #
 # Environment (defaults in brackets): DURATION [5] seconds per run, THREADS [2] and CONNS [50]
 # for wrk, WORKERS [2], PORT [18480] (the example; nginx uses PORT+1), MODES [all five],
+# NGINX_MODES [on off reuseport] (accept_mutex on, off, and off with `listen ... reuseport`),
 # ROUNDS [1] (repeat the whole matrix; the table keeps the median req/s run of each row, and
 # the ratio is to the better nginx median), RAW [unset] (a file to keep every run's raw line),
 # NGINX [nginx from PATH or /usr/sbin/nginx].
@@ -37,6 +38,7 @@ WORKERS=${WORKERS:-2}
 PORT=${PORT:-18480}
 NGX_PORT=$((PORT + 1))
 MODES=${MODES:-"mutex blocking none exclusive reuseport"}
+NGINX_MODES=${NGINX_MODES:-"on off reuseport"}
 ROUNDS=${ROUNDS:-1}
 
 log() { echo "load-compare: $*" >&2; }
@@ -127,7 +129,7 @@ cpu_per_request() {
         'BEGIN { if (n > 0) printf "%.0f", (b - a) * 1e6 / hz / n; else print "?" }'
 }
 
-nginx_conf() { # accept_mutex on|off
+nginx_conf() { # on|off (accept_mutex) or reuseport (accept_mutex off, listen ... reuseport)
     mkdir -p "$TMP/nginx/logs" "$TMP/nginx/tmp"
     cat >"$TMP/nginx/nginx.conf" <<EOF
 worker_processes $WORKERS;
@@ -135,7 +137,7 @@ daemon off;
 master_process on;
 pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/logs/error.log;
-events { worker_connections 1024; accept_mutex $1; }
+events { worker_connections 1024; accept_mutex $([ "$1" = reuseport ] && echo off || echo "$1"); }
 http {
     log_format pidonly '\$pid';
     access_log $TMP/nginx/logs/access.log pidonly buffer=256k flush=1s;
@@ -145,7 +147,7 @@ http {
     uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
     scgi_temp_path $TMP/nginx/tmp/scgi;
     server {
-        listen 127.0.0.1:$NGX_PORT;
+        listen 127.0.0.1:$NGX_PORT$([ "$1" = reuseport ] && echo " reuseport");
         location / { return 200 "ok"; }
     }
 }
@@ -197,7 +199,7 @@ RESULTS="$TMP/results"
 : >"$RESULTS"
 for round in $(seq "$ROUNDS"); do
     for wl in close keepalive; do
-        for am in on off; do
+        for am in $NGINX_MODES; do
             log "round $round: nginx accept_mutex $am, $wl"
             measure_nginx "$am" "$wl" >>"$RESULTS"
         done

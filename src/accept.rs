@@ -64,6 +64,28 @@
 //! still nginx's race (the holder keeps the lock across its poll), so a burst of connections
 //! that arrives while every worker is busy mostly goes to the holder.
 //!
+//! # Beyond nginx: spreading long-lived connections
+//!
+//! A burst of keep-alive connections (a client opening its pool) is taken by whichever worker
+//! holds the lock, and each connection stays where it was accepted for its lifetime. nginx's
+//! back-off only starts when a worker is 7/8 full, far too late. With a [`Spread`] in the
+//! [`Config`] and the workers' live connection counts passed to
+//! [`AcceptLock::begin_iteration_loaded`] (a [`Load`], read from memory the workers share),
+//! the rule [`Spread::decide`] generalises the back-off to "more loaded than the others":
+//!
+//! * a worker holding more than `margin` connections above the mean of the live workers does
+//!   not try the lock this iteration (and disarms, as inside the back-off);
+//! * a holder accepts at most [`Decision::batch`] connections (no more than keep it within the
+//!   margin, at most `batch`), then releases the lock as usual, so a less loaded worker takes
+//!   the next batch;
+//! * a worker that skipped or lost the lock caps its poll at `retry` (10 ms) rather than
+//!   `delay`, because the counts move while it polls: the holder may be about to skip.
+//!
+//! The least loaded worker never skips, so some worker always accepts — provided dead workers
+//! drop out of the counts (the supervisor resets a reaped worker's count, as it
+//! force-unlocks). An idle worker (count 0) never skips, so in [`LockMode::Blocking`] idle
+//! workers still sleep on the lock.
+//!
 //! # What does not belong here
 //!
 //! The lock itself is any [`AcceptMutex`]: [`crate::RawMutex`] for workers that are threads of
@@ -76,7 +98,8 @@
 //! # nginx differences
 //!
 //! A worker inside its back-off (`accept_disabled > 0`) also disarms its listening sockets
-//! (nginx leaves them armed, so two workers may accept at once: trac #612).
+//! (nginx leaves them armed, so two workers may accept at once: trac #612). The blocking mode
+//! and the spread rule are not in nginx (both are off in [`Config::nginx`]).
 
 #[cfg(target_os = "linux")]
 use crate::shm::{ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, TryLockResult};
@@ -300,6 +323,10 @@ pub struct Config {
     /// nginx's `accept_mutex_delay`: the longest a loser polls before trying again, and in
     /// blocking mode the longest one wait on the lock lasts. Default 500 ms.
     pub delay: Duration,
+    /// The load-aware spread rule ([`Spread`]), used by
+    /// [`AcceptLock::begin_iteration_loaded`]; `None` (the default of both constructors):
+    /// nginx's behaviour, no cap on a holder's accepts.
+    pub spread: Option<Spread>,
 }
 
 impl Default for Config {
@@ -314,6 +341,7 @@ impl Config {
         Self {
             mode: LockMode::TryLock,
             delay: DEFAULT_DELAY,
+            spread: None,
         }
     }
 
@@ -333,6 +361,136 @@ impl Config {
     pub const fn with_delay(self, delay: Duration) -> Self {
         Self { delay, ..self }
     }
+
+    /// These settings with the load-aware spread rule (`None`: off).
+    #[must_use]
+    pub const fn with_spread(self, spread: Option<Spread>) -> Self {
+        Self { spread, ..self }
+    }
+}
+
+/// The live connection counts of the workers, as one worker sees them at the start of an
+/// iteration (read from memory the workers share, e.g. one relaxed atomic per worker next to
+/// the lock; a slightly stale view only delays the balancing by an iteration). Made with
+/// [`Load::new`] (fields may be added, e.g. a request rate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Load {
+    /// This worker's open connections.
+    pub own: usize,
+    /// The sum of the other live workers' open connections.
+    pub others: usize,
+    /// How many other workers are alive (a dead worker's count must be dropped: its slot
+    /// reset by the supervisor after `waitpid`, as with [`ForceUnlock`]).
+    pub other_workers: usize,
+}
+
+impl Load {
+    /// `own` connections here, `others` in all of the `other_workers` other live workers.
+    pub const fn new(own: usize, others: usize, other_workers: usize) -> Self {
+        Self {
+            own,
+            others,
+            other_workers,
+        }
+    }
+}
+
+/// What the spread rule allows this worker this iteration ([`Spread::decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    /// More loaded than the mean by more than the margin: do not even try the lock, disarm.
+    Skip,
+    /// Try (or, idle in blocking mode, wait for) the lock and accept at most this many
+    /// connections (at least 1) before releasing it.
+    Accept(usize),
+}
+
+/// nginx's `accept_disabled` back-off generalised: instead of backing off only when 7/8 of its
+/// connection slots are used, a worker backs off as soon as it holds more than
+/// `margin` connections above the mean of the live workers, and a holder accepts only as many
+/// as keep it within that bound, at most `batch`, before releasing the lock so that a less
+/// loaded worker can take the next batch.
+///
+/// ```
+/// use gomutex::accept::{Load, Share, Spread};
+///
+/// let s = Spread::new(1, 4); // margin 1, batches of at most 4
+/// // Two workers, none loaded: accept up to 2 (then 2 vs 0: mean 1, 1 above it).
+/// assert_eq!(s.decide(Load::new(0, 0, 1)), Share::Accept(2));
+/// // 30 here, 20 in the other: mean 25, 5 above it: skip the lock.
+/// assert_eq!(s.decide(Load::new(30, 20, 1)), Share::Skip);
+/// // The other one, 10 below the mean: a full batch.
+/// assert_eq!(s.decide(Load::new(20, 30, 1)), Share::Accept(4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Spread {
+    /// How many connections above the mean of the live workers' counts a worker may hold and
+    /// still accept (it then takes at least one, so two workers end at most `2·margin + 1`
+    /// apart). 0 is the tightest spread (and the most lock hand-overs in a burst).
+    pub margin: usize,
+    /// The most connections a holder accepts per accept phase (values below 1 count as 1).
+    pub batch: usize,
+    /// Cap on the poll timeout of a worker that skipped or lost the lock (instead of
+    /// [`Config::delay`]): the counts move while it polls (the holder may go above the mean and
+    /// skip, and then nobody watches the listening sockets until someone tries again). The
+    /// price: a worker that is not the holder wakes every `retry` (an idle holder keeps the
+    /// lock across its poll; in [`LockMode::Blocking`] idle workers wait on the lock instead).
+    pub retry: Duration,
+}
+
+impl Default for Spread {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl Spread {
+    /// Margin 1, batches of 4, retry 10 ms (see docs/accept.md for why).
+    pub const DEFAULT: Spread = Spread::new(1, 4);
+
+    /// The rule with these knobs (and a 10 ms `retry`).
+    pub const fn new(margin: usize, batch: usize) -> Self {
+        Self {
+            margin,
+            batch,
+            retry: Duration::from_millis(10),
+        }
+    }
+
+    /// This rule with `retry`.
+    #[must_use]
+    pub const fn with_retry(self, retry: Duration) -> Self {
+        Self { retry, ..self }
+    }
+
+    /// The rule itself, a pure function of the counts. With `n = other_workers + 1` workers
+    /// and `total = own + others` connections:
+    ///
+    /// * [`Share::Skip`] if `own > total / n + margin` (above the mean by more than the
+    ///   margin). The least loaded worker never skips, so some worker always accepts;
+    /// * else [`Share::Accept`]`(k)` with `k` the most connections this worker can take and
+    ///   stay within `margin` of the new mean, `(total + n·margin − n·own) / (n − 1)` (any
+    ///   number when it is alone), clamped to `1..=batch`.
+    ///
+    /// An idle worker (`own == 0`) never skips, so in [`LockMode::Blocking`] it still sleeps
+    /// on the lock.
+    pub fn decide(&self, load: Load) -> Share {
+        let batch = self.batch.max(1);
+        let n = load.other_workers as u128 + 1;
+        let own = load.own as u128;
+        let total = own + load.others as u128;
+        let allowed = total + n * self.margin as u128;
+        if n * own > allowed {
+            return Share::Skip;
+        }
+        if n == 1 {
+            return Share::Accept(batch);
+        }
+        let headroom = (allowed - n * own) / (n - 1);
+        Share::Accept(headroom.clamp(1, batch as u128) as usize)
+    }
 }
 
 /// What the worker does in this iteration (made by [`AcceptLock::begin_iteration`]; fields may
@@ -347,6 +505,9 @@ pub struct Decision {
     pub changed: bool,
     /// Cap on this iteration's poll timeout (`min(own_timeout, cap)`); `None`: no cap.
     pub poll_timeout: Option<Duration>,
+    /// When armed: the most connections to accept in this accept phase (from the spread rule,
+    /// [`AcceptLock::begin_iteration_loaded`]); `None`: no cap (nginx).
+    pub batch: Option<usize>,
 }
 
 impl Decision {
@@ -384,6 +545,8 @@ pub struct AcceptStats {
     pub disarms: u64,
     /// Connections reported through [`AcceptLock::accepted`].
     pub accepted: u64,
+    /// Iterations that skipped the lock because the spread rule said so ([`Share::Skip`]).
+    pub spread_skips: u64,
 }
 
 /// The caller's listening sockets, for [`AcceptLock::begin_iteration_with`]: arm (add to the
@@ -408,6 +571,10 @@ pub struct AcceptLock<M: AcceptMutex> {
     /// between iterations).
     armed: bool,
     accept_disabled: i64,
+    /// This iteration's cap from the spread rule.
+    batch: Option<usize>,
+    /// This iteration's poll cap if it skips or loses the lock (from the spread rule).
+    retry: Option<Duration>,
     stats: AcceptStats,
 }
 
@@ -432,6 +599,8 @@ impl<M: AcceptMutex> AcceptLock<M> {
             held: false,
             armed: false,
             accept_disabled: 0,
+            batch: None,
+            retry: None,
             stats: AcceptStats::default(),
         }
     }
@@ -446,14 +615,39 @@ impl<M: AcceptMutex> AcceptLock<M> {
     ///
     /// If the lock is still held from an iteration that was not ended, it is kept.
     pub fn begin_iteration(&mut self, idle: bool) -> Decision {
+        self.iterate(idle, None)
+    }
+
+    /// Like [`begin_iteration`](Self::begin_iteration), with the workers' live connection
+    /// counts for the spread rule ([`Config::spread`]; without one this is
+    /// `begin_iteration`). A worker the rule tells to skip does not try the lock and disarms,
+    /// as inside nginx's back-off; otherwise [`Decision::batch`] caps this accept phase.
+    pub fn begin_iteration_loaded(&mut self, idle: bool, load: Load) -> Decision {
+        self.iterate(idle, Some(load))
+    }
+
+    fn iterate(&mut self, idle: bool, load: Option<Load>) -> Decision {
         self.stats.iterations += 1;
         if self.held {
             return self.decision(true, false, None);
         }
+        self.batch = None;
+        self.retry = None;
         if self.accept_disabled > 0 {
             self.accept_disabled -= 1;
             self.stats.disabled_skips += 1;
             return self.lost();
+        }
+        if let (Some(spread), Some(load)) = (self.config.spread, load) {
+            // Whoever does not get to accept retries soon: the counts move under it.
+            self.retry = Some(spread.retry);
+            match spread.decide(load) {
+                Share::Skip => {
+                    self.stats.spread_skips += 1;
+                    return self.lost();
+                }
+                Share::Accept(k) => self.batch = Some(k),
+            }
         }
         let got = match self.mutex.try_lock() {
             Some(a) => Some(a),
@@ -529,7 +723,10 @@ impl<M: AcceptMutex> AcceptLock<M> {
             self.armed = false;
             self.stats.disarms += 1;
         }
-        self.decision(false, changed, Some(self.config.delay))
+        let cap = self
+            .retry
+            .map_or(self.config.delay, |r| r.min(self.config.delay));
+        self.decision(false, changed, Some(cap))
     }
 
     fn decision(&self, armed: bool, changed: bool, poll_timeout: Option<Duration>) -> Decision {
@@ -537,6 +734,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
             armed,
             changed,
             poll_timeout,
+            batch: if armed { self.batch } else { None },
         }
     }
 

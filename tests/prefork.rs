@@ -13,6 +13,12 @@
 #[path = "../examples/prefork/http.rs"]
 mod http;
 
+/// The example's shared stats region, compiled here to test the live counts the spread rule
+/// reads (and the master's retiring of a dead worker's slot) directly.
+#[allow(dead_code)]
+#[path = "../examples/prefork/shared.rs"]
+mod shared;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -76,6 +82,11 @@ fn collect<R: Read + Send + 'static>(
 
 impl Server {
     fn start(mode: &str, env: &[(&str, &str)]) -> Server {
+        Self::start_with(mode, &[], env)
+    }
+
+    /// `start` with extra command-line arguments.
+    fn start_with(mode: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
         let stats = std::env::temp_dir().join(format!(
             "prefork-test-{}-{mode}-{}.json",
             std::process::id(),
@@ -86,6 +97,7 @@ impl Server {
         cmd.args(["--addr", "127.0.0.1:0", "--workers", "2", "--accept", mode])
             .arg("--stats-json")
             .arg(&stats)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -472,6 +484,10 @@ fn bad_flags_are_usage_errors() {
         &["--addr"],
         &["--frobnicate"],
         &["--multi-accept=yes"],
+        &["--spread-batch", "0"],
+        &["--spread-margin", "-1"],
+        &["--spread-retry", "soon"],
+        &["--no-spread=1"],
     ] {
         let out = run_example(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -643,4 +659,133 @@ fn workers_killed_repeatedly_under_load_mutex() {
 #[test]
 fn workers_killed_repeatedly_under_load_blocking() {
     chaos("blocking");
+}
+
+/// Open `n` connections at once (all connected before the first request is sent), then one
+/// keep-alive request on each; the connections stay open as long as the result lives.
+fn keep_alive_burst(addr: SocketAddr, n: usize) -> Vec<(TcpStream, BufReader<TcpStream>)> {
+    let streams: Vec<TcpStream> = (0..n).map(|_| connect(addr)).collect();
+    let mut conns: Vec<_> = streams
+        .into_iter()
+        .map(|s| {
+            let r = BufReader::new(s.try_clone().unwrap());
+            (s, r)
+        })
+        .collect();
+    for (w, _) in &mut conns {
+        w.write_all(b"GET /burst HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+    }
+    for (_, r) in &mut conns {
+        let (status, body, close) = read_response(r).expect("response");
+        assert_eq!((status, body.as_str(), close), (200, "ok", false));
+    }
+    conns
+}
+
+/// 50 long-lived connections arriving in one burst end up spread over the 2 workers: each
+/// holds at least 0.8 × the mean (20). Without the spread rule (`--no-spread`, nginx's
+/// behaviour) one worker takes nearly all of them.
+fn keep_alive_burst_is_spread(mode: &str) {
+    let srv = Server::start(mode, &[]);
+    let t = Instant::now();
+    let conns = keep_alive_burst(srv.addr, 50);
+    let burst = t.elapsed();
+    let out = srv.stop();
+    drop(conns);
+    check_totals(&out, 50, 50);
+    let rows = workers(&out.json);
+    let per: Vec<u64> = rows.iter().map(|r| row_num(r, "accepted")).collect();
+    assert_eq!(per.len(), 2, "{}", out.json);
+    assert!(
+        per.iter().all(|&c| c >= 20),
+        "{mode}: split {per:?}: {}",
+        out.json
+    );
+    // Still open when the workers stopped: the live counts are the same split.
+    let live: Vec<u64> = rows.iter().map(|r| row_num(r, "live")).collect();
+    assert_eq!(live, per, "{}", out.json);
+    eprintln!("{mode}: burst of 50 split {per:?}, answered in {burst:?}");
+}
+
+#[test]
+fn keep_alive_burst_is_spread_mutex() {
+    keep_alive_burst_is_spread("mutex");
+}
+
+#[test]
+fn keep_alive_burst_is_spread_blocking() {
+    keep_alive_burst_is_spread("blocking");
+}
+
+/// The region's live counts: a worker sees the others' sum and number, and a slot the master
+/// retired (after `waitpid`) no longer counts, neither its connections nor as a worker.
+#[test]
+fn retired_slot_drops_out_of_the_load() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let region = shared::Region::new(3).unwrap();
+    for (i, (pid, live)) in [(100, 7u64), (101, 30), (102, 5)].into_iter().enumerate() {
+        region.slot(i).reset(pid);
+        region.slot(i).live.store(live, Relaxed);
+    }
+    assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 35, 2));
+    region.slot(1).retire();
+    assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 5, 1));
+    assert_eq!(region.load(2, 5), gomutex::accept::Load::new(5, 7, 1));
+    // A respawned worker in the slot starts from zero.
+    region.slot(1).reset(103);
+    assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 5, 2));
+}
+
+/// A worker SIGKILLed with keep-alive connections open: its row shows them, its slot is
+/// retired, and the next burst goes mostly to its (empty) replacement, filling it up to the
+/// survivor instead of splitting evenly as if the dead connections were still counted.
+#[test]
+fn killed_worker_drops_out_of_the_shared_counts() {
+    let srv = Server::start("blocking", &[]);
+    let first = keep_alive_burst(srv.addr, 20);
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", srv.pid()))
+        .unwrap_or_default();
+    let victim: i32 = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .next()
+        .expect("a worker");
+    // SAFETY: plain syscall; `victim` is a worker of our own child.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    srv.wait_stderr("respawning", Duration::from_secs(5));
+    // Let the replacement start.
+    thread::sleep(Duration::from_millis(200));
+    let second = keep_alive_burst(srv.addr, 20);
+    let out = srv.stop();
+    drop((first, second));
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let rows = workers(&out.json);
+    assert_eq!(rows.len(), 3, "{}", out.json);
+    let dead = rows
+        .iter()
+        .find(|r| r.contains(&format!("\"pid\": {victim},")))
+        .unwrap_or_else(|| panic!("no row for {victim}: {}", out.json));
+    assert!(dead.contains("signal 9"), "{}", out.json);
+    let dead_live = row_num(dead, "live");
+    assert!(
+        (5..=15).contains(&dead_live),
+        "the victim had its share of the first burst open: {}",
+        out.json
+    );
+    // The survivor kept its first-burst connections; the replacement took the rest of the
+    // second burst, so both end near 40 - dead_live halves.
+    let survivors: Vec<u64> = rows
+        .iter()
+        .filter(|r| !r.contains("signal 9"))
+        .map(|r| row_num(r, "live"))
+        .collect();
+    let open = 40 - dead_live;
+    assert_eq!(survivors.iter().sum::<u64>(), open, "{}", out.json);
+    let min = *survivors.iter().min().unwrap();
+    assert!(
+        min as f64 >= 0.8 * open as f64 / 2.0,
+        "split {survivors:?} of {open} open: {}",
+        out.json
+    );
 }

@@ -24,6 +24,12 @@
 //! * `exclusive` — every worker watches it with `EPOLLEXCLUSIVE` (Linux 4.5; nginx's default
 //!   since 1.11.3);
 //! * `reuseport` — one `SO_REUSEPORT` socket per worker; the kernel spreads connections by hash.
+//!
+//! In both lock modes the spread rule ([`gomutex::accept::Spread`]; `--no-spread` turns it off)
+//! keeps long-lived connections even: each worker publishes its open-connection count in the
+//! shared region, a worker more than `--spread-margin` above the mean skips the lock, and a
+//! holder accepts at most `--spread-batch` per turn; a worker without the lock polls at most
+//! `--spread-retry` (10 ms) instead of `--accept-delay`.
 
 #[cfg(target_os = "linux")]
 mod http;
@@ -37,7 +43,7 @@ mod sys;
 mod worker;
 
 #[cfg(target_os = "linux")]
-use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, DEFAULT_DELAY};
+use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, Spread, DEFAULT_DELAY};
 #[cfg(target_os = "linux")]
 use lock::SharedLock;
 #[cfg(target_os = "linux")]
@@ -63,6 +69,7 @@ use sys::{Exit, Forked};
 const USAGE: &str = "\
 usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PATH]
                [--accept-delay MS] [--worker-connections N] [--multi-accept]
+               [--no-spread] [--spread-margin N] [--spread-batch N] [--spread-retry MS]
 
   --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
   --workers N               worker processes (default: number of CPUs)
@@ -75,7 +82,14 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --stats-json PATH         write per-worker and total stats as JSON at shutdown
   --accept-delay MS         nginx's accept_mutex_delay (default 500)
   --worker-connections N    connection slots per worker (default 1024)
-  --multi-accept            accept all pending connections per wake-up (default: one)
+  --multi-accept            accept all pending connections per wake-up (default: one;
+                            with the spread rule, up to its batch)
+  --no-spread               lock modes: no load-aware spread rule (nginx's behaviour)
+  --spread-margin N         spread rule: connections above the workers' mean a worker may hold
+                            and still accept (default 1)
+  --spread-batch N          spread rule: most connections accepted per turn of the lock
+                            (default 4)
+  --spread-retry MS         spread rule: poll cap of a worker without the lock (default 10)
 
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
@@ -129,6 +143,8 @@ struct Args {
     delay: Duration,
     connections: usize,
     multi_accept: bool,
+    /// The load-aware spread rule (lock modes); `None`: `--no-spread`.
+    spread: Option<Spread>,
 }
 
 #[cfg(target_os = "linux")]
@@ -142,7 +158,13 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         delay: DEFAULT_DELAY,
         connections: 1024,
         multi_accept: false,
+        spread: Some(Spread::DEFAULT),
     };
+    let (mut margin, mut batch, mut retry) = (
+        Spread::DEFAULT.margin,
+        Spread::DEFAULT.batch,
+        Spread::DEFAULT.retry,
+    );
     let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -157,6 +179,9 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 | "--stats-json"
                 | "--accept-delay"
                 | "--worker-connections"
+                | "--spread-margin"
+                | "--spread-batch"
+                | "--spread-retry"
         );
         let value = if has_value {
             match inline.or_else(|| it.next()) {
@@ -210,8 +235,37 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 }
             }
             "--multi-accept" => a.multi_accept = true,
+            "--no-spread" => a.spread = None,
+            "--spread-margin" => {
+                margin = value
+                    .parse()
+                    .map_err(|_| format!("--spread-margin: expected a number, got {value:?}"))?
+            }
+            "--spread-batch" => {
+                batch = match value.parse() {
+                    Ok(n) if n >= 1 => n,
+                    _ => {
+                        return Err(format!(
+                            "--spread-batch: expected a number >= 1, got {value:?}"
+                        ))
+                    }
+                }
+            }
+            "--spread-retry" => {
+                retry = match value.parse() {
+                    Ok(ms) if ms >= 1 => Duration::from_millis(ms),
+                    _ => {
+                        return Err(format!(
+                            "--spread-retry: expected milliseconds >= 1, got {value:?}"
+                        ))
+                    }
+                }
+            }
             _ => return Err(format!("unknown argument {arg:?}")),
         }
+    }
+    if a.spread.is_some() {
+        a.spread = Some(Spread::new(margin, batch).with_retry(retry));
     }
     Ok(Some(a))
 }
@@ -265,7 +319,7 @@ struct Master<'a> {
 #[cfg(target_os = "linux")]
 impl Master<'_> {
     fn spawn(&mut self, i: usize) -> Result<(), String> {
-        self.region.slot(i).reset(0);
+        self.region.slot(i).reset(shared::STARTING);
         let _ = std::io::stdout().flush();
         let _ = std::io::stderr().flush();
         // SAFETY: the master never starts a thread, so it is single-threaded here.
@@ -302,18 +356,21 @@ impl Master<'_> {
         } else {
             vec![self.listeners[0].as_raw_fd()]
         };
-        let config = Config::nginx().with_delay(self.args.delay).with_mode(
-            if self.args.mode == Mode::Blocking {
+        let config = Config::nginx()
+            .with_delay(self.args.delay)
+            .with_spread(self.args.spread)
+            .with_mode(if self.args.mode == Mode::Blocking {
                 LockMode::Blocking
             } else {
                 LockMode::TryLock
-            },
-        );
+            });
         let w = worker::Worker {
             mode: self.args.mode,
             listeners,
             lock: self.lock.map(|l| AcceptLock::new(l.handle(), config)),
             slot: self.region.slot(i),
+            region: self.region,
+            index: i,
             header: self.region.header(),
             shutdown: self.pipe_rd.as_raw_fd(),
             connections: self.args.connections,
@@ -354,6 +411,8 @@ impl Master<'_> {
             let abnormal = exit != Exit::Code(0) || respawn;
             self.finished
                 .push(self.region.slot(i).snapshot(i, &exit.to_string()));
+            // Its connections died with it: out of the other workers' spread rule.
+            self.region.slot(i).retire();
             if !respawn {
                 continue;
             }
@@ -457,6 +516,10 @@ fn run(args: Args) -> Result<(), String> {
         forced_unlocks: 0,
     };
     let mut result = Ok(());
+    // Every worker counts for the spread rule from the start, not only once it is forked.
+    for i in 0..args.workers {
+        region.slot(i).reset(shared::STARTING);
+    }
     for i in 0..args.workers {
         if let Err(e) = m.spawn(i) {
             result = Err(e);
@@ -514,6 +577,8 @@ impl<'a> Report<'a> {
             total.accept_wakeups += w.accept_wakeups;
             total.acquisitions += w.acquisitions;
             total.owner_died += w.owner_died;
+            total.live += w.live;
+            total.spread_skips += w.spread_skips;
             per_slot[w.slot] += w.accepted;
         }
         let (min, max) = (
@@ -584,8 +649,15 @@ impl<'a> Report<'a> {
         let counters = |w: &WorkerStats| {
             format!(
                 "\"accepted\": {}, \"requests\": {}, \"wasted_wakeups\": {}, \"accept_wakeups\": {}, \
-                 \"lock_acquisitions\": {}, \"owner_died\": {}",
-                w.accepted, w.requests, w.wasted, w.accept_wakeups, w.acquisitions, w.owner_died
+                 \"lock_acquisitions\": {}, \"owner_died\": {}, \"live\": {}, \"spread_skips\": {}",
+                w.accepted,
+                w.requests,
+                w.wasted,
+                w.accept_wakeups,
+                w.acquisitions,
+                w.owner_died,
+                w.live,
+                w.spread_skips
             )
         };
         let mut s = String::new();

@@ -3,15 +3,20 @@
 //! the counts of a worker killed with SIGKILL survive it; the master reads them when it reaps
 //! the worker and at shutdown.
 
+use gomutex::accept::Load;
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+/// `Slot::pid` of a worker the master is about to fork: it already counts as a live worker
+/// with no connections, so the workers forked before it leave it its share of an early burst.
+pub const STARTING: i32 = -1;
 
 /// One worker's counters. 128-byte aligned so two workers never share a cache line.
 #[repr(C, align(128))]
 #[derive(Default)]
 pub struct Slot {
-    /// The worker's pid (0: never started).
+    /// The worker's pid (0: never started, or reaped; [`STARTING`]: about to be forked).
     pub pid: AtomicI32,
     /// Connections accepted.
     pub accepted: AtomicU64,
@@ -27,6 +32,11 @@ pub struct Slot {
     pub owner_died: AtomicU64,
     /// Event-loop iterations.
     pub iterations: AtomicU64,
+    /// Open connections right now: what the other workers' spread rule reads. The master
+    /// zeroes it (and the pid) when it reaps the worker, so a dead worker drops out.
+    pub live: AtomicU64,
+    /// Iterations the spread rule made the worker skip the accept lock.
+    pub spread_skips: AtomicU64,
 }
 
 /// The region's header.
@@ -51,10 +61,13 @@ pub struct WorkerStats {
     pub accept_wakeups: u64,
     pub acquisitions: u64,
     pub owner_died: u64,
+    pub live: u64,
+    pub spread_skips: u64,
 }
 
 impl Slot {
-    /// Zero every counter and set the pid (the master, before forking the slot's worker).
+    /// Zero every counter and set the pid (the master, before forking the slot's worker:
+    /// [`STARTING`]).
     pub fn reset(&self, pid: i32) {
         for c in [
             &self.accepted,
@@ -64,6 +77,8 @@ impl Slot {
             &self.acquisitions,
             &self.owner_died,
             &self.iterations,
+            &self.live,
+            &self.spread_skips,
         ] {
             c.store(0, Relaxed);
         }
@@ -82,7 +97,16 @@ impl Slot {
             accept_wakeups: self.accept_wakeups.load(Relaxed),
             acquisitions: self.acquisitions.load(Relaxed),
             owner_died: self.owner_died.load(Relaxed),
+            live: self.live.load(Relaxed),
+            spread_skips: self.spread_skips.load(Relaxed),
         }
+    }
+
+    /// The master, right after `waitpid` reaped the slot's worker: it no longer counts as a
+    /// live worker, nor do its connections (the kernel closed them).
+    pub fn retire(&self) {
+        self.live.store(0, Relaxed);
+        self.pid.store(0, Relaxed);
     }
 }
 
@@ -120,6 +144,20 @@ impl Region {
         // SAFETY: the mapping starts with a Header, page-aligned (so 128-aligned), zero-filled
         // (a valid Header: all atomics at 0), and lives as long as `self`.
         unsafe { &*self.base.as_ptr().cast::<Header>() }
+    }
+
+    /// The load as worker `i` sees it, with `own` open connections: the sum of the other live
+    /// workers' (pid set) counts and how many they are.
+    pub fn load(&self, i: usize, own: usize) -> Load {
+        let (mut others, mut n) = (0u64, 0usize);
+        for j in (0..self.slots).filter(|&j| j != i) {
+            let s = self.slot(j);
+            if s.pid.load(Relaxed) != 0 {
+                others += s.live.load(Relaxed);
+                n += 1;
+            }
+        }
+        Load::new(own, others as usize, n)
     }
 
     /// Slot `i`.

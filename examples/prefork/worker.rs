@@ -2,7 +2,7 @@
 //! the accept mode.
 
 use crate::http::{Conn, Next};
-use crate::shared::{Header, Slot};
+use crate::shared::{Header, Region, Slot};
 use crate::sys::{self, Epoll};
 use crate::Mode;
 use gomutex::accept::{AcceptLock, AcceptMutex};
@@ -30,6 +30,9 @@ pub struct Worker<'a, L: AcceptMutex> {
     /// The accept lock (`mutex` and `blocking` modes).
     pub lock: Option<AcceptLock<L>>,
     pub slot: &'a Slot,
+    /// All the slots (the other workers' live counts, for the spread rule) and our index.
+    pub region: &'a Region,
+    pub index: usize,
     pub header: &'a Header,
     /// Read end of the master's pipe: readable (EOF) when the master wants us to stop.
     pub shutdown: RawFd,
@@ -95,16 +98,21 @@ impl<L: AcceptMutex> Worker<'_, L> {
 
         while !stop {
             self.slot.iterations.fetch_add(1, Relaxed);
-            let (want, cap) = match &mut self.lock {
+            let (want, cap, batch) = match &mut self.lock {
                 Some(al) => {
-                    let d = al.begin_iteration(live == 0);
+                    let load = self.region.load(self.index, live);
+                    let d = al.begin_iteration_loaded(live == 0, load);
                     let s = al.stats();
                     self.slot.acquisitions.store(s.acquisitions, Relaxed);
                     self.slot.owner_died.store(s.owner_died, Relaxed);
-                    (d.armed, d.poll_timeout)
+                    self.slot.spread_skips.store(s.spread_skips, Relaxed);
+                    (d.armed, d.poll_timeout, d.batch)
                 }
-                None => (live < total, None),
+                None => (live < total, None, None),
             };
+            // The spread rule's batch caps the accept phase; without it, one connection per
+            // wake-up or (multi_accept) all that are pending.
+            let batch = batch.unwrap_or(if self.multi_accept { usize::MAX } else { 1 });
             if let (Some(ms), Some(al)) = (self.hold_ms, &self.lock) {
                 if al.holds_lock()
                     && self
@@ -155,7 +163,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
                                 if let Some(al) = &mut self.lock {
                                     al.accepted(total - live - fresh.len(), total);
                                 }
-                                if !self.multi_accept {
+                                if fresh.len() >= batch {
                                     break 'all;
                                 }
                             }
@@ -178,6 +186,8 @@ impl<L: AcceptMutex> Worker<'_, L> {
                     self.slot.wasted.fetch_add(1, Relaxed);
                 }
                 self.slot.accepted.fetch_add(got, Relaxed);
+                // Published before the lock is released, so the next holder counts them.
+                self.slot.live.store((live + fresh.len()) as u64, Relaxed);
             }
             if let Some(al) = &mut self.lock {
                 al.end_accept_phase();
@@ -228,6 +238,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
                     }
                 }
             }
+            self.slot.live.store(live as u64, Relaxed);
         }
         if let Some(al) = &mut self.lock {
             al.disarm();

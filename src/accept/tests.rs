@@ -73,7 +73,8 @@ fn uncontended_arms_once_and_releases_every_iteration() {
         Decision {
             armed: true,
             changed: true,
-            poll_timeout: None
+            poll_timeout: None,
+            batch: None
         }
     );
     assert!(a.holds_lock());
@@ -105,7 +106,8 @@ fn loser_disarms_once_and_caps_its_poll() {
         Decision {
             armed: false,
             changed: true,
-            poll_timeout: DELAY
+            poll_timeout: DELAY,
+            batch: None
         }
     );
     a.end_accept_phase(); // nothing to release
@@ -122,6 +124,7 @@ fn decision_timeout_is_the_minimum() {
         armed: false,
         changed: false,
         poll_timeout: Some(Duration::from_millis(500)),
+        batch: None,
     };
     assert_eq!(d.timeout(None), Some(Duration::from_millis(500)));
     assert_eq!(
@@ -169,7 +172,8 @@ fn back_off_skips_the_lock_and_disarms() {
         Decision {
             armed: false,
             changed: true,
-            poll_timeout: DELAY
+            poll_timeout: DELAY,
+            batch: None
         }
     );
     a.end_accept_phase();
@@ -217,7 +221,8 @@ fn blocking_timeout_polls_without_sleeping() {
         Decision {
             armed: false,
             changed: false,
-            poll_timeout: Some(Duration::ZERO)
+            poll_timeout: Some(Duration::ZERO),
+            batch: None
         }
     );
     a.end_accept_phase();
@@ -359,6 +364,7 @@ fn real_lock_excludes_and_blocking_hands_over() {
                         LockMode::Blocking
                     },
                     delay: Duration::from_millis(5),
+                    spread: None,
                 };
                 let mut a = AcceptLock::new(m, cfg);
                 let mut n = 0;
@@ -413,4 +419,136 @@ fn shm_force_unlock_after_death_reports_owner_died() {
     b.end_accept_phase();
     assert_eq!(b.stats().owner_died, 1, "told once, then marked consistent");
     assert_eq!(b.stats().acquisitions, 2);
+}
+
+/// The spread rule with `n` workers where this one has `own` and the others `rest` (each).
+fn rule(margin: usize, batch: usize, own: usize, rest: &[usize]) -> Share {
+    Spread::new(margin, batch).decide(Load::new(own, rest.iter().sum(), rest.len()))
+}
+
+#[test]
+fn spread_rule_skips_above_the_mean_plus_margin() {
+    // Two workers, margin 1: the mean of 30 and 20 is 25.
+    assert_eq!(rule(1, 4, 30, &[20]), Share::Skip);
+    assert_eq!(rule(1, 4, 26, &[24]), Share::Accept(1)); // exactly mean + margin
+    assert_eq!(rule(1, 4, 27, &[23]), Share::Skip);
+    // Margin 0: anything above the mean skips, the mean itself accepts one.
+    assert_eq!(rule(0, 4, 1, &[0]), Share::Skip);
+    assert_eq!(rule(0, 4, 5, &[5]), Share::Accept(1));
+    // Four workers: mean of 10, 2, 2, 2 is 4.
+    assert_eq!(rule(5, 8, 10, &[2, 2, 2]), Share::Skip);
+    assert_eq!(rule(6, 8, 10, &[2, 2, 2]), Share::Accept(1));
+    // A large margin is nginx without the back-off: full batches.
+    assert_eq!(rule(usize::MAX, 16, 1000, &[0]), Share::Accept(16));
+}
+
+#[test]
+fn spread_rule_batch_keeps_the_holder_within_the_margin() {
+    // Idle pair: 2·margin before the holder would be margin above the new mean.
+    assert_eq!(rule(1, 4, 0, &[0]), Share::Accept(2));
+    assert_eq!(rule(2, 8, 0, &[0]), Share::Accept(4));
+    // Far below the mean: capped by the batch.
+    assert_eq!(rule(1, 4, 0, &[40]), Share::Accept(4));
+    assert_eq!(rule(1, 100, 0, &[40]), Share::Accept(42));
+    // Alone: always a full batch, whatever the count.
+    assert_eq!(rule(0, 4, 1000, &[]), Share::Accept(4));
+    // A batch of 0 counts as 1.
+    assert_eq!(rule(1, 0, 0, &[9]), Share::Accept(1));
+    // Exhaustively for small cases: taking the batch never puts the holder above the new
+    // mean + margin, unless the batch is the minimum of 1.
+    for n in 1..=4usize {
+        for margin in 0..=3 {
+            for own in 0..=12 {
+                for others in 0..=12 * (n - 1) {
+                    let load = Load::new(own, others, n - 1);
+                    let total = own + others;
+                    match Spread::new(margin, 8).decide(load) {
+                        Share::Skip => assert!(n * own > total + n * margin, "{load:?}"),
+                        Share::Accept(k) => {
+                            assert!(n * own <= total + n * margin, "{load:?}");
+                            assert!((1..=8).contains(&k));
+                            if k > 1 {
+                                assert!(n * (own + k) <= total + k + n * margin, "{load:?} {k}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn spread_rule_never_skips_the_least_loaded_worker() {
+    for margin in 0..=2 {
+        for counts in [[0, 0, 0], [5, 1, 9], [3, 3, 4], [100, 0, 50], [7, 7, 7]] {
+            let min = (0..3).min_by_key(|&i| counts[i]).unwrap();
+            let others: Vec<usize> = (0..3).filter(|&i| i != min).map(|i| counts[i]).collect();
+            assert_ne!(rule(margin, 4, counts[min], &others), Share::Skip);
+        }
+        // An idle worker never skips (so blocking mode still sleeps on the lock).
+        assert_ne!(rule(margin, 4, 0, &[0, 1000]), Share::Skip);
+    }
+    assert_eq!(rule(0, 4, usize::MAX, &[usize::MAX]), Share::Accept(1));
+}
+
+#[test]
+fn loaded_iteration_skips_or_caps_the_batch() {
+    let m = Script::default();
+    let cfg = Config::nginx().with_spread(Some(Spread::new(1, 4)));
+    let mut a = AcceptLock::new(&m, cfg);
+    // Below the mean: lock, armed, batch capped.
+    let d = a.begin_iteration_loaded(false, Load::new(0, 40, 1));
+    assert!(d.armed && d.changed);
+    assert_eq!(d.batch, Some(4));
+    a.end_accept_phase();
+    // Above the mean: the lock is not tried, the sockets are disarmed, and it looks again
+    // after `retry`, not `delay`.
+    let d = a.begin_iteration_loaded(false, Load::new(30, 10, 1));
+    assert!(!d.armed && d.changed && d.batch.is_none());
+    assert_eq!(d.poll_timeout, Some(Duration::from_millis(10)));
+    assert_eq!(a.stats().spread_skips, 1);
+    assert_eq!(m.log(), ["try", "unlock"]);
+    // Without loads (begin_iteration) or without a rule, no cap.
+    let d = a.begin_iteration(false);
+    assert!(d.armed && d.batch.is_none());
+    a.end_accept_phase();
+    let mut b = AcceptLock::new(&m, Config::nginx());
+    let d = b.begin_iteration_loaded(false, Load::new(30, 0, 1));
+    assert!(d.armed && d.batch.is_none());
+    b.end_accept_phase();
+    assert_eq!(b.stats().spread_skips, 0);
+}
+
+#[test]
+fn loaded_loser_retries_after_retry_capped_by_delay() {
+    let m = Script::busy_tries(2);
+    let spread = Spread::new(1, 4).with_retry(Duration::from_millis(3));
+    let mut a = AcceptLock::new(&m, Config::nginx().with_spread(Some(spread)));
+    let d = a.begin_iteration_loaded(false, Load::new(5, 5, 1));
+    assert!(!d.armed);
+    assert_eq!(d.poll_timeout, Some(Duration::from_millis(3)));
+    // Unloaded iterations keep nginx's delay; a retry above delay is capped by it.
+    let d = a.begin_iteration(false);
+    assert_eq!(d.poll_timeout, DELAY);
+    let slow = spread.with_retry(Duration::from_secs(9));
+    let mut b = AcceptLock::new(&m, Config::nginx().with_spread(Some(slow)));
+    let d = b.begin_iteration_loaded(false, Load::new(9, 0, 1));
+    assert_eq!(d.poll_timeout, DELAY);
+}
+
+#[test]
+fn loaded_blocking_idle_worker_still_waits() {
+    let m = Script::busy_tries(1);
+    let cfg = Config::blocking().with_spread(Some(Spread::DEFAULT));
+    let mut a = AcceptLock::new(&m, cfg);
+    let d = a.begin_iteration_loaded(true, Load::new(0, 50, 1));
+    assert!(d.armed);
+    assert_eq!(d.batch, Some(4));
+    assert_eq!(m.log(), ["try", "wait 500ms"]);
+    a.end_accept_phase();
+    // A busy worker above the mean neither tries nor waits.
+    let d = a.begin_iteration_loaded(false, Load::new(50, 0, 1));
+    assert!(!d.armed);
+    assert_eq!(m.log(), ["try", "wait 500ms", "unlock"]);
 }
