@@ -3,7 +3,7 @@
 //! `--cfg gomutex_loom`). A loom `UnsafeCell` beside the lock checks mutual exclusion and
 //! happens-before; quiescence is checked with the loom-only introspection (`parked()`).
 
-use gomutex::algo::{waiters, STARVING};
+use gomutex::algo::{waiters, STARVING, WOKEN};
 use gomutex::clock::advance_virtual_clock;
 use gomutex::{Condvar, Mutex, RawMutex};
 use gomutex_loom_tests::{join_all, model};
@@ -125,6 +125,68 @@ fn raw_mutex_starvation_handoff() {
     let n = seen.load(Relaxed);
     eprintln!("executions where the holder saw STARVING before unlocking: {n}");
     assert!(n > 0, "the starvation hand-off was never explored");
+}
+
+/// `RawMutex::unlock_fair` (`lock_api::RawMutexFair`): with a waiter registered and nobody
+/// awake, A hands the lock off in normal mode with starvation mode's hand-off (LOCKED clear,
+/// STARVING set), then relocks at once, so it registers as a waiter too (a newcomer never
+/// barges while STARVING). Mutual exclusion and happens-before hold through the hand-off, the
+/// receiver's fix-up leaves starvation mode (nobody waited past the virtual threshold), and the
+/// lock ends quiescent. Which registered waiter receives the token is not fixed: if B has
+/// registered but not yet parked, the queue keeps the token and A may take it first, exactly as
+/// Go's semaphore keeps a hand-off for the next `semacquire` (loom found that interleaving).
+/// Asserts the hand-off path was explored.
+#[test]
+fn raw_mutex_unlock_fair_handoff() {
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen2 = seen.clone();
+    model("raw_mutex_unlock_fair_handoff", 3, move || {
+        let s = Shared::new();
+        let b_done = Arc::new(AtomicBool::new(false));
+        let (s1, d1) = (s.clone(), b_done.clone());
+        let a = thread::spawn(move || {
+            s1.m.lock();
+            s1.cs();
+            while waiters(s1.m.state()) == 0 && !d1.load(SeqCst) {
+                thread::yield_now();
+            }
+            let st = s1.m.state();
+            let hands_off = waiters(st) != 0 && st & (WOKEN | STARVING) == 0;
+            unsafe { s1.m.unlock_fair() };
+            if hands_off {
+                s1.m.lock();
+                assert_eq!(
+                    s1.m.state() & STARVING,
+                    0,
+                    "the fix-up kept starvation mode"
+                );
+                s1.cs();
+                unsafe { s1.m.unlock() };
+            }
+            hands_off
+        });
+        let (s2, d2) = (s.clone(), b_done.clone());
+        let b = thread::spawn(move || {
+            s2.m.lock();
+            s2.cs();
+            d2.store(true, SeqCst);
+            assert_eq!(
+                s2.m.state() & STARVING,
+                0,
+                "B's fix-up kept starvation mode"
+            );
+            unsafe { s2.m.unlock() };
+        });
+        let handed_off = a.join().unwrap();
+        b.join().unwrap();
+        if handed_off {
+            seen2.fetch_add(1, Relaxed);
+        }
+        s.assert_quiescent(if handed_off { 3 } else { 2 });
+    });
+    let n = seen.load(Relaxed);
+    eprintln!("executions where unlock_fair handed off: {n}");
+    assert!(n > 0, "the fair hand-off was never explored");
 }
 
 /// `Condvar` + `Mutex<bool>`: no notification is lost between `wait` releasing the lock and
