@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// The alignment a region holding `T` must start on: the value sits at an offset aligned to
 /// `max(REGION_ALIGN, align_of::<T>())` from the start, so an over-aligned `T` (up to the 4096
 /// `Layout` accepts) is only aligned if the start is too.
-fn region_align<T>() -> usize {
+pub(super) fn region_align<T>() -> usize {
     REGION_ALIGN.max(align_of::<T>())
 }
 
@@ -31,7 +31,7 @@ fn check_base<T>(base: *const u8) -> Result<(), ShmError> {
     Ok(())
 }
 
-fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
+pub(super) fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
     check_base::<T>(base)?;
     if len < HEADER_SIZE {
         return Err(ShmError::TooSmall {
@@ -121,7 +121,7 @@ fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
 /// `base..base+len` is writable memory nobody else uses until this returns; except that if
 /// `zeroed` (it is known to hold only zeros: a new anonymous mapping, a new `ftruncate`d
 /// object), others may already load its atomics (an opener polling for the magic).
-unsafe fn init_region<T: ShmSafe>(
+pub(super) unsafe fn init_region<T: ShmSafe>(
     base: *mut u8,
     len: usize,
     value: T,
@@ -173,7 +173,7 @@ fn shm_name(name: &str) -> Result<CString, ShmError> {
     CString::new(n).map_err(|_| ShmError::InvalidName)
 }
 
-fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
+pub(super) fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
     let flags = if fd < 0 {
         libc::MAP_SHARED | libc::MAP_ANONYMOUS
     } else {
@@ -333,7 +333,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         Ok(layout_for::<T>(cfg)?.total_size)
     }
 
-    fn from_region(region: Region, backing: Backing, map_len: usize) -> Self {
+    pub(super) fn from_region(region: Region, backing: Backing, map_len: usize) -> Self {
         Self {
             region,
             backing,

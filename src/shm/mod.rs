@@ -134,6 +134,7 @@ mod diagnostics;
 mod error;
 mod journal;
 mod layout;
+mod map;
 mod mapping;
 mod queue;
 mod recovery;
@@ -144,6 +145,7 @@ pub use condvar::ShmCondvar;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
+pub use map::{Mapping, MappingLayout};
 pub use mapping::{unlink, OpenOptions};
 
 use self::mapping::unmap;
@@ -265,6 +267,9 @@ enum Backing {
     Mapped,
     /// The caller's memory.
     Borrowed,
+    /// Part of a [`Mapping`] (`init_in`/`attach_in`): the claim keeps it mapped and the
+    /// range claimed in this process until the handle is dropped (after `Drop::drop`).
+    Within(#[allow(dead_code)] map::Claim),
 }
 
 /// Go's mutex and a value `T`, in memory shared between processes. See the [module

@@ -1,0 +1,481 @@
+//! [`Mapping`]: a `MAP_SHARED` mapping this crate owns (anonymous, or of a file / memfd /
+//! `shm_open` descriptor), unmapped when its last handle goes; [`MappingLayout`] to place
+//! several locks in one; and [`ShmMutex::init_in`] / [`ShmMutex::attach_in`], the safe
+//! counterparts of `init_in_place` / `attach` that keep the mapping alive.
+
+use super::layout::HEADER_SIZE;
+use super::mapping::{init_region, map_shared, region_align, unmap, validate};
+use super::region::Region;
+use super::{Backing, Config, ShmError, ShmMutex, ShmSafe};
+use core::fmt;
+use core::ptr::NonNull;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A `MAP_SHARED`, read-write mapping, unmapped when the last handle to it (this value, its
+/// clones, and every [`ShmMutex`] placed in it with [`ShmMutex::init_in`] /
+/// [`ShmMutex::attach_in`]) is dropped. Clones are handles to the same mapping.
+///
+/// * [`Mapping::anonymous`]: `mmap(MAP_SHARED | MAP_ANONYMOUS)`, zero-filled; children made
+///   with `fork()` afterwards share it (unlike `memmap2`'s `map_anon`, which is
+///   `MAP_PRIVATE`).
+/// * [`Mapping::from_fd`] / [`Mapping::from_fd_len`]: a file, memfd or `shm_open` object
+///   (anything [`AsFd`]: `OwnedFd`, `File`, `&File`…), shared with every process that maps it.
+///   The descriptor is not needed once mapped.
+///
+/// Several locks can live in one mapping, at offsets [`MappingLayout`] computes:
+///
+/// ```
+/// use gomutex::shm::{Config, Mapping, MappingLayout, ShmMutex};
+///
+/// let cfg = Config::new().participants(8).waiter_slots(8);
+/// let mut plan = MappingLayout::new();
+/// let counter = plan.mutex::<u64>(cfg)?;
+/// let table = plan.mutex::<[u32; 16]>(cfg)?;
+///
+/// let map = Mapping::anonymous(plan.len())?;
+/// let a = ShmMutex::init_in(&map, counter, 0u64, cfg)?;
+/// let b = ShmMutex::init_in(&map, table, [0u32; 16], cfg)?;
+/// drop(map); // the locks keep the mapping alive
+///
+/// *a.lock().unwrap() += 1;
+/// b.lock().unwrap()[3] = 7;
+/// // Another handle to the first lock (e.g. in a process that received the mapping).
+/// let (base, _) = a.as_ptr_len();
+/// assert_eq!(base as usize % 64, 0);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+#[derive(Clone)]
+pub struct Mapping {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// The byte ranges `[start, end)` of the regions handles in this process use, with how
+    /// many handles use each: `init_in` may only overwrite bytes nobody here uses, and
+    /// `attach_in` may not read a region overlapping another one.
+    claims: Mutex<Vec<Claimed>>,
+}
+
+struct Claimed {
+    start: usize,
+    end: usize,
+    handles: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by `Inner`; it is reached only through raw
+// pointers (whose use is the caller's `unsafe` business) and through `ShmMutex` handles, which
+// are themselves `Send + Sync`. The claim table is behind a `Mutex`.
+unsafe impl Send for Inner {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle is gone: no `ShmMutex` uses the memory any more.
+        unmap(self.ptr.as_ptr(), self.len);
+    }
+}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapping")
+            .field("ptr", &self.inner.ptr)
+            .field("len", &self.inner.len)
+            .finish()
+    }
+}
+
+impl Mapping {
+    /// A new zero-filled anonymous shared mapping of `len` bytes (`mmap(MAP_SHARED |
+    /// MAP_ANONYMOUS)`), page-aligned. Children created with `fork()` afterwards share it.
+    /// `len` 0 is [`ShmError::InvalidConfig`].
+    ///
+    /// ```
+    /// use gomutex::shm::Mapping;
+    /// let m = Mapping::anonymous(10_000)?;
+    /// assert_eq!(m.len(), 10_000);
+    /// assert_eq!(m.as_ptr() as usize % 4096, 0);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn anonymous(len: usize) -> Result<Self, ShmError> {
+        if len == 0 {
+            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
+        }
+        let p = map_shared(-1, len)?;
+        Ok(Self::wrap(p, len))
+    }
+
+    /// Map the whole of a file, memfd or `shm_open` object shared and read-write; its size is
+    /// read with `fstat`. The descriptor must be open for reading and writing; it may be
+    /// closed (dropped) afterwards. An empty object is [`ShmError::TooSmall`].
+    ///
+    /// Other processes that write the object may corrupt what is in it (a region placed in
+    /// it refuses nothing it cannot check: see the module docs' limits), and one that
+    /// truncates it kills every process mapping it with `SIGBUS`; seal a memfd with
+    /// `F_SEAL_SHRINK` to rule that out.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, ShmMutex};
+    /// use std::os::fd::{FromRawFd, OwnedFd};
+    ///
+    /// let len = ShmMutex::<u64>::required_size(Config::default())?;
+    /// // SAFETY: a NUL-terminated name; the result is checked below.
+    /// let fd = unsafe { libc::memfd_create(c"gomutex-doc".as_ptr(), libc::MFD_CLOEXEC) };
+    /// assert!(fd >= 0);
+    /// // SAFETY: a fresh descriptor nobody else owns.
+    /// let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    /// std::fs::File::from(fd.try_clone()?).set_len(len as u64)?;
+    ///
+    /// let map = Mapping::from_fd(&fd)?;
+    /// assert_eq!(map.len(), len);
+    /// let a = ShmMutex::init_in(&map, 0, 41u64, Config::default())?;
+    /// // A second mapping of the same memfd (as another process would make) sees the lock.
+    /// let b = ShmMutex::<u64>::attach_in(&Mapping::from_fd(fd)?, 0)?;
+    /// *a.lock().unwrap() += 1;
+    /// assert_eq!(*b.lock().unwrap(), 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_fd(fd: impl AsFd) -> Result<Self, ShmError> {
+        let fd = fd.as_fd();
+        // SAFETY: a zeroed stat buffer for fstat to fill.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: a descriptor borrowed for this call, a valid buffer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let len = usize::try_from(st.st_size)
+            .map_err(|_| ShmError::InvalidConfig("the object is larger than the address space"))?;
+        if len == 0 {
+            return Err(ShmError::TooSmall {
+                needed: 1,
+                actual: 0,
+            });
+        }
+        Self::from_fd_len(fd, len)
+    }
+
+    /// Map the first `len` bytes of a file, memfd or `shm_open` object shared and read-write
+    /// (for an object whose size is known, or to map only its start). The object must be at
+    /// least `len` bytes long: touching a page past its end raises `SIGBUS`. `len` 0 is
+    /// [`ShmError::InvalidConfig`].
+    pub fn from_fd_len(fd: impl AsFd, len: usize) -> Result<Self, ShmError> {
+        if len == 0 {
+            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
+        }
+        let p = map_shared(fd.as_fd().as_raw_fd(), len)?;
+        Ok(Self::wrap(p, len))
+    }
+
+    fn wrap(p: *mut u8, len: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                // `mmap` never returns a null mapping for a null hint.
+                ptr: NonNull::new(p).expect("mmap returned null"),
+                len,
+                claims: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The first byte of the mapping (page-aligned). Valid for [`len`](Self::len) bytes
+    /// while a handle to the mapping lives. Reading or writing through it is `unsafe` and
+    /// must not race with the locks placed in the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.ptr.as_ptr()
+    }
+
+    /// The length of the mapping in bytes (never 0).
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Always `false`: a mapping is never empty (clippy's `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    fn claims(&self) -> MutexGuard<'_, Vec<Claimed>> {
+        // The table is consistent after any panic (one push or update at a time).
+        self.inner.claims.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The address at `offset`, if `offset..offset + len` lies in the mapping.
+    fn range(&self, offset: usize, len: usize) -> Result<*mut u8, ShmError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => {
+                // SAFETY: `offset <= end <= len`: inside (or one past) the mapping.
+                Ok(unsafe { self.as_ptr().add(offset) })
+            }
+            _ => Err(ShmError::TooSmall {
+                needed: offset.saturating_add(len),
+                actual: self.len(),
+            }),
+        }
+    }
+}
+
+/// A region's share of a [`Mapping`], held by the [`ShmMutex`] placed there: keeps the mapping
+/// alive and its byte range claimed in this process.
+pub(super) struct Claim {
+    map: Mapping,
+    start: usize,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut claims = self.map.claims();
+        if let Some(i) = claims.iter().position(|c| c.start == self.start) {
+            claims[i].handles -= 1;
+            if claims[i].handles == 0 {
+                claims.swap_remove(i);
+            }
+        }
+    }
+}
+
+fn overlaps(claims: &[Claimed], start: usize, end: usize, except_start: Option<usize>) -> bool {
+    claims
+        .iter()
+        .any(|c| Some(c.start) != except_start && c.start < end && start < c.end)
+}
+
+const IN_USE: ShmError =
+    ShmError::InvalidConfig("the range overlaps a region in use in this process");
+
+/// Offsets for several regions (and other data) in one [`Mapping`]: each placed after the
+/// previous ones, aligned as it needs; [`len`](Self::len) is the size to map.
+///
+/// ```
+/// use gomutex::shm::{Config, MappingLayout, ShmMutex, REGION_ALIGN};
+/// let cfg = Config::default();
+/// let mut plan = MappingLayout::new();
+/// let a = plan.mutex::<u32>(cfg)?;
+/// let b = plan.mutex::<u64>(cfg)?;
+/// let flags = plan.reserve(16, 8);
+/// assert_eq!(a, 0);
+/// assert_eq!(b, ShmMutex::<u32>::required_size(cfg)?);
+/// assert_eq!(b % REGION_ALIGN, 0);
+/// assert_eq!(plan.len(), flags + 16);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MappingLayout {
+    len: usize,
+}
+
+impl MappingLayout {
+    /// An empty layout.
+    pub const fn new() -> Self {
+        Self { len: 0 }
+    }
+
+    /// The offset of a [`ShmMutex<T>`] region with this configuration, placed after
+    /// everything so far (aligned to [`REGION_ALIGN`](super::REGION_ALIGN), or to `align_of::<T>()` if more), for
+    /// [`ShmMutex::init_in`] / [`ShmMutex::attach_in`].
+    pub fn mutex<T: ShmSafe>(&mut self, cfg: Config) -> Result<usize, ShmError> {
+        let size = ShmMutex::<T>::required_size(cfg)?;
+        Ok(self.reserve(size, region_align::<T>()))
+    }
+
+    /// The offset of `size` bytes aligned to `align` (a power of two; the mapping's start is
+    /// page-aligned, so up to 4096 holds for absolute addresses too), placed after everything
+    /// so far.
+    ///
+    /// # Panics
+    ///
+    /// If `align` is not a power of two or the layout overflows `usize`.
+    pub fn reserve(&mut self, size: usize, align: usize) -> usize {
+        assert!(align.is_power_of_two(), "alignment must be a power of two");
+        let start = self
+            .len
+            .checked_next_multiple_of(align)
+            .expect("layout overflows usize");
+        self.len = start.checked_add(size).expect("layout overflows usize");
+        start
+    }
+
+    /// The bytes to map: the end of the last thing placed (0 for an empty layout).
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was placed.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<T: ShmSafe> ShmMutex<T> {
+    /// Initialise a region holding `value` at `offset` in `map` and return a handle that
+    /// keeps the mapping alive. Safe: the range must lie in the mapping, be aligned to
+    /// [`REGION_ALIGN`](super::REGION_ALIGN) (or `align_of::<T>()` if more) and be
+    /// [`required_size`](Self::required_size) long ([`ShmError::Misaligned`],
+    /// [`ShmError::TooSmall`] otherwise), and overlap no region a handle in this process
+    /// uses ([`ShmError::InvalidConfig`]); it is overwritten.
+    ///
+    /// Other processes sharing the mapping must place the same things at the same offsets
+    /// (as with any shared memory, the library cannot check what they do) and must not use
+    /// the region until this returns: create the regions before `fork()`, or tell peers that
+    /// opened the same object when to [`attach_in`](Self::attach_in) (an attach before that
+    /// is an error, [`ShmError::Uninitialised`], never a wrong region).
+    pub fn init_in(map: &Mapping, offset: usize, value: T, cfg: Config) -> Result<Self, ShmError> {
+        let len = Self::required_size(cfg)?;
+        let base = map.range(offset, len)?;
+        let mut claims = map.claims();
+        if overlaps(&claims, offset, offset + len, None) {
+            return Err(IN_USE);
+        }
+        // SAFETY: in the mapping (checked), which lives as long as the returned handle (its
+        // `Claim`); no handle in this process uses these bytes (checked, under the claim
+        // lock, held until the new handle's claim is recorded). Peers follow the documented
+        // contract: the same layout, no use before the region is published.
+        let r = unsafe { init_region(base, len, value, cfg, false) }?;
+        claims.push(Claimed {
+            start: offset,
+            end: offset + len,
+            handles: 1,
+        });
+        drop(claims);
+        Self::in_mapping(r, map, offset, len)
+    }
+
+    /// Attach to the region for `T` at `offset` in `map` (made by [`init_in`](Self::init_in)
+    /// or by another process, e.g. with [`init_in_place`](Self::init_in_place) at the same
+    /// offset of the same object), validating its header as [`attach`](Self::attach) does
+    /// and writing nothing if it is wrong. The handle keeps the mapping alive. Several
+    /// handles may attach to one region; a region overlapping another one this process uses
+    /// is refused ([`ShmError::InvalidConfig`]).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, ShmError, ShmMutex};
+    /// let len = ShmMutex::<u32>::required_size(Config::default())?;
+    /// let map = Mapping::anonymous(2 * len)?;
+    /// assert!(matches!(ShmMutex::<u32>::attach_in(&map, 0), Err(ShmError::Uninitialised)));
+    /// let a = ShmMutex::init_in(&map, len, 5u32, Config::default())?;
+    /// let b = ShmMutex::<u32>::attach_in(&map, len)?;
+    /// *a.lock().unwrap() += 1;
+    /// assert_eq!(*b.lock().unwrap(), 6);
+    /// // Not over a region in use, nor of another type.
+    /// assert!(ShmMutex::init_in(&map, len, 0u32, Config::default()).is_err());
+    /// assert!(matches!(ShmMutex::<u64>::attach_in(&map, len), Err(ShmError::ValueMismatch { .. })));
+    /// # Ok::<(), ShmError>(())
+    /// ```
+    pub fn attach_in(map: &Mapping, offset: usize) -> Result<Self, ShmError> {
+        if offset >= map.len() {
+            return Err(ShmError::TooSmall {
+                needed: offset.saturating_add(HEADER_SIZE),
+                actual: map.len(),
+            });
+        }
+        // SAFETY: `offset < len`: inside the mapping.
+        let base = unsafe { map.as_ptr().add(offset) };
+        let mut claims = map.claims();
+        let same = claims.iter().position(|c| c.start == offset);
+        // Nothing read may belong to another region this process uses (its value may be
+        // borrowed mutably): first the header, then the whole region.
+        if overlaps(&claims, offset, offset + HEADER_SIZE, Some(offset)) {
+            return Err(IN_USE);
+        }
+        let layout = validate::<T>(base, map.len() - offset)?;
+        let end = offset + layout.total_size;
+        if overlaps(&claims, offset, end, Some(offset))
+            || same.is_some_and(|i| claims[i].end != end)
+        {
+            return Err(IN_USE);
+        }
+        match same {
+            Some(i) => claims[i].handles += 1,
+            None => claims.push(Claimed {
+                start: offset,
+                end,
+                handles: 1,
+            }),
+        }
+        drop(claims);
+        // SAFETY: validated (non-null, aligned, `total_size` bytes in the mapping), which the
+        // handle keeps mapped.
+        let r = unsafe { Region::new(NonNull::new_unchecked(base), layout) };
+        Self::in_mapping(r, map, offset, layout.total_size)
+    }
+
+    /// The handle for a region at `offset` in `map` whose claim was just recorded: on failure
+    /// the dropped handle gives the claim back.
+    fn in_mapping(r: Region, map: &Mapping, offset: usize, len: usize) -> Result<Self, ShmError> {
+        let claim = Claim {
+            map: map.clone(),
+            start: offset,
+        };
+        Self::from_region(r, Backing::Within(claim), len).checked()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::REGION_ALIGN;
+
+    #[test]
+    fn placement_is_checked() {
+        let cfg = Config::new().participants(2).waiter_slots(2);
+        let size = ShmMutex::<u64>::required_size(cfg).unwrap();
+        let map = Mapping::anonymous(2 * size + 100).unwrap();
+        // Past the end, misaligned, overflowing.
+        assert!(matches!(
+            ShmMutex::init_in(&map, 2 * size, 0u64, cfg),
+            Err(ShmError::TooSmall { .. })
+        ));
+        assert!(matches!(
+            ShmMutex::init_in(&map, 8, 0u64, cfg),
+            Err(ShmError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            ShmMutex::init_in(&map, usize::MAX - 3, 0u64, cfg),
+            Err(ShmError::TooSmall { .. })
+        ));
+        for off in [usize::MAX, map.len(), map.len() - 1] {
+            assert!(ShmMutex::<u64>::attach_in(&map, off).is_err(), "{off}");
+        }
+        let a = ShmMutex::init_in(&map, size, 1u64, cfg).unwrap();
+        // Overlaps are refused while `a` lives: before, inside, same start.
+        for off in [size - REGION_ALIGN, size, size + REGION_ALIGN] {
+            let r = ShmMutex::init_in(&map, off, 0u64, cfg);
+            assert!(matches!(r, Err(ShmError::InvalidConfig(_))), "{off}: {r:?}");
+        }
+        assert!(matches!(
+            ShmMutex::<u64>::attach_in(&map, size - REGION_ALIGN),
+            Err(ShmError::InvalidConfig(_))
+        ));
+        let b = ShmMutex::<u64>::attach_in(&map, size).unwrap();
+        drop(a);
+        // Still claimed by `b`.
+        assert!(ShmMutex::init_in(&map, size, 0u64, cfg).is_err());
+        *b.lock().unwrap() += 1;
+        drop(b);
+        // Free again: may be reused, and the one below it too.
+        let c = ShmMutex::init_in(&map, size, 7u64, cfg).unwrap();
+        let d = ShmMutex::init_in(&map, 0, 8u64, cfg).unwrap();
+        drop(map);
+        assert_eq!((*c.lock().unwrap(), *d.lock().unwrap()), (7, 8));
+    }
+
+    #[test]
+    fn empty_and_bad_descriptors() {
+        assert!(matches!(
+            Mapping::anonymous(0),
+            Err(ShmError::InvalidConfig(_))
+        ));
+        let f = std::fs::File::open("/dev/null").unwrap();
+        assert!(matches!(
+            Mapping::from_fd(&f),
+            Err(ShmError::TooSmall { actual: 0, .. })
+        ));
+        // Read-only: mmap(PROT_WRITE, MAP_SHARED) fails with EACCES.
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        let e = Mapping::from_fd(&f).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+    }
+}
