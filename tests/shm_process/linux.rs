@@ -1,6 +1,6 @@
 use gomutex::shm::{
-    Config, LockError, ShmError, ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, LAYOUT_VERSION,
-    MAGIC,
+    Config, LockError, Mapping, MappingLayout, ShmError, ShmMutex, ShmMutexGuard, ShmSafe,
+    TryLockError, LAYOUT_VERSION, MAGIC,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::Command;
@@ -285,10 +285,10 @@ fn child_main(args: &[String]) -> i32 {
 }
 
 /// A region to attach to, as raw shared memory, plus a byte snapshot helper.
-struct Raw(AnonShared);
+struct Raw(Mapping);
 impl Raw {
     fn new(len: usize) -> Self {
-        Self(AnonShared::new(len).expect("mmap"))
+        Self(Mapping::anonymous(len).expect("mmap"))
     }
     fn p(&self) -> *mut u8 {
         self.0.as_ptr()
@@ -331,6 +331,89 @@ fn attach_fails<T: ShmSafe>(
         }
     }
     assert!(raw.bytes() == before, "{what}: attach wrote to the region");
+}
+
+/// Several locks in one mapping, placed with `MappingLayout`: 4 processes take two of them
+/// nested (exact counts, no tearing), one is SIGKILLed holding the second (only that lock
+/// reports the death), and a memfd mapping, mapped again by each child at another address,
+/// carries a third lock between them.
+fn several_locks_in_one_mapping() {
+    const PROCS: usize = 4;
+    const ITERS: u64 = 5_000;
+    let cfg = Config::new().participants(8).waiter_slots(8);
+    let mut plan = MappingLayout::new();
+    let (oa, ob) = (
+        plan.mutex::<u64>(cfg).unwrap(),
+        plan.mutex::<[u64; 2]>(cfg).unwrap(),
+    );
+    let map = Mapping::anonymous(plan.len()).unwrap();
+    let a = ShmMutex::init_in(&map, oa, 0u64, cfg).unwrap();
+    let b = ShmMutex::init_in(&map, ob, [0u64; 2], cfg).unwrap();
+    drop(map); // the handles keep it mapped
+
+    // SAFETY: a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"gomutex-test-map".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor nobody else owns.
+    let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let clen = ShmMutex::<u64>::required_size(cfg).unwrap();
+    file.set_len(2 * clen as u64).unwrap();
+    let c = ShmMutex::init_in(&Mapping::from_fd(&file).unwrap(), clen, 0u64, cfg).unwrap();
+
+    let kids: Vec<_> = (0..PROCS)
+        .map(|_| {
+            let (a, b, file) = (&a, &b, &file);
+            fork(move || {
+                // A mapping of its own, as a process that received the descriptor would make.
+                let c = ShmMutex::<u64>::attach_in(&Mapping::from_fd(file).unwrap(), clen).unwrap();
+                for _ in 0..ITERS {
+                    let mut ga = ok(a.lock());
+                    let mut gb = ok(b.lock());
+                    assert_eq!(gb[0], gb[1], "torn");
+                    gb[0] += 1;
+                    std::hint::black_box(&mut gb);
+                    gb[1] += 1;
+                    drop(gb);
+                    *ga += 1;
+                    drop(ga);
+                    *ok(c.lock()) += 1;
+                }
+                0
+            })
+        })
+        .collect();
+    for pid in kids {
+        assert_eq!(wait(pid), 0);
+    }
+    let n = PROCS as u64 * ITERS;
+    assert_eq!(
+        (*ok(a.lock()), *ok(b.lock()), *ok(c.lock())),
+        (n, [n; 2], n)
+    );
+
+    // A death holding `b` is reported by `b` alone.
+    let flags = AnonShared::counters(1);
+    let victim = {
+        let (b, flags) = (&b, &flags);
+        fork(move || {
+            let g = ok(b.lock());
+            flags.at(0).store(1, SeqCst);
+            std::thread::sleep(Duration::from_secs(30));
+            drop(g);
+            0
+        })
+    };
+    while flags.at(0).load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    kill9(victim);
+    assert_eq!(wait(victim), 128 + libc::SIGKILL);
+    assert!(b.force_unlock(victim));
+    assert!(matches!(b.lock(), Err(LockError::OwnerDied(_))));
+    assert_eq!(*ok(a.lock()), n);
+    assert!(!a.owner_died() && !c.owner_died());
+    assert_quiescent(&a);
+    assert_quiescent(&c);
 }
 
 /// Every bad attach is a clear error and writes nothing.
@@ -1021,6 +1104,7 @@ pub fn main() {
         ("named_unrelated_processes", named_unrelated_processes),
         ("named_open_or_create_race", named_open_or_create_race),
         ("bad_attach_writes_nothing", bad_attach_writes_nothing),
+        ("several_locks_in_one_mapping", several_locks_in_one_mapping),
         (
             "owner_death_detected_by_waiter",
             owner_death_detected_by_waiter,
