@@ -140,6 +140,7 @@ mod queue;
 mod recovery;
 mod region;
 mod sys;
+mod types;
 
 pub use condvar::ShmCondvar;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
@@ -147,6 +148,7 @@ pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
 pub use map::{Mapping, MappingLayout};
 pub use mapping::{unlink, OpenOptions};
+pub use types::ShmBool;
 
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
@@ -170,7 +172,7 @@ use std::time::{Duration, Instant};
 /// * contain no pointers, references, file descriptors or other per-process handles,
 /// * are valid for **every** bit pattern (an owner killed mid-update leaves whatever bytes it
 ///   had written; the next owner must be able to read them): no `bool`, `char`, enums or
-///   `NonZero*`.
+///   `NonZero*` (for a flag, use [`ShmBool`]).
 ///
 /// For a `#[repr(C)]` struct of such fields, a one-line `unsafe impl` is all it takes:
 ///
