@@ -28,6 +28,9 @@
 //!   `/dev/shm`) for unrelated processes. The creator uses `O_CREAT | O_EXCL`, initialises the
 //!   region and publishes it by writing the magic number last; openers wait (bounded) until
 //!   it is there.
+//! * [`ShmMutex::init_in`] / [`ShmMutex::attach_in`]: at an offset of a [`Mapping`] (anonymous,
+//!   or of a file, memfd or `shm_open` descriptor), several locks per mapping at offsets
+//!   [`MappingLayout`] computes; safe, and the handle keeps the mapping alive.
 //! * [`ShmMutex::init_in_place`] / [`ShmMutex::attach`] (`unsafe`): memory you mapped
 //!   yourself.
 //!
