@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 ///
 /// *a.lock().unwrap() += 1;
 /// b.lock().unwrap()[3] = 7;
-/// // Another handle to the first lock (e.g. in a process that received the mapping).
+/// // Every region starts on a REGION_ALIGN (64-byte) boundary.
 /// let (base, _) = a.as_ptr_len();
 /// assert_eq!(base as usize % 64, 0);
 /// # Ok::<(), gomutex::shm::ShmError>(())
