@@ -322,6 +322,11 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// the region until this returns: create the regions before `fork()`, or tell peers that
     /// opened the same object when to [`attach_in`](Self::attach_in) (an attach before that
     /// is an error, [`ShmError::Uninitialised`], never a wrong region).
+    ///
+    /// The per-process table of claimed ranges is behind a lock: do not `fork()` while
+    /// another thread is inside `init_in`/`attach_in` or dropping a handle placed in a
+    /// [`Mapping`] (the child would find that lock held for good), as with any lock and
+    /// `fork()`.
     pub fn init_in(map: &Mapping, offset: usize, value: T, cfg: Config) -> Result<Self, ShmError> {
         let len = Self::required_size(cfg)?;
         let base = map.range(offset, len)?;
