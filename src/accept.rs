@@ -372,7 +372,7 @@ impl Config {
 /// The live connection counts of the workers, as one worker sees them at the start of an
 /// iteration (read from memory the workers share, e.g. one relaxed atomic per worker next to
 /// the lock; a slightly stale view only delays the balancing by an iteration). Made with
-/// [`Load::new`] (fields may be added, e.g. a request rate).
+/// [`Load::new`] and [`Load::with_least`] (fields may be added, e.g. a request rate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Load {
@@ -383,6 +383,11 @@ pub struct Load {
     /// How many other workers are alive (a dead worker's count must be dropped: its slot
     /// reset by the supervisor after `waitpid`, as with [`ForceUnlock`]).
     pub other_workers: usize,
+    /// The smallest count among the other live workers, if known: the rule then also keeps
+    /// this worker within the margin of the least loaded one, not only of the mean (with more
+    /// than two workers the mean lets several workers sit at mean + margin while one stays
+    /// far below). `None` (the default of [`Load::new`]): the mean alone.
+    pub least: Option<usize>,
 }
 
 impl Load {
@@ -392,6 +397,17 @@ impl Load {
             own,
             others,
             other_workers,
+            least: None,
+        }
+    }
+
+    /// This load with `least`, the smallest count among the other live workers ([`Load::least`];
+    /// ignored when there are no other workers).
+    #[must_use]
+    pub const fn with_least(self, least: usize) -> Self {
+        Self {
+            least: Some(least),
+            ..self
         }
     }
 }
@@ -469,10 +485,14 @@ impl Spread {
     /// and `total = own + others` connections:
     ///
     /// * [`Share::Skip`] if `own > total / n + margin` (above the mean by more than the
-    ///   margin). The least loaded worker never skips, so some worker always accepts;
+    ///   margin), or, when [`Load::least`] is known, if `own > least + margin` (above the
+    ///   least loaded other worker by more than the margin). The least loaded worker never
+    ///   skips, so some worker always accepts;
     /// * else [`Share::Accept`]`(k)` with `k` the most connections this worker can take and
     ///   stay within `margin` of the new mean, `(total + n·margin − n·own) / (n − 1)` (any
-    ///   number when it is alone), clamped to `1..=batch`.
+    ///   number when it is alone), and, with `least`, end at most `least + margin + 1`,
+    ///   clamped to `1..=batch`. With `least` the workers' counts end at most `margin + 1`
+    ///   apart, whatever their number (with the mean alone, 4 workers can end at 14/14/14/8).
     ///
     /// An idle worker (`own == 0`) never skips, so in [`LockMode::Blocking`] it still sleeps
     /// on the lock.
@@ -488,7 +508,15 @@ impl Spread {
         if n == 1 {
             return Share::Accept(batch);
         }
-        let headroom = (allowed - n * own) / (n - 1);
+        let mut headroom = (allowed - n * own) / (n - 1);
+        if let Some(least) = load.least {
+            // Within `margin` of the least loaded worker, and a batch ends at most one past.
+            let ceiling = least as u128 + self.margin as u128;
+            if own > ceiling {
+                return Share::Skip;
+            }
+            headroom = headroom.min(ceiling + 1 - own);
+        }
         Share::Accept(headroom.clamp(1, batch as u128) as usize)
     }
 }

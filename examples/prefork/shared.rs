@@ -147,17 +147,24 @@ impl Region {
     }
 
     /// The load as worker `i` sees it, with `own` open connections: the sum of the other live
-    /// workers' (pid set) counts and how many they are.
+    /// workers' (pid set) counts, how many they are, and the smallest of their counts.
     pub fn load(&self, i: usize, own: usize) -> Load {
-        let (mut others, mut n) = (0u64, 0usize);
+        let (mut others, mut n, mut least) = (0u64, 0usize, u64::MAX);
         for j in (0..self.slots).filter(|&j| j != i) {
             let s = self.slot(j);
             if s.pid.load(Relaxed) != 0 {
-                others += s.live.load(Relaxed);
+                let live = s.live.load(Relaxed);
+                others += live;
+                least = least.min(live);
                 n += 1;
             }
         }
-        Load::new(own, others as usize, n)
+        let load = Load::new(own, others as usize, n);
+        if n == 0 {
+            load
+        } else {
+            load.with_least(least as usize)
+        }
     }
 
     /// Slot `i`.
