@@ -388,6 +388,14 @@ pub struct Load {
     /// than two workers the mean lets several workers sit at mean + margin while one stays
     /// far below). `None` (the default of [`Load::new`]): the mean alone.
     pub least: Option<usize>,
+    /// This worker's recent accepts (e.g. an exponentially decayed count), for
+    /// [`Spread::rate_slack`]; meaningful with [`Load::least_recent`].
+    pub own_recent: u64,
+    /// The smallest recent-accept count among the other live workers, in the same unit as
+    /// `own_recent`; `None` (the default): the rule looks at open connections only. Short
+    /// connections (one request each) are closed before the next iteration, so their open
+    /// counts stay near 0 in every worker and only the accept rate tells the workers apart.
+    pub least_recent: Option<u64>,
 }
 
 impl Load {
@@ -398,6 +406,19 @@ impl Load {
             others,
             other_workers,
             least: None,
+            own_recent: 0,
+            least_recent: None,
+        }
+    }
+
+    /// This load with recent accept counts: `own` here, `least` the smallest among the other
+    /// live workers ([`Load::least_recent`]; ignored when there are no other workers).
+    #[must_use]
+    pub const fn with_recent(self, own: u64, least: u64) -> Self {
+        Self {
+            own_recent: own,
+            least_recent: Some(least),
+            ..self
         }
     }
 
@@ -454,6 +475,11 @@ pub struct Spread {
     /// price: a worker that is not the holder wakes every `retry` (an idle holder keeps the
     /// lock across its poll; in [`LockMode::Blocking`] idle workers wait on the lock instead).
     pub retry: Duration,
+    /// With recent accept counts in the [`Load`] ([`Load::with_recent`]): a worker whose count
+    /// exceeds the least recently-accepting worker's by more than this many percent (plus
+    /// `margin + batch`, so that small counts, e.g. a keep-alive burst, are left to the
+    /// open-connection rule) skips the lock. `None`: recent counts are ignored.
+    pub rate_slack: Option<u32>,
 }
 
 impl Default for Spread {
@@ -463,16 +489,23 @@ impl Default for Spread {
 }
 
 impl Spread {
-    /// Margin 1, batches of 4, retry 10 ms (see docs/accept.md for why).
+    /// Margin 1, batches of 4, retry 10 ms, rate slack 20 % (see docs/accept.md for why).
     pub const DEFAULT: Spread = Spread::new(1, 4);
 
-    /// The rule with these knobs (and a 10 ms `retry`).
+    /// The rule with these knobs (and a 10 ms `retry`, a 20 % `rate_slack`).
     pub const fn new(margin: usize, batch: usize) -> Self {
         Self {
             margin,
             batch,
             retry: Duration::from_millis(10),
+            rate_slack: Some(20),
         }
+    }
+
+    /// This rule with `rate_slack` (`None`: recent accept counts ignored).
+    #[must_use]
+    pub const fn with_rate_slack(self, rate_slack: Option<u32>) -> Self {
+        Self { rate_slack, ..self }
     }
 
     /// This rule with `retry`.
@@ -494,6 +527,11 @@ impl Spread {
     ///   clamped to `1..=batch`. With `least` the workers' counts end at most `margin + 1`
     ///   apart, whatever their number (with the mean alone, 4 workers can end at 14/14/14/8).
     ///
+    /// With recent accept counts ([`Load::with_recent`]) and a [`rate_slack`](Self::rate_slack)
+    /// it also skips if `own_recent > least_recent · (100 + rate_slack) / 100 + margin +
+    /// batch`: the same rule for the accept rate, which is what tells workers apart when every
+    /// connection is short.
+    ///
     /// An idle worker (`own == 0`) never skips, so in [`LockMode::Blocking`] it still sleeps
     /// on the lock.
     pub fn decide(&self, load: Load) -> Share {
@@ -504,6 +542,13 @@ impl Spread {
         let allowed = total + n * self.margin as u128;
         if n * own > allowed {
             return Share::Skip;
+        }
+        if let (Some(slack), Some(least), true) = (self.rate_slack, load.least_recent, n > 1) {
+            let floor = self.margin as u128 + batch as u128;
+            let bound = least as u128 * (100 + slack as u128) + 100 * floor;
+            if 100 * load.own_recent as u128 > bound {
+                return Share::Skip;
+            }
         }
         if n == 1 {
             return Share::Accept(batch);

@@ -744,7 +744,11 @@ fn retired_slot_drops_out_of_the_load() {
         region.slot(i).reset(pid);
         region.slot(i).live.store(live, Relaxed);
     }
-    let load = |own, others, n, least| gomutex::accept::Load::new(own, others, n).with_least(least);
+    let load = |own, others, n, least| {
+        gomutex::accept::Load::new(own, others, n)
+            .with_least(least)
+            .with_recent(0, 0)
+    };
     assert_eq!(region.load(0, 7), load(7, 35, 2, 5));
     assert_eq!(region.load(2, 5), load(5, 37, 2, 7));
     region.slot(1).retire();
@@ -753,8 +757,17 @@ fn retired_slot_drops_out_of_the_load() {
     // A respawned worker in the slot starts from zero.
     region.slot(1).reset(103);
     assert_eq!(region.load(0, 7), load(7, 5, 2, 0));
+    // Recent accepts: the slot's own and the least of the other live workers'.
+    region.slot(0).recent.store(900, Relaxed);
+    region.slot(1).recent.store(40, Relaxed);
+    region.slot(2).recent.store(700, Relaxed);
+    let got = region.load(0, 7);
+    assert_eq!((got.own_recent, got.least_recent), (900, Some(40)));
+    assert_eq!(region.load(1, 0).least_recent, Some(700));
+    region.slot(1).retire(); // drops out of the rate too
+    assert_eq!(region.load(0, 7).least_recent, Some(700));
+    assert_eq!(region.slot(1).recent.load(Relaxed), 0);
     // Alone: no least.
-    region.slot(1).retire();
     region.slot(2).retire();
     assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 0, 0));
 }

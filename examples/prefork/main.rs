@@ -70,6 +70,7 @@ const USAGE: &str = "\
 usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PATH]
                [--accept-delay MS] [--worker-connections N] [--multi-accept]
                [--no-spread] [--spread-margin N] [--spread-batch N] [--spread-retry MS]
+               [--spread-rate-slack PCT|off]
 
   --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
   --workers N               worker processes (default: number of CPUs)
@@ -90,6 +91,8 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --spread-batch N          spread rule: most connections accepted per turn of the lock
                             (default 4)
   --spread-retry MS         spread rule: poll cap of a worker without the lock (default 10)
+  --spread-rate-slack PCT   spread rule: percent by which a worker's recent accepts may exceed
+                            the least's before it skips the lock (default 20; off: ignore them)
 
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
@@ -160,10 +163,11 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         multi_accept: false,
         spread: Some(Spread::DEFAULT),
     };
-    let (mut margin, mut batch, mut retry) = (
+    let (mut margin, mut batch, mut retry, mut slack) = (
         Spread::DEFAULT.margin,
         Spread::DEFAULT.batch,
         Spread::DEFAULT.retry,
+        Spread::DEFAULT.rate_slack,
     );
     let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
@@ -182,6 +186,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 | "--spread-margin"
                 | "--spread-batch"
                 | "--spread-retry"
+                | "--spread-rate-slack"
         );
         let value = if has_value {
             match inline.or_else(|| it.next()) {
@@ -261,11 +266,23 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                     }
                 }
             }
+            "--spread-rate-slack" => {
+                slack = match value.as_str() {
+                    "off" => None,
+                    v => Some(v.parse().map_err(|_| {
+                        format!("--spread-rate-slack: expected a percentage or off, got {value:?}")
+                    })?),
+                }
+            }
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
     if a.spread.is_some() {
-        a.spread = Some(Spread::new(margin, batch).with_retry(retry));
+        a.spread = Some(
+            Spread::new(margin, batch)
+                .with_retry(retry)
+                .with_rate_slack(slack),
+        );
     }
     Ok(Some(a))
 }

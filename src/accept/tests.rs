@@ -650,3 +650,31 @@ fn spread_rule_with_least_keeps_a_burst_within_margin_plus_one() {
         }
     }
 }
+
+#[test]
+fn spread_rule_skips_above_the_least_recent_rate_plus_slack() {
+    let s = Spread::new(1, 4).with_rate_slack(Some(20));
+    let load = |own, least| Load::new(0, 0, 1).with_least(0).with_recent(own, least);
+    // 1000 recent accepts vs the least's 1000: accept; the bound is 1000 · 1.2 + margin + batch.
+    assert_eq!(s.decide(load(1000, 1000)), Share::Accept(2));
+    assert_eq!(s.decide(load(1205, 1000)), Share::Accept(2));
+    assert_eq!(s.decide(load(1206, 1000)), Share::Skip);
+    // Small counts (a keep-alive burst) are left to the open-connection rule.
+    assert_eq!(s.decide(load(5, 0)), Share::Accept(2));
+    assert_eq!(s.decide(load(6, 0)), Share::Skip);
+    // The least recently-accepting worker never skips for its rate.
+    assert_ne!(s.decide(load(0, 0)), Share::Skip);
+    assert_ne!(s.decide(load(700, 700)), Share::Skip);
+    // Off, or without recent counts, or alone: the rate does not matter.
+    assert_eq!(
+        s.with_rate_slack(None).decide(load(1_000_000, 0)),
+        Share::Accept(2)
+    );
+    assert_eq!(s.decide(Load::new(0, 0, 1)), Share::Accept(2));
+    let alone = Load::new(0, 0, 0).with_recent(1_000_000, 0);
+    assert_eq!(s.decide(alone), Share::Accept(4));
+    // No overflow at the extremes.
+    assert_eq!(s.decide(load(u64::MAX, u64::MAX)), Share::Accept(2));
+    assert_eq!(s.decide(load(u64::MAX, 0)), Share::Skip);
+    assert_eq!(Spread::DEFAULT.rate_slack, Some(20));
+}
