@@ -73,8 +73,11 @@
 //! [`AcceptLock::begin_iteration_loaded`] (a [`Load`], read from memory the workers share),
 //! the rule [`Spread::decide`] generalises the back-off to "more loaded than the others":
 //!
-//! * a worker holding more than `margin` connections above the mean of the live workers does
-//!   not try the lock this iteration (and disarms, as inside the back-off);
+//! * a worker holding more than `margin` connections above the mean of the live workers, or
+//!   (with [`Load::with_least`]) above the least loaded one, does not try the lock this
+//!   iteration (and disarms, as inside the back-off); with recent accept counts
+//!   ([`Load::with_recent`]) the same goes for a worker accepting more than
+//!   [`Spread::rate_slack`] percent above the least (short connections leave no open count);
 //! * a holder accepts at most [`Decision::batch`] connections (no more than keep it within the
 //!   margin, at most `batch`), then releases the lock as usual, so a less loaded worker takes
 //!   the next batch;

@@ -26,10 +26,11 @@
 //! * `reuseport` — one `SO_REUSEPORT` socket per worker; the kernel spreads connections by hash.
 //!
 //! In both lock modes the spread rule ([`gomutex::accept::Spread`]; `--no-spread` turns it off)
-//! keeps long-lived connections even: each worker publishes its open-connection count in the
-//! shared region, a worker more than `--spread-margin` above the mean skips the lock, and a
-//! holder accepts at most `--spread-batch` per turn; a worker without the lock polls at most
-//! `--spread-retry` (10 ms) instead of `--accept-delay`.
+//! keeps connections even: each worker publishes its open-connection count and a decayed count
+//! of its recent accepts in the shared region, a worker more than `--spread-margin` above the
+//! mean or the least loaded worker (or more than `--spread-rate-slack` percent above the least
+//! recent accepts) skips the lock, and a holder accepts at most `--spread-batch` per turn; a
+//! worker without the lock polls at most `--spread-retry` (10 ms) instead of `--accept-delay`.
 
 #[cfg(target_os = "linux")]
 mod http;
@@ -86,8 +87,8 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --multi-accept            accept all pending connections per wake-up (default: one;
                             with the spread rule, up to its batch)
   --no-spread               lock modes: no load-aware spread rule (nginx's behaviour)
-  --spread-margin N         spread rule: connections above the workers' mean a worker may hold
-                            and still accept (default 1)
+  --spread-margin N         spread rule: connections above the workers' mean and above the
+                            least loaded worker a worker may hold and still accept (default 1)
   --spread-batch N          spread rule: most connections accepted per turn of the lock
                             (default 4)
   --spread-retry MS         spread rule: poll cap of a worker without the lock (default 10)
