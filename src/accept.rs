@@ -73,8 +73,11 @@
 //! [`AcceptLock::begin_iteration_loaded`] (a [`Load`], read from memory the workers share),
 //! the rule [`Spread::decide`] generalises the back-off to "more loaded than the others":
 //!
-//! * a worker holding more than `margin` connections above the mean of the live workers does
-//!   not try the lock this iteration (and disarms, as inside the back-off);
+//! * a worker holding more than `margin` connections above the mean of the live workers, or
+//!   (with [`Load::with_least`]) above the least loaded one, does not try the lock this
+//!   iteration (and disarms, as inside the back-off); with recent accept counts
+//!   ([`Load::with_recent`]) the same goes for a worker accepting more than
+//!   [`Spread::rate_slack`] percent above the least (short connections leave no open count);
 //! * a holder accepts at most [`Decision::batch`] connections (no more than keep it within the
 //!   margin, at most `batch`), then releases the lock as usual, so a less loaded worker takes
 //!   the next batch;
@@ -372,7 +375,7 @@ impl Config {
 /// The live connection counts of the workers, as one worker sees them at the start of an
 /// iteration (read from memory the workers share, e.g. one relaxed atomic per worker next to
 /// the lock; a slightly stale view only delays the balancing by an iteration). Made with
-/// [`Load::new`] (fields may be added, e.g. a request rate).
+/// [`Load::new`] and [`Load::with_least`] (fields may be added, e.g. a request rate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Load {
@@ -383,6 +386,19 @@ pub struct Load {
     /// How many other workers are alive (a dead worker's count must be dropped: its slot
     /// reset by the supervisor after `waitpid`, as with [`ForceUnlock`]).
     pub other_workers: usize,
+    /// The smallest count among the other live workers, if known: the rule then also keeps
+    /// this worker within the margin of the least loaded one, not only of the mean (with more
+    /// than two workers the mean lets several workers sit at mean + margin while one stays
+    /// far below). `None` (the default of [`Load::new`]): the mean alone.
+    pub least: Option<usize>,
+    /// This worker's recent accepts (e.g. an exponentially decayed count), for
+    /// [`Spread::rate_slack`]; meaningful with [`Load::least_recent`].
+    pub own_recent: u64,
+    /// The smallest recent-accept count among the other live workers, in the same unit as
+    /// `own_recent`; `None` (the default): the rule looks at open connections only. Short
+    /// connections (one request each) are closed before the next iteration, so their open
+    /// counts stay near 0 in every worker and only the accept rate tells the workers apart.
+    pub least_recent: Option<u64>,
 }
 
 impl Load {
@@ -392,6 +408,30 @@ impl Load {
             own,
             others,
             other_workers,
+            least: None,
+            own_recent: 0,
+            least_recent: None,
+        }
+    }
+
+    /// This load with recent accept counts: `own` here, `least` the smallest among the other
+    /// live workers ([`Load::least_recent`]; ignored when there are no other workers).
+    #[must_use]
+    pub const fn with_recent(self, own: u64, least: u64) -> Self {
+        Self {
+            own_recent: own,
+            least_recent: Some(least),
+            ..self
+        }
+    }
+
+    /// This load with `least`, the smallest count among the other live workers ([`Load::least`];
+    /// ignored when there are no other workers).
+    #[must_use]
+    pub const fn with_least(self, least: usize) -> Self {
+        Self {
+            least: Some(least),
+            ..self
         }
     }
 }
@@ -438,6 +478,11 @@ pub struct Spread {
     /// price: a worker that is not the holder wakes every `retry` (an idle holder keeps the
     /// lock across its poll; in [`LockMode::Blocking`] idle workers wait on the lock instead).
     pub retry: Duration,
+    /// With recent accept counts in the [`Load`] ([`Load::with_recent`]): a worker whose count
+    /// exceeds the least recently-accepting worker's by more than this many percent (plus
+    /// `margin + batch`, so that small counts, e.g. a keep-alive burst, are left to the
+    /// open-connection rule) skips the lock. `None`: recent counts are ignored.
+    pub rate_slack: Option<u32>,
 }
 
 impl Default for Spread {
@@ -447,16 +492,23 @@ impl Default for Spread {
 }
 
 impl Spread {
-    /// Margin 1, batches of 4, retry 10 ms (see docs/accept.md for why).
+    /// Margin 1, batches of 4, retry 10 ms, rate slack 20 % (see docs/accept.md for why).
     pub const DEFAULT: Spread = Spread::new(1, 4);
 
-    /// The rule with these knobs (and a 10 ms `retry`).
+    /// The rule with these knobs (and a 10 ms `retry`, a 20 % `rate_slack`).
     pub const fn new(margin: usize, batch: usize) -> Self {
         Self {
             margin,
             batch,
             retry: Duration::from_millis(10),
+            rate_slack: Some(20),
         }
+    }
+
+    /// This rule with `rate_slack` (`None`: recent accept counts ignored).
+    #[must_use]
+    pub const fn with_rate_slack(self, rate_slack: Option<u32>) -> Self {
+        Self { rate_slack, ..self }
     }
 
     /// This rule with `retry`.
@@ -469,10 +521,19 @@ impl Spread {
     /// and `total = own + others` connections:
     ///
     /// * [`Share::Skip`] if `own > total / n + margin` (above the mean by more than the
-    ///   margin). The least loaded worker never skips, so some worker always accepts;
+    ///   margin), or, when [`Load::least`] is known, if `own > least + margin` (above the
+    ///   least loaded other worker by more than the margin). The least loaded worker never
+    ///   skips, so some worker always accepts;
     /// * else [`Share::Accept`]`(k)` with `k` the most connections this worker can take and
     ///   stay within `margin` of the new mean, `(total + n·margin − n·own) / (n − 1)` (any
-    ///   number when it is alone), clamped to `1..=batch`.
+    ///   number when it is alone), and, with `least`, end at most `least + margin + 1`,
+    ///   clamped to `1..=batch`. With `least` the workers' counts end at most `margin + 1`
+    ///   apart, whatever their number (with the mean alone, 4 workers can end at 14/14/14/8).
+    ///
+    /// With recent accept counts ([`Load::with_recent`]) and a [`rate_slack`](Self::rate_slack)
+    /// it also skips if `own_recent > least_recent · (100 + rate_slack) / 100 + margin +
+    /// batch`: the same rule for the accept rate, which is what tells workers apart when every
+    /// connection is short.
     ///
     /// An idle worker (`own == 0`) never skips, so in [`LockMode::Blocking`] it still sleeps
     /// on the lock.
@@ -485,10 +546,25 @@ impl Spread {
         if n * own > allowed {
             return Share::Skip;
         }
+        if let (Some(slack), Some(least), true) = (self.rate_slack, load.least_recent, n > 1) {
+            let floor = self.margin as u128 + batch as u128;
+            let bound = least as u128 * (100 + slack as u128) + 100 * floor;
+            if 100 * load.own_recent as u128 > bound {
+                return Share::Skip;
+            }
+        }
         if n == 1 {
             return Share::Accept(batch);
         }
-        let headroom = (allowed - n * own) / (n - 1);
+        let mut headroom = (allowed - n * own) / (n - 1);
+        if let Some(least) = load.least {
+            // Within `margin` of the least loaded worker, and a batch ends at most one past.
+            let ceiling = least as u128 + self.margin as u128;
+            if own > ceiling {
+                return Share::Skip;
+            }
+            headroom = headroom.min(ceiling + 1 - own);
+        }
         Share::Accept(headroom.clamp(1, batch as u128) as usize)
     }
 }

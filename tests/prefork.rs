@@ -687,25 +687,31 @@ fn keep_alive_burst(addr: SocketAddr, n: usize) -> Vec<(TcpStream, BufReader<Tcp
 /// holds at least 0.8 × the mean (20). Without the spread rule (`--no-spread`, nginx's
 /// behaviour) one worker takes nearly all of them.
 fn keep_alive_burst_is_spread(mode: &str) {
-    let srv = Server::start(mode, &[]);
+    keep_alive_burst_is_spread_over(mode, 2, 50, 20);
+}
+
+/// A burst of `n` long-lived connections over `nworkers` workers: each holds at least `min`.
+fn keep_alive_burst_is_spread_over(mode: &str, nworkers: usize, n: usize, min: u64) {
+    let w = nworkers.to_string();
+    let srv = Server::start_with(mode, &["--workers", &w], &[]);
     let t = Instant::now();
-    let conns = keep_alive_burst(srv.addr, 50);
+    let conns = keep_alive_burst(srv.addr, n);
     let burst = t.elapsed();
     let out = srv.stop();
     drop(conns);
-    check_totals(&out, 50, 50);
+    check_totals(&out, n as u64, n as u64);
     let rows = workers(&out.json);
     let per: Vec<u64> = rows.iter().map(|r| row_num(r, "accepted")).collect();
-    assert_eq!(per.len(), 2, "{}", out.json);
+    assert_eq!(per.len(), nworkers, "{}", out.json);
     assert!(
-        per.iter().all(|&c| c >= 20),
+        per.iter().all(|&c| c >= min),
         "{mode}: split {per:?}: {}",
         out.json
     );
     // Still open when the workers stopped: the live counts are the same split.
     let live: Vec<u64> = rows.iter().map(|r| row_num(r, "live")).collect();
     assert_eq!(live, per, "{}", out.json);
-    eprintln!("{mode}: burst of 50 split {per:?}, answered in {burst:?}");
+    eprintln!("{mode}: burst of {n} split {per:?}, answered in {burst:?}");
 }
 
 #[test]
@@ -718,6 +724,16 @@ fn keep_alive_burst_is_spread_blocking() {
     keep_alive_burst_is_spread("blocking");
 }
 
+/// With 4 workers the rule compares each worker with the least loaded one, not only with the
+/// mean (which let three workers sit at mean + margin while the fourth stayed far below): a
+/// burst of 52 ends with every worker holding at least 0.8 × the mean (13).
+#[test]
+fn keep_alive_burst_is_spread_over_4_workers() {
+    for mode in ["mutex", "blocking"] {
+        keep_alive_burst_is_spread_over(mode, 4, 52, 10);
+    }
+}
+
 /// The region's live counts: a worker sees the others' sum and number, and a slot the master
 /// retired (after `waitpid`) no longer counts, neither its connections nor as a worker.
 #[test]
@@ -728,13 +744,32 @@ fn retired_slot_drops_out_of_the_load() {
         region.slot(i).reset(pid);
         region.slot(i).live.store(live, Relaxed);
     }
-    assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 35, 2));
+    let load = |own, others, n, least| {
+        gomutex::accept::Load::new(own, others, n)
+            .with_least(least)
+            .with_recent(0, 0)
+    };
+    assert_eq!(region.load(0, 7), load(7, 35, 2, 5));
+    assert_eq!(region.load(2, 5), load(5, 37, 2, 7));
     region.slot(1).retire();
-    assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 5, 1));
-    assert_eq!(region.load(2, 5), gomutex::accept::Load::new(5, 7, 1));
+    assert_eq!(region.load(0, 7), load(7, 5, 1, 5));
+    assert_eq!(region.load(2, 5), load(5, 7, 1, 7));
     // A respawned worker in the slot starts from zero.
     region.slot(1).reset(103);
-    assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 5, 2));
+    assert_eq!(region.load(0, 7), load(7, 5, 2, 0));
+    // Recent accepts: the slot's own and the least of the other live workers'.
+    region.slot(0).recent.store(900, Relaxed);
+    region.slot(1).recent.store(40, Relaxed);
+    region.slot(2).recent.store(700, Relaxed);
+    let got = region.load(0, 7);
+    assert_eq!((got.own_recent, got.least_recent), (900, Some(40)));
+    assert_eq!(region.load(1, 0).least_recent, Some(700));
+    region.slot(1).retire(); // drops out of the rate too
+    assert_eq!(region.load(0, 7).least_recent, Some(700));
+    assert_eq!(region.slot(1).recent.load(Relaxed), 0);
+    // Alone: no least.
+    region.slot(2).retire();
+    assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 0, 0));
 }
 
 /// A worker SIGKILLed with keep-alive connections open: its row shows them, its slot is

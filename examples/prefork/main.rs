@@ -26,10 +26,11 @@
 //! * `reuseport` — one `SO_REUSEPORT` socket per worker; the kernel spreads connections by hash.
 //!
 //! In both lock modes the spread rule ([`gomutex::accept::Spread`]; `--no-spread` turns it off)
-//! keeps long-lived connections even: each worker publishes its open-connection count in the
-//! shared region, a worker more than `--spread-margin` above the mean skips the lock, and a
-//! holder accepts at most `--spread-batch` per turn; a worker without the lock polls at most
-//! `--spread-retry` (10 ms) instead of `--accept-delay`.
+//! keeps connections even: each worker publishes its open-connection count and a decayed count
+//! of its recent accepts in the shared region, a worker more than `--spread-margin` above the
+//! mean or the least loaded worker (or more than `--spread-rate-slack` percent above the least
+//! recent accepts) skips the lock, and a holder accepts at most `--spread-batch` per turn; a
+//! worker without the lock polls at most `--spread-retry` (10 ms) instead of `--accept-delay`.
 
 #[cfg(target_os = "linux")]
 mod http;
@@ -70,6 +71,7 @@ const USAGE: &str = "\
 usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PATH]
                [--accept-delay MS] [--worker-connections N] [--multi-accept]
                [--no-spread] [--spread-margin N] [--spread-batch N] [--spread-retry MS]
+               [--spread-rate-slack PCT|off]
 
   --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
   --workers N               worker processes (default: number of CPUs)
@@ -85,11 +87,13 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --multi-accept            accept all pending connections per wake-up (default: one;
                             with the spread rule, up to its batch)
   --no-spread               lock modes: no load-aware spread rule (nginx's behaviour)
-  --spread-margin N         spread rule: connections above the workers' mean a worker may hold
-                            and still accept (default 1)
+  --spread-margin N         spread rule: connections above the workers' mean and above the
+                            least loaded worker a worker may hold and still accept (default 1)
   --spread-batch N          spread rule: most connections accepted per turn of the lock
                             (default 4)
   --spread-retry MS         spread rule: poll cap of a worker without the lock (default 10)
+  --spread-rate-slack PCT   spread rule: percent by which a worker's recent accepts may exceed
+                            the least's before it skips the lock (default 20; off: ignore them)
 
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
@@ -160,10 +164,11 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         multi_accept: false,
         spread: Some(Spread::DEFAULT),
     };
-    let (mut margin, mut batch, mut retry) = (
+    let (mut margin, mut batch, mut retry, mut slack) = (
         Spread::DEFAULT.margin,
         Spread::DEFAULT.batch,
         Spread::DEFAULT.retry,
+        Spread::DEFAULT.rate_slack,
     );
     let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
@@ -182,6 +187,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 | "--spread-margin"
                 | "--spread-batch"
                 | "--spread-retry"
+                | "--spread-rate-slack"
         );
         let value = if has_value {
             match inline.or_else(|| it.next()) {
@@ -261,11 +267,23 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                     }
                 }
             }
+            "--spread-rate-slack" => {
+                slack = match value.as_str() {
+                    "off" => None,
+                    v => Some(v.parse().map_err(|_| {
+                        format!("--spread-rate-slack: expected a percentage or off, got {value:?}")
+                    })?),
+                }
+            }
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
     if a.spread.is_some() {
-        a.spread = Some(Spread::new(margin, batch).with_retry(retry));
+        a.spread = Some(
+            Spread::new(margin, batch)
+                .with_retry(retry)
+                .with_rate_slack(slack),
+        );
     }
     Ok(Some(a))
 }

@@ -37,7 +37,15 @@ pub struct Slot {
     pub live: AtomicU64,
     /// Iterations the spread rule made the worker skip the accept lock.
     pub spread_skips: AtomicU64,
+    /// Recent accepts: the count decayed with a half-life of [`RATE_HALF_LIFE`], rounded, as
+    /// of the worker's last iteration (so a stale value is only ever too high). The spread
+    /// rule's accept-rate input; zeroed with `live` when the worker is reaped.
+    pub recent: AtomicU64,
 }
+
+/// Half-life of [`Slot::recent`]: long enough to average over many lock turns, short enough
+/// that a respawned worker (which starts at 0) catches up within a fraction of a second.
+pub const RATE_HALF_LIFE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The region's header.
 #[repr(C, align(128))]
@@ -79,6 +87,7 @@ impl Slot {
             &self.iterations,
             &self.live,
             &self.spread_skips,
+            &self.recent,
         ] {
             c.store(0, Relaxed);
         }
@@ -106,6 +115,7 @@ impl Slot {
     /// live worker, nor do its connections (the kernel closed them).
     pub fn retire(&self) {
         self.live.store(0, Relaxed);
+        self.recent.store(0, Relaxed);
         self.pid.store(0, Relaxed);
     }
 }
@@ -147,17 +157,28 @@ impl Region {
     }
 
     /// The load as worker `i` sees it, with `own` open connections: the sum of the other live
-    /// workers' (pid set) counts and how many they are.
+    /// workers' (pid set) counts, how many they are, the smallest of their counts, and the
+    /// recent accepts (slot `i`'s own and the smallest of the others').
     pub fn load(&self, i: usize, own: usize) -> Load {
-        let (mut others, mut n) = (0u64, 0usize);
+        let (mut others, mut n, mut least, mut least_recent) = (0u64, 0usize, u64::MAX, u64::MAX);
         for j in (0..self.slots).filter(|&j| j != i) {
             let s = self.slot(j);
             if s.pid.load(Relaxed) != 0 {
-                others += s.live.load(Relaxed);
+                let live = s.live.load(Relaxed);
+                others += live;
+                least = least.min(live);
+                least_recent = least_recent.min(s.recent.load(Relaxed));
                 n += 1;
             }
         }
-        Load::new(own, others as usize, n)
+        let load = Load::new(own, others as usize, n);
+        if n == 0 {
+            load
+        } else {
+            let own_recent = self.slot(i).recent.load(Relaxed);
+            load.with_least(least as usize)
+                .with_recent(own_recent, least_recent)
+        }
     }
 
     /// Slot `i`.

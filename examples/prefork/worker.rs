@@ -2,7 +2,7 @@
 //! the accept mode.
 
 use crate::http::{Conn, Next};
-use crate::shared::{Header, Region, Slot};
+use crate::shared::{Header, Region, Slot, RATE_HALF_LIFE};
 use crate::sys::{self, Epoll};
 use crate::Mode;
 use gomutex::accept::{AcceptLock, AcceptMutex};
@@ -95,9 +95,18 @@ impl<L: AcceptMutex> Worker<'_, L> {
         let mut next_sweep = Instant::now() + SWEEP_EVERY;
         let mut stop = false;
         let total = self.connections;
+        // Recent accepts (exponentially decayed), published in `slot.recent`.
+        let mut recent = 0f64;
+        let mut decayed_at = Instant::now();
 
         while !stop {
             self.slot.iterations.fetch_add(1, Relaxed);
+            let now = Instant::now();
+            let halves =
+                now.duration_since(decayed_at).as_secs_f64() / RATE_HALF_LIFE.as_secs_f64();
+            recent *= (-halves).exp2();
+            decayed_at = now;
+            self.slot.recent.store(recent.round() as u64, Relaxed);
             let (want, cap, batch) = match &mut self.lock {
                 Some(al) => {
                     let load = self.region.load(self.index, live);
@@ -188,6 +197,8 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 self.slot.accepted.fetch_add(got, Relaxed);
                 // Published before the lock is released, so the next holder counts them.
                 self.slot.live.store((live + fresh.len()) as u64, Relaxed);
+                recent += got as f64;
+                self.slot.recent.store(recent.round() as u64, Relaxed);
             }
             if let Some(al) = &mut self.lock {
                 al.end_accept_phase();

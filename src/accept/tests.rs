@@ -552,3 +552,135 @@ fn loaded_blocking_idle_worker_still_waits() {
     assert!(!d.armed);
     assert_eq!(m.log(), ["try", "wait 500ms", "unlock"]);
 }
+
+/// The spread rule given the others' counts one by one (so it also knows the least).
+fn rule_least(margin: usize, batch: usize, own: usize, rest: &[usize]) -> Share {
+    let load = Load::new(own, rest.iter().sum(), rest.len());
+    let load = rest.iter().min().map_or(load, |&m| load.with_least(m));
+    Spread::new(margin, batch).decide(load)
+}
+
+#[test]
+fn spread_rule_with_least_skips_above_the_least_plus_margin() {
+    // The mean of 14, 14, 14, 8 is 12.5: 14 is within mean + 2 but 6 above the least.
+    assert_eq!(rule(2, 4, 14, &[14, 14, 8]), Share::Accept(1));
+    assert_eq!(rule_least(2, 4, 14, &[14, 14, 8]), Share::Skip);
+    assert_eq!(rule_least(1, 4, 9, &[14, 14, 8]), Share::Accept(1)); // 8 + 1: one more
+    assert_eq!(rule_least(1, 4, 10, &[14, 14, 8]), Share::Skip);
+    // The batch ends at most one past least + margin (and within the mean's bound).
+    assert_eq!(rule_least(1, 4, 8, &[9, 20, 20]), Share::Accept(3));
+    assert_eq!(rule_least(1, 8, 0, &[2, 40, 40]), Share::Accept(4));
+    assert_eq!(rule_least(2, 8, 0, &[0, 0, 0]), Share::Accept(2)); // the mean's bound
+                                                                   // The least is only tighter: whatever the mean rule skips, it skips too.
+    assert_eq!(rule_least(1, 4, 30, &[20]), Share::Skip);
+    // Alone, `least` is ignored.
+    let alone = Load::new(1000, 0, 0).with_least(0);
+    assert_eq!(Spread::new(0, 4).decide(alone), Share::Accept(4));
+}
+
+#[test]
+fn spread_rule_with_least_bounds_the_gap_by_margin_plus_one() {
+    // Exhaustively for small cases: never more restrictive for the least loaded worker (it
+    // never skips), never looser than the mean rule, and a batch never takes the holder past
+    // least + margin + 1.
+    for n in 2..=4usize {
+        for margin in 0..=2 {
+            for own in 0..=9 {
+                for least in 0..=9 {
+                    for rest in 0..=9 * (n - 2) {
+                        if rest < least * (n - 2) {
+                            continue; // the others but the least each hold at least `least`
+                        }
+                        let others = least + rest;
+                        let base = Load::new(own, others, n - 1);
+                        let load = base.with_least(least);
+                        let s = Spread::new(margin, 8);
+                        match s.decide(load) {
+                            Share::Skip => assert!(own > least, "{load:?}"),
+                            Share::Accept(k) => {
+                                assert!(own <= least + margin, "{load:?}");
+                                assert!(k == 1 || own + k <= least + margin + 1, "{load:?} {k}");
+                                match s.decide(base) {
+                                    Share::Accept(j) => assert!(k <= j, "{load:?} {k} {j}"),
+                                    Share::Skip => panic!("looser than the mean: {load:?}"),
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Simulated bursts: the lock goes to the first worker (in a fixed order: the busy holder wins
+/// the next `try_lock`) whose rule says accept, until `total` connections are placed: with
+/// `least` the counts end at most `margin + 1` apart for any number of workers.
+#[test]
+fn spread_rule_with_least_keeps_a_burst_within_margin_plus_one() {
+    fn burst(n: usize, total: usize, margin: usize) -> Vec<usize> {
+        let mut c = vec![0usize; n];
+        let mut placed = 0;
+        while placed < total {
+            let i = (0..n)
+                .find(|&i| {
+                    let rest: Vec<usize> = (0..n).filter(|&j| j != i).map(|j| c[j]).collect();
+                    rule_least(margin, 4, c[i], &rest) != Share::Skip
+                })
+                .expect("the least loaded worker never skips");
+            let rest: Vec<usize> = (0..n).filter(|&j| j != i).map(|j| c[j]).collect();
+            if let Share::Accept(k) = rule_least(margin, 4, c[i], &rest) {
+                let k = k.min(total - placed);
+                c[i] += k;
+                placed += k;
+            }
+        }
+        c
+    }
+    // Smaller under Miri, which runs these tests too (scripts/miri.sh).
+    let (most, totals): (usize, &[usize]) = if cfg!(miri) {
+        (4, &[10, 51])
+    } else {
+        (6, &[10, 50, 51, 52, 100])
+    };
+    for n in 2..=most {
+        for &total in totals {
+            for margin in 0..=2 {
+                let c = burst(n, total, margin);
+                let (lo, hi) = (c.iter().min().unwrap(), c.iter().max().unwrap());
+                assert!(
+                    hi - lo <= margin + 1,
+                    "{n} workers, {total}, margin {margin}: {c:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn spread_rule_skips_above_the_least_recent_rate_plus_slack() {
+    let s = Spread::new(1, 4).with_rate_slack(Some(20));
+    let load = |own, least| Load::new(0, 0, 1).with_least(0).with_recent(own, least);
+    // 1000 recent accepts vs the least's 1000: accept; the bound is 1000 · 1.2 + margin + batch.
+    assert_eq!(s.decide(load(1000, 1000)), Share::Accept(2));
+    assert_eq!(s.decide(load(1205, 1000)), Share::Accept(2));
+    assert_eq!(s.decide(load(1206, 1000)), Share::Skip);
+    // Small counts (a keep-alive burst) are left to the open-connection rule.
+    assert_eq!(s.decide(load(5, 0)), Share::Accept(2));
+    assert_eq!(s.decide(load(6, 0)), Share::Skip);
+    // The least recently-accepting worker never skips for its rate.
+    assert_ne!(s.decide(load(0, 0)), Share::Skip);
+    assert_ne!(s.decide(load(700, 700)), Share::Skip);
+    // Off, or without recent counts, or alone: the rate does not matter.
+    assert_eq!(
+        s.with_rate_slack(None).decide(load(1_000_000, 0)),
+        Share::Accept(2)
+    );
+    assert_eq!(s.decide(Load::new(0, 0, 1)), Share::Accept(2));
+    let alone = Load::new(0, 0, 0).with_recent(1_000_000, 0);
+    assert_eq!(s.decide(alone), Share::Accept(4));
+    // No overflow at the extremes.
+    assert_eq!(s.decide(load(u64::MAX, u64::MAX)), Share::Accept(2));
+    assert_eq!(s.decide(load(u64::MAX, 0)), Share::Skip);
+    assert_eq!(Spread::DEFAULT.rate_slack, Some(20));
+}
