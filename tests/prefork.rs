@@ -772,6 +772,37 @@ fn retired_slot_drops_out_of_the_load() {
     assert_eq!(region.load(0, 7), gomutex::accept::Load::new(7, 0, 0));
 }
 
+/// A worker that stopped starting event-loop iterations (SIGSTOP, a hung handler) drops out of
+/// the others' load once its heartbeat is older than `STALE_AFTER_MS`, so its low count cannot
+/// hold them back for good; a fresh heartbeat (or none yet: a worker still starting) counts.
+#[test]
+fn stale_worker_drops_out_of_the_load() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let region = shared::Region::new(2).unwrap();
+    region.slot(0).reset(100);
+    region.slot(1).reset(101);
+    region.slot(0).live.store(9, Relaxed);
+    let with_other = gomutex::accept::Load::new(9, 0, 1)
+        .with_least(0)
+        .with_recent(0, 0);
+    // No iteration yet: counts (the "starting" rule).
+    assert_eq!(region.load(0, 9), with_other);
+    region
+        .slot(1)
+        .heartbeat_ms
+        .store(shared::mono_ms(), Relaxed);
+    assert_eq!(region.load(0, 9), with_other);
+    let old = shared::mono_ms() - 2 * shared::STALE_AFTER_MS;
+    region.slot(1).heartbeat_ms.store(old, Relaxed);
+    assert_eq!(region.load(0, 9), gomutex::accept::Load::new(9, 0, 0));
+    // It iterates again: counts again.
+    region
+        .slot(1)
+        .heartbeat_ms
+        .store(shared::mono_ms(), Relaxed);
+    assert_eq!(region.load(0, 9), with_other);
+}
+
 /// A worker SIGKILLed with keep-alive connections open: its row shows them, its slot is
 /// retired, and the next burst goes mostly to its (empty) replacement, filling it up to the
 /// survivor instead of splitting evenly as if the dead connections were still counted.

@@ -41,6 +41,27 @@ pub struct Slot {
     /// of the worker's last iteration (so a stale value is only ever too high). The spread
     /// rule's accept-rate input; zeroed with `live` when the worker is reaped.
     pub recent: AtomicU64,
+    /// `CLOCK_MONOTONIC` in ms at the start of the worker's last event-loop iteration (0: none
+    /// yet). A worker whose heartbeat is older than [`STALE_AFTER_MS`] is left out of the
+    /// others' spread rule, so a stopped or hung worker cannot hold them back.
+    pub heartbeat_ms: AtomicU64,
+}
+
+/// How long a worker may go without starting an event-loop iteration before the others'
+/// spread rule stops counting it (stopped with SIGSTOP, stuck in a handler, or idle in
+/// `epoll_wait`: leaving an idle worker out only makes the others more willing to accept).
+/// Twice nginx's `accept_mutex_delay` (500 ms), the longest a worker polls without the lock.
+pub const STALE_AFTER_MS: u64 = 1000;
+
+/// `CLOCK_MONOTONIC` in milliseconds (the same clock in every process of the machine).
+pub fn mono_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
 /// Half-life of [`Slot::recent`]: long enough to average over many lock turns, short enough
@@ -88,6 +109,7 @@ impl Slot {
             &self.live,
             &self.spread_skips,
             &self.recent,
+            &self.heartbeat_ms,
         ] {
             c.store(0, Relaxed);
         }
@@ -116,6 +138,7 @@ impl Slot {
     pub fn retire(&self) {
         self.live.store(0, Relaxed);
         self.recent.store(0, Relaxed);
+        self.heartbeat_ms.store(0, Relaxed);
         self.pid.store(0, Relaxed);
     }
 }
@@ -157,13 +180,17 @@ impl Region {
     }
 
     /// The load as worker `i` sees it, with `own` open connections: the sum of the other live
-    /// workers' (pid set) counts, how many they are, the smallest of their counts, and the
-    /// recent accepts (slot `i`'s own and the smallest of the others').
+    /// workers' (pid set, heartbeat not older than [`STALE_AFTER_MS`]) counts, how many they
+    /// are, the smallest of their counts, and the recent accepts (slot `i`'s own and the
+    /// smallest of the others').
     pub fn load(&self, i: usize, own: usize) -> Load {
         let (mut others, mut n, mut least, mut least_recent) = (0u64, 0usize, u64::MAX, u64::MAX);
+        let now = mono_ms();
         for j in (0..self.slots).filter(|&j| j != i) {
             let s = self.slot(j);
-            if s.pid.load(Relaxed) != 0 {
+            let beat = s.heartbeat_ms.load(Relaxed);
+            let stale = beat != 0 && now.saturating_sub(beat) > STALE_AFTER_MS;
+            if s.pid.load(Relaxed) != 0 && !stale {
                 let live = s.live.load(Relaxed);
                 others += live;
                 least = least.min(live);

@@ -2,7 +2,7 @@
 //! the accept mode.
 
 use crate::http::{Conn, Next};
-use crate::shared::{Header, Region, Slot, RATE_HALF_LIFE};
+use crate::shared::{mono_ms, Header, Region, Slot, RATE_HALF_LIFE};
 use crate::sys::{self, Epoll};
 use crate::Mode;
 use gomutex::accept::{AcceptLock, AcceptMutex};
@@ -101,6 +101,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
 
         while !stop {
             self.slot.iterations.fetch_add(1, Relaxed);
+            self.slot.heartbeat_ms.store(mono_ms(), Relaxed);
             let now = Instant::now();
             let halves =
                 now.duration_since(decayed_at).as_secs_f64() / RATE_HALF_LIFE.as_secs_f64();
