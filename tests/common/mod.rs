@@ -8,6 +8,10 @@
 
 #[cfg(target_os = "linux")]
 pub mod anon;
+#[cfg(target_os = "linux")]
+pub mod procs;
+#[cfg(target_os = "linux")]
+pub mod shmtest;
 
 /// Pin the calling thread to `cpu` (if given). Linux only; elsewhere a no-op (and
 /// [`two_cpus`] says `None`, so tests that need two pinned CPUs skip that part).

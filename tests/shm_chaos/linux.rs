@@ -40,6 +40,10 @@ use gomutex::shm::{Config, ShmMutex, TryLockError};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+#[path = "../common/mod.rs"]
+mod common;
+use common::procs::{fork, reap};
+
 const WORKERS: usize = 6;
 /// Threads per worker process: odd workers run two (9 threads for 4 waiter slots).
 fn threads(w: usize) -> usize {
@@ -212,30 +216,17 @@ fn worker_thread(m: &ShmMutex<Data>, side: &Side, w: usize, t: usize) {
 
 /// Fork worker `w`; it SIGKILLs itself at crash point `crash` (0: none) of the lock's slow paths.
 fn spawn_worker(m: &ShmMutex<Data>, side: &Side, w: usize, crash: u32) -> libc::pid_t {
-    // SAFETY: the supervisor is single-threaded.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
+    // The supervisor is single-threaded, so it may fork.
+    fork(|| {
         gomutex::shm::__crash_at(crash);
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            std::thread::scope(|s| {
-                for t in 1..threads(w) {
-                    s.spawn(move || worker_thread(m, side, w, t));
-                }
-                worker_thread(m, side, w, 0);
-            })
-        }));
-        // SAFETY: leave the child at once.
-        unsafe { libc::_exit(if r.is_ok() { 0 } else { 101 }) };
-    }
-    pid
-}
-
-fn reap(pid: libc::pid_t) -> i32 {
-    let mut st = 0;
-    // SAFETY: our child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
-    st
+        std::thread::scope(|s| {
+            for t in 1..threads(w) {
+                s.spawn(move || worker_thread(m, side, w, t));
+            }
+            worker_thread(m, side, w, 0);
+        });
+        0
+    })
 }
 
 /// The region's raw accounting (layout version 2; best effort, for the failure report only).
@@ -500,19 +491,6 @@ fn round(
     Ok(())
 }
 
-/// Fork a child that runs `f` and leaves with its result as exit status (0 = ok).
-fn child(f: impl FnOnce() -> i32) -> libc::pid_t {
-    // SAFETY: the test process is single-threaded here.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        let rc = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
-        // SAFETY: leave the child at once.
-        unsafe { libc::_exit(rc) };
-    }
-    pid
-}
-
 /// The window of the wedge this harness was written for, made deterministic: every regular
 /// participant slot is held by a dead process (here the one slot of `participants: 1`, by an
 /// owner that died holding the lock), and the newcomer that borrowed the guest slot to recover
@@ -524,7 +502,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
         ShmMutex::anonymous_with([0u64; 4], Config::new().participants(1).waiter_slots(4)).unwrap();
     let m = &m;
     // A: takes the only regular slot and dies holding the lock.
-    let a = child(|| {
+    let a = fork(|| {
         std::mem::forget(m.lock());
         // SAFETY: raising a signal at ourselves.
         unsafe { libc::raise(libc::SIGKILL) };
@@ -535,7 +513,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
         return Err(format!("owner: status {st:#x}"));
     }
     // B: borrows the guest slot to recover A and dies inside that recovery.
-    let b = child(|| {
+    let b = fork(|| {
         gomutex::shm::__crash_at(crash);
         let _ = m.try_lock();
         2
@@ -548,7 +526,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
     }
     // C: must get the lock, and be told of A's death.
     let t0 = Instant::now();
-    let c = child(|| match m.try_lock_for(Duration::from_secs(10)) {
+    let c = fork(|| match m.try_lock_for(Duration::from_secs(10)) {
         Err(TryLockError::OwnerDied(g)) => {
             g.mark_consistent();
             0

@@ -7,53 +7,15 @@
 
 use gomutex::shm::{LockError, ShmCondvar, ShmMutex, ShmMutexGuard, ShmSafe};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
+#[path = "../common/mod.rs"]
+mod common;
+use common::procs::{self, fork, kill9, wait_limit};
+use common::shmtest::header_u32;
+
 // ------------------------------------------------------------------ helpers
-
-/// Fork; the child runs `f` and exits with its code (101 if it panicked).
-fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
-    // SAFETY: the test process is single-threaded when it forks (see the module docs).
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = catch_unwind(AssertUnwindSafe(f)).unwrap_or(101);
-        // SAFETY: leave the child at once, without the parent's atexit work.
-        unsafe { libc::_exit(code) };
-    }
-    pid
-}
-
-/// Wait for a child at most `limit`; kill it and fail if it takes longer. Its exit code, or
-/// 128 + signal.
-fn wait_limit(pid: libc::pid_t, limit: Duration, what: &str) -> i32 {
-    let t = Instant::now();
-    loop {
-        let mut st = 0;
-        // SAFETY: our own child.
-        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
-        if r == pid {
-            return if libc::WIFEXITED(st) {
-                libc::WEXITSTATUS(st)
-            } else {
-                128 + libc::WTERMSIG(st)
-            };
-        }
-        if t.elapsed() > limit {
-            kill(pid);
-            // SAFETY: our own child.
-            unsafe { libc::waitpid(pid, &mut st, 0) };
-            panic!("{what}: child {pid} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
-
-fn kill(pid: libc::pid_t) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-}
 
 /// The guard, whatever the lock reported (repairing: every critical section below commits
 /// with one store, so a dead owner leaves nothing to undo).
@@ -381,16 +343,8 @@ fn notify_all_wakes_everyone() {
 const SEQ: usize = 176;
 const ALL: usize = 180;
 const SLEEPERS: usize = 184;
-
-/// A word of the region's header (offsets of `src/shm/layout.rs`, layout version 4).
-fn header_u32<T: ShmSafe>(m: &ShmMutex<T>, off: usize) -> &AtomicU32 {
-    assert_eq!(gomutex::shm::LAYOUT_VERSION, 4, "header offsets changed");
-    let (base, len) = m.as_ptr_len();
-    assert!(off + 4 <= len && off.is_multiple_of(4));
-    // SAFETY: in bounds and aligned (checked; the region is 64-aligned), a word the library
-    // itself only accesses atomically; the mapping lives as long as `m`.
-    unsafe { &*(base.add(off) as *const AtomicU32) }
-}
+// The offsets above are layout version 4's.
+const _: () = assert!(gomutex::shm::LAYOUT_VERSION == 4, "header offsets changed");
 
 /// A notifier killed after its bump but before its `futex` wake (played here by bumping the
 /// header's condvar word directly), and a broadcast whose chain breaks at once (the same, with
@@ -564,7 +518,7 @@ fn kills_under_load() {
         }
         if Instant::now() >= next_kill {
             let i = rng.below(6) as usize;
-            kill(kids[i]);
+            kill9(kids[i]);
             let mut st = 0;
             // SAFETY: our own child.
             unsafe { libc::waitpid(kids[i], &mut st, 0) };
@@ -627,7 +581,6 @@ fn kills_under_load() {
 
 pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
     let tests: &[(&str, fn())] = &[
         ("basics", basics),
         ("queue_exact", queue_exact),
@@ -644,27 +597,5 @@ pub fn main() {
         ),
         ("kills_under_load", kills_under_load),
     ];
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for (name, f) in tests {
-        if filter.as_ref().is_some_and(|p| !name.contains(p.as_str())) {
-            skipped += 1;
-            continue;
-        }
-        let t = Instant::now();
-        println!("test {name} ...");
-        match catch_unwind(f) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.2?})", t.elapsed());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED ({:.2?})", t.elapsed());
-            }
-        }
-    }
-    println!("\nshm_condvar: {passed} passed, {failed} failed, {skipped} skipped");
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    procs::run_cases("shm_condvar", &args, tests);
 }

@@ -6,56 +6,16 @@
 //! so the process is single-threaded whenever it forks. Run one with
 //! `cargo test --test shm_peers -- <name substring>`.
 
-use gomutex::shm::{Config, LockError, ShmError, ShmMutex, ShmSafe, TryLockError};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use gomutex::shm::{Config, ShmError, ShmMutex, TryLockError};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+#[path = "../common/mod.rs"]
+mod common;
+use common::procs::{self, fork, signal, wait_limit};
+use common::shmtest::{assert_quiescent, header_u32, ok};
+
 // ------------------------------------------------------------------ helpers
-
-/// Fork; the child runs `f` and exits with its code (101 if it panicked).
-fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
-    // SAFETY: the test process is single-threaded when it forks (see the module docs).
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = catch_unwind(AssertUnwindSafe(f)).unwrap_or(101);
-        // SAFETY: leave the child at once, without the parent's atexit work.
-        unsafe { libc::_exit(code) };
-    }
-    pid
-}
-
-/// Wait for a child at most `limit`; kill it and fail if it takes longer. Its exit code, or
-/// 128 + signal.
-fn wait_limit(pid: libc::pid_t, limit: Duration, what: &str) -> i32 {
-    let t = Instant::now();
-    loop {
-        let mut st = 0;
-        // SAFETY: our own child.
-        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
-        if r == pid {
-            return if libc::WIFEXITED(st) {
-                libc::WEXITSTATUS(st)
-            } else {
-                128 + libc::WTERMSIG(st)
-            };
-        }
-        if t.elapsed() > limit {
-            signal(pid, libc::SIGKILL);
-            signal(pid, libc::SIGCONT);
-            // SAFETY: our own child.
-            unsafe { libc::waitpid(pid, &mut st, 0) };
-            panic!("{what}: child {pid} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn signal(pid: libc::pid_t, sig: i32) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, sig) };
-}
 
 /// Wait until a child has stopped (SIGSTOP, or a `__stop_at` point).
 fn wait_stopped(pid: libc::pid_t) {
@@ -100,24 +60,6 @@ impl Drop for Shared {
     }
 }
 
-fn ok<G>(r: Result<G, LockError<G>>) -> G {
-    match r {
-        Ok(g) => g,
-        Err(e) => panic!("unexpected lock error: {e}"),
-    }
-}
-
-/// Assert the lock is quiescent: no waiters, nothing queued, no tokens, no accounting.
-fn assert_quiescent<T: ShmSafe>(m: &ShmMutex<T>) {
-    let d = m.diagnostics();
-    assert_eq!(d.waiters, 0, "{d:?}");
-    assert_eq!(d.queued_slots, 0, "{d:?}");
-    assert_eq!(d.stored_tokens, 0, "{d:?}");
-    assert_eq!(d.registered_waiters, 0, "{d:?}");
-    assert_eq!(d.in_flight, 0, "{d:?}");
-    assert_eq!(d.state & 7, 0, "{d:?}");
-}
-
 /// Wait (bounded) until `cond` holds.
 fn until(what: &str, cond: impl Fn() -> bool) {
     let t = Instant::now();
@@ -127,14 +69,6 @@ fn until(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-/// A word of the region's header (offsets of `src/shm/layout.rs`), for tests that play a
-/// faulty peer.
-fn header_u32<T: ShmSafe>(m: &ShmMutex<T>, off: usize) -> &AtomicU32 {
-    let (p, len) = m.as_ptr_len();
-    assert!(off + 4 <= len && off.is_multiple_of(4));
-    // SAFETY: in bounds and aligned in the live mapping `m` keeps.
-    unsafe { &*(p.add(off) as *const AtomicU32) }
-}
 const STATE_OFFSET: usize = 64;
 const JLOCK_OFFSET: usize = 128;
 
@@ -517,7 +451,6 @@ fn pid_reused_within_tick_is_dead() {
 
 pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
     let tests: &[(&str, fn())] = &[
         (
             "stopped_journal_holder_keeps_deadlines",
@@ -545,27 +478,5 @@ pub fn main() {
             pid_reused_within_tick_is_dead,
         ),
     ];
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for (name, f) in tests {
-        if filter.as_ref().is_some_and(|p| !name.contains(p.as_str())) {
-            skipped += 1;
-            continue;
-        }
-        let t = Instant::now();
-        println!("test {name} ...");
-        match catch_unwind(f) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.2?})", t.elapsed());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED ({:.2?})", t.elapsed());
-            }
-        }
-    }
-    println!("\nshm_peers: {passed} passed, {failed} failed, {skipped} skipped");
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    procs::run_cases("shm_peers", &args, tests);
 }

@@ -9,59 +9,12 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
+use common::procs::{self, fork, kill9, wait, wait_limit};
+use common::shmtest::{assert_quiescent, ok};
 
 // ------------------------------------------------------------------ helpers
 
-/// Fork; the child runs `f` and exits with its code (101 if it panicked).
-fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
-    // SAFETY: the test process is single-threaded when it forks (see the module docs).
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = catch_unwind(AssertUnwindSafe(f)).unwrap_or(101);
-        // SAFETY: leave the child at once, without the parent's atexit work.
-        unsafe { libc::_exit(code) };
-    }
-    pid
-}
-
-/// Wait for a child; its exit code, or 128 + signal.
-fn wait(pid: libc::pid_t) -> i32 {
-    let mut st = 0;
-    // SAFETY: our own child.
-    let r = unsafe { libc::waitpid(pid, &mut st, 0) };
-    assert_eq!(r, pid, "waitpid");
-    if libc::WIFEXITED(st) {
-        libc::WEXITSTATUS(st)
-    } else {
-        128 + libc::WTERMSIG(st)
-    }
-}
-
-fn kill9(pid: libc::pid_t) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-}
-
 use std::sync::atomic::Ordering::SeqCst;
-
-fn ok<G>(r: Result<G, LockError<G>>) -> G {
-    match r {
-        Ok(g) => g,
-        Err(e) => panic!("unexpected lock error: {e}"),
-    }
-}
-
-/// Assert the lock is quiescent: no waiters, nothing queued, no tokens, no accounting.
-fn assert_quiescent<T: ShmSafe>(m: &ShmMutex<T>) {
-    let d = m.diagnostics();
-    assert_eq!(d.waiters, 0, "{d:?}");
-    assert_eq!(d.queued_slots, 0, "{d:?}");
-    assert_eq!(d.stored_tokens, 0, "{d:?}");
-    assert_eq!(d.registered_waiters, 0, "{d:?}");
-    assert_eq!(d.in_flight, 0, "{d:?}");
-    assert_eq!(d.state & 7, 0, "{d:?}");
-}
 
 fn uniq(tag: &str) -> String {
     format!("/gomutex-test-{tag}-{}", std::process::id())
@@ -890,29 +843,6 @@ fn stopped_owner_not_taken_over() {
     assert!(!m.diagnostics().owner_died);
 }
 
-/// Wait for a child at most `limit`; kill it and fail if it takes longer (a deadlock).
-fn wait_limit(pid: libc::pid_t, limit: Duration, what: &str) -> i32 {
-    let t = Instant::now();
-    loop {
-        let mut st = 0;
-        // SAFETY: our own child.
-        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
-        if r == pid {
-            return if libc::WIFEXITED(st) {
-                libc::WEXITSTATUS(st)
-            } else {
-                128 + libc::WTERMSIG(st)
-            };
-        }
-        if t.elapsed() > limit {
-            kill9(pid);
-            wait(pid);
-            panic!("{what}: child {pid} still running after {limit:?} (deadlock?)");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// Deaths in windows too narrow for random kills to hit, made deterministic with the
 /// test-only crash points: a contending process SIGKILLs itself (1) with the journal lock held
 /// and its redo log committed before the state-word CAS, (2) after the CAS, (3) after applying,
@@ -1096,7 +1026,6 @@ pub fn main() {
     if args.first().map(String::as_str) == Some("--shm-child") {
         std::process::exit(child_main(&args[1..]));
     }
-    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
     let tests: &[(&str, fn())] = &[
         ("exclusion_8_processes", exclusion_8_processes),
         ("threads_and_processes", threads_and_processes),
@@ -1128,28 +1057,5 @@ pub fn main() {
         ("timed_lock_cross_process", timed_lock_cross_process),
         ("debug_and_guard", debug_and_guard),
     ];
-    let (mut passed, mut failed) = (0, 0);
-    let mut skipped = 0;
-    for (name, f) in tests {
-        if filter.as_ref().is_some_and(|p| !name.contains(p.as_str())) {
-            skipped += 1;
-            continue;
-        }
-        let t = Instant::now();
-        println!("test {name} ...");
-        match catch_unwind(f) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.2?})", t.elapsed());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED ({:.2?})", t.elapsed());
-            }
-        }
-    }
-    println!("\nshm_process: {passed} passed, {failed} failed, {skipped} skipped");
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    procs::run_cases("shm_process", &args, tests);
 }

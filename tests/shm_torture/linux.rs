@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
+use common::procs::{fork, reap};
 
 const WORKERS: usize = 6;
 /// Threads per worker process (odd workers run two, to exercise per-process accounting).
@@ -148,29 +149,16 @@ fn worker_thread(m: &ShmMutex<Data>, side: &AnonShared, w: usize, t: usize) {
 }
 
 fn spawn_worker(m: &ShmMutex<Data>, side: &AnonShared, w: usize) -> libc::pid_t {
-    // SAFETY: the supervisor is single-threaded.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            std::thread::scope(|s| {
-                for t in 1..threads(w) {
-                    s.spawn(move || worker_thread(m, side, w, t));
-                }
-                worker_thread(m, side, w, 0);
-            })
-        }));
-        // SAFETY: leave the child at once.
-        unsafe { libc::_exit(if r.is_ok() { 0 } else { 101 }) };
-    }
-    pid
-}
-
-fn wait_blocking(pid: libc::pid_t) -> i32 {
-    let mut st = 0;
-    // SAFETY: our child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
-    st
+    // The supervisor is single-threaded, so it may fork.
+    fork(|| {
+        std::thread::scope(|s| {
+            for t in 1..threads(w) {
+                s.spawn(move || worker_thread(m, side, w, t));
+            }
+            worker_thread(m, side, w, 0);
+        });
+        0
+    })
 }
 
 fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
@@ -215,7 +203,7 @@ pub fn main() {
         side.at(LAST_KILL_NS).store(mono_ns(), SeqCst);
         // SAFETY: our child.
         unsafe { libc::kill(pids[w], libc::SIGKILL) };
-        let st = wait_blocking(pids[w]);
+        let st = reap(pids[w]);
         assert!(
             libc::WIFSIGNALED(st),
             "worker {w} exited on its own: status {st:#x}"

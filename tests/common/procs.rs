@@ -1,0 +1,105 @@
+//! Child processes for the multi-process tests (`harness = false` binaries that fork from a
+//! single-threaded main): fork a closure, wait for it with or without a limit, signal it, and
+//! run a list of named cases with a substring filter.
+
+use std::panic::{catch_unwind, AssertUnwindSafe, UnwindSafe};
+use std::time::{Duration, Instant};
+
+/// Fork; the child runs `f` and exits with its code (101 if it panicked).
+pub fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: the callers fork only while their process is single-threaded (see each test
+    // binary's module docs).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = catch_unwind(AssertUnwindSafe(f)).unwrap_or(101);
+        // SAFETY: leave the child at once, without the parent's atexit work.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+/// Wait for a child; its raw `waitpid` status.
+pub fn reap(pid: libc::pid_t) -> i32 {
+    let mut st = 0;
+    // SAFETY: our own child.
+    let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+    assert_eq!(r, pid, "waitpid");
+    st
+}
+
+/// A `waitpid` status as an exit code, or 128 + signal.
+pub fn exit_code(st: i32) -> i32 {
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    }
+}
+
+/// Wait for a child; its exit code, or 128 + signal.
+pub fn wait(pid: libc::pid_t) -> i32 {
+    exit_code(reap(pid))
+}
+
+/// Wait for a child at most `limit`; kill it (continuing it first if it is stopped) and fail
+/// if it takes longer (a deadlock). Its exit code, or 128 + signal.
+pub fn wait_limit(pid: libc::pid_t, limit: Duration, what: &str) -> i32 {
+    let t = Instant::now();
+    loop {
+        let mut st = 0;
+        // SAFETY: our own child.
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+        if r == pid {
+            return exit_code(st);
+        }
+        if t.elapsed() > limit {
+            signal(pid, libc::SIGKILL);
+            signal(pid, libc::SIGCONT);
+            reap(pid);
+            panic!("{what}: child {pid} still running after {limit:?} (deadlock?)");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Send `sig` to a child.
+pub fn signal(pid: libc::pid_t, sig: i32) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// SIGKILL a child.
+pub fn kill9(pid: libc::pid_t) {
+    signal(pid, libc::SIGKILL);
+}
+
+/// Run the named cases one after another on this (single) thread, those whose name contains
+/// the first non-flag argument if there is one; print libtest-like lines and a closing
+/// `BINARY: N passed, N failed, N skipped`; exit 1 if any failed.
+pub fn run_cases<F: Fn() + UnwindSafe + Copy>(binary: &str, args: &[String], cases: &[(&str, F)]) {
+    let filter = args.iter().find(|a| !a.starts_with('-'));
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for &(name, f) in cases {
+        if filter.is_some_and(|p| !name.contains(p.as_str())) {
+            skipped += 1;
+            continue;
+        }
+        let t = Instant::now();
+        println!("test {name} ...");
+        match catch_unwind(f) {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.2?})", t.elapsed());
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED ({:.2?})", t.elapsed());
+            }
+        }
+    }
+    println!("\n{binary}: {passed} passed, {failed} failed, {skipped} skipped");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
