@@ -6,8 +6,9 @@
 
 use std::hint::black_box;
 use std::io;
+use std::marker::PhantomData;
 use std::mem;
-use std::ptr::{self, NonNull};
+use std::ptr::NonNull;
 
 // ---------------------------------------------------------------------------------------------
 // The in-process locks under test.
@@ -95,11 +96,17 @@ pub fn stride4_increment(data: &mut [u64]) {
 // ---------------------------------------------------------------------------------------------
 // Shared memory for forked processes.
 
+/// The tests' anonymous `MAP_SHARED` mapping (self-contained: std and libc only).
+#[path = "../tests/common/anon.rs"]
+mod anon;
+
 /// One `T` in its own `mmap(MAP_SHARED | MAP_ANONYMOUS)` mapping, zero-filled, so processes
 /// forked after creating it see the same memory (and the kernel keys futexes on it by shmem
 /// page, not by address space). Unmapped when dropped.
 pub struct ShmBox<T> {
-    ptr: NonNull<T>,
+    map: anon::AnonShared,
+    /// As a `NonNull<T>`: neither `Send` nor `Sync` whatever `T` is.
+    _t: PhantomData<NonNull<T>>,
 }
 
 impl<T> ShmBox<T> {
@@ -108,50 +115,30 @@ impl<T> ShmBox<T> {
     /// # Safety
     /// All-zero bytes must be a valid `T` (atomics, integers, C structs the caller initialises).
     pub unsafe fn zeroed() -> io::Result<Self> {
-        let len = mem::size_of::<T>().max(1);
         assert!(
             mem::align_of::<T>() <= 4096,
             "mmap gives page alignment only"
         );
-        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Self {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            map: anon::AnonShared::new(mem::size_of::<T>())?,
+            _t: PhantomData,
         })
     }
 
     /// The mapping's address (for C APIs and for writes through `UnsafeCell`-free types).
     pub fn as_ptr(&self) -> *mut T {
-        self.ptr.as_ptr()
+        self.map.as_ptr().cast()
     }
 }
 
 impl<T> std::ops::Deref for ShmBox<T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: the mapping is live while `self` is, zeroed() required zero to be a valid T,
-        // and we only hand out shared references (mutation goes through atomics/UnsafeCell or
-        // through raw pointers from `as_ptr`).
-        unsafe { self.ptr.as_ref() }
-    }
-}
-
-impl<T> Drop for ShmBox<T> {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in `zeroed`; no reference outlives `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), mem::size_of::<T>().max(1)) };
+        // SAFETY: the page-aligned mapping holds `size_of::<T>()` bytes and is live while
+        // `self` is, zeroed() required zero to be a valid T, and we only hand out shared
+        // references (mutation goes through atomics/UnsafeCell or through raw pointers from
+        // `as_ptr`).
+        unsafe { &*self.as_ptr() }
     }
 }
 

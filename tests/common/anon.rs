@@ -2,7 +2,8 @@
 //! page-aligned memory that every process forked after its creation shares (and on which the
 //! kernel keys futexes by shared page, not by address space).
 //!
-//! Self-contained (std and libc only) so that benches can include it with `#[path]`.
+//! Self-contained (std and libc only): `benches/common.rs` includes it with `#[path]` for its
+//! `ShmBox`.
 
 #![allow(dead_code)]
 
