@@ -220,10 +220,8 @@ impl Ctx<'_> {
             }
             if age < PASS_ANY.as_nanos() as u64 {
                 let p = s.proc.load(SeqCst);
-                let gone = p >= self.r.layout.participants || {
-                    let ident = self.r.proc(p).ident.load(SeqCst);
-                    ident == 0 || sys::ident_stopped(ident)
-                };
+                let gone = self.no_such_participant(p.wrapping_add(1))
+                    || sys::ident_stopped(self.r.proc(p).ident.load(SeqCst));
                 if !gone {
                     continue;
                 }

@@ -161,7 +161,7 @@ impl Ctx<'_> {
     /// out of range, or an empty participant slot. Only a faulty peer leaves such a tag as the
     /// owner, `WOKEN` holder or queued waiter (a participant slot is emptied only once it
     /// holds nothing, under the journal lock); it is treated like a dead participant.
-    fn no_such_participant(&self, tag: u32) -> bool {
+    pub(super) fn no_such_participant(&self, tag: u32) -> bool {
         tag == 0 || tag > self.r.layout.participants || self.r.proc(tag - 1).ident.load(SeqCst) == 0
     }
 
