@@ -217,13 +217,9 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
             new &= !WOKEN;
         }
         if queueing && deadline.is_some_and(|d| Instant::now() >= d) {
-            // Out of time: leave instead of queueing (clearing WOKEN if it is ours; the holder's
-            // unlock will then wake a sleeper).
-            if !awoke {
-                return false;
-            }
-            match word.cas(old, old & !WOKEN) {
-                Ok(_) => return false,
+            // Out of time: leave instead of queueing.
+            match leave(word, old, awoke) {
+                Ok(()) => return false,
                 Err(cur) => {
                     old = cur;
                     continue;
@@ -233,13 +229,9 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
         match word.cas(old, new) {
             Err(cur) if cur == old && deadline.is_some_and(|d| Instant::now() >= d) => {
                 // The change could not be made by the deadline (a shared-memory word whose
-                // internal lock is held by a stalled process; see `StateWord::cas`): leave,
-                // dropping WOKEN if it is ours.
-                if !awoke {
-                    return false;
-                }
-                match word.cas(old, old & !WOKEN) {
-                    Ok(_) => return false,
+                // internal lock is held by a stalled process; see `StateWord::cas`): leave.
+                match leave(word, old, awoke) {
+                    Ok(()) => return false,
                     Err(cur) => old = cur,
                 }
             }
@@ -275,6 +267,17 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
             }
         }
     }
+}
+
+/// Leave `lock_slow` at the deadline, from state `old`, before registering (or again after a
+/// wake-up): nothing to undo unless this contender owns `WOKEN`, which it clears (the
+/// holder's unlock will then wake a sleeper). `Err(cur)` if that compare-and-swap failed.
+#[inline]
+fn leave<W: StateWord>(word: &W, old: u32, awoke: bool) -> Result<(), u32> {
+    if !awoke {
+        return Ok(());
+    }
+    word.cas(old, old & !WOKEN).map(drop)
 }
 
 /// A registered waiter's sleep timed out. Leave the waiter count if that is safe, else get the
