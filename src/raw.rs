@@ -144,8 +144,7 @@ impl RawMutex {
         self.queue.stored_tokens()
     }
 
-    /// Threads parked on this lock right now (loom models only).
-    #[cfg(gomutex_loom)]
+    /// Threads parked on this lock right now (for tests and models: a snapshot).
     #[doc(hidden)] // for tests and models; not part of the API
     pub fn parked(&self) -> usize {
         self.queue.parked()

@@ -82,8 +82,7 @@ impl ParkSema {
         self.tokens.load(Relaxed)
     }
 
-    /// Threads parked on this queue right now (loom models only).
-    #[cfg(gomutex_loom)]
+    /// Threads parked on this queue right now (for tests and models: a snapshot).
     pub fn parked(&self) -> usize {
         park::parked(self.key())
     }

@@ -30,6 +30,17 @@ fn wait_for_state<T>(m: &Mutex<T>, state: u32) {
     }
 }
 
+/// Wait (bounded) until `n` threads sleep on the lock's queue.
+fn wait_parked<T>(m: &Mutex<T>, n: usize) {
+    // SAFETY: only reads.
+    let raw = unsafe { m.raw() };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raw.parked() != n {
+        assert!(Instant::now() < deadline, "parked {}", raw.parked());
+        thread::yield_now();
+    }
+}
+
 #[test]
 fn api_works_like_parking_lot() {
     let m: Mutex<Vec<i32>> = Mutex::new(vec![1]);
@@ -94,6 +105,11 @@ fn bump_lets_the_waiter_run_first() {
         })
     };
     wait_for_state(&m, LOCKED | WAITER);
+    // Registered is not enough: a waiter that has not gone to sleep yet leaves the hand-off
+    // token in the queue, and bump's own relock may take it first (Go's semaphore keeps a
+    // token for the next acquirer; loom's raw_mutex_unlock_fair_handoff shows it). Bump
+    // yields to a waiter that is asleep.
+    wait_parked(&m, 1);
     MutexGuard::bump(&mut g);
     assert!(ran.load(SeqCst), "bump returned before the waiter ran");
     drop(g);

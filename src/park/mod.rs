@@ -39,12 +39,11 @@ pub(crate) enum FilterOp {
 }
 
 // The one switch between the real parking lot and the loom mock; both files define the same
-// functions with the same contract (the mock adds `parked`, loom-only introspection).
+// functions with the same contract (and `parked`, introspection for tests and models).
 #[cfg_attr(not(gomutex_loom), path = "real.rs")]
 #[cfg_attr(gomutex_loom, path = "loom.rs")]
 mod imp;
 
-#[cfg(gomutex_loom)]
 pub(crate) use imp::parked;
 pub(crate) use imp::{park, unpark_all, unpark_filter};
 

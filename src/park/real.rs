@@ -75,3 +75,21 @@ pub(crate) unsafe fn unpark_all(key: usize) -> usize {
     // SAFETY: forwarded contract.
     unsafe { parking_lot_core::unpark_all(key, parking_lot_core::DEFAULT_UNPARK_TOKEN) }
 }
+
+/// Number of threads parked on `key` right now (for tests: a snapshot).
+pub(crate) fn parked(key: usize) -> usize {
+    let mut n = 0;
+    // SAFETY: the filter only counts and skips (nobody is woken), the callback does nothing,
+    // and neither calls back into parking_lot_core.
+    unsafe {
+        parking_lot_core::unpark_filter(
+            key,
+            |_| {
+                n += 1;
+                parking_lot_core::FilterOp::Skip
+            },
+            |_| parking_lot_core::DEFAULT_UNPARK_TOKEN,
+        )
+    };
+    n
+}
