@@ -6,7 +6,8 @@
 use super::layout::HEADER_SIZE;
 use super::mapping::{init_region, map_shared, region_align, unmap, validate};
 use super::region::Region;
-use super::{Backing, Config, ShmError, ShmMutex, ShmSafe};
+use super::{Backing, Config, ShmError, ShmMutex, ShmSafe, ShmShared};
+use core::any::TypeId;
 use core::fmt;
 use core::ptr::NonNull;
 use std::io;
@@ -64,6 +65,9 @@ struct Claimed {
     start: usize,
     end: usize,
     handles: usize,
+    /// `Some(type)`: lent out as `&type` by [`Mapping::shared`], for as long as the mapping
+    /// lives (the references are not counted); `None`: a lock region.
+    shared: Option<TypeId>,
 }
 
 // SAFETY: the mapping is plain memory owned by `Inner`; it is reached only through raw
@@ -198,6 +202,66 @@ impl Mapping {
         false
     }
 
+    /// The [`ShmShared`] value at `offset`: data shared without a lock (atomics), e.g. counters
+    /// next to the locks of a [`MappingLayout`] (whose [`shared`](MappingLayout::shared) gives
+    /// the offset). A fresh anonymous mapping holds zeroes there, a valid value of any
+    /// `ShmShared` type.
+    ///
+    /// The range must lie in the mapping and be aligned for `T` ([`ShmError::TooSmall`],
+    /// [`ShmError::Misaligned`]), and may not overlap a lock region used in this process nor
+    /// another `shared` value other than the same `T` at the same offset
+    /// ([`ShmError::InvalidConfig`]); once lent out, the range stays reserved for `T` while
+    /// the mapping lives. As with any shared memory, other processes must use the same layout.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, MappingLayout, ShmMutex};
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let lock = plan.mutex::<u32>(Config::default())?;
+    /// let hits = plan.shared::<[AtomicU64; 4]>();
+    /// let map = Mapping::anonymous(plan.len())?;
+    /// let m = ShmMutex::init_in(&map, lock, 0u32, Config::default())?;
+    /// let counters = map.shared::<[AtomicU64; 4]>(hits)?;
+    /// counters[1].fetch_add(1, Relaxed); // no lock needed
+    /// *m.lock().unwrap() += 1;
+    /// assert_eq!(map.shared::<[AtomicU64; 4]>(hits)?[1].load(Relaxed), 1);
+    /// assert!(map.shared::<AtomicU64>(lock).is_err()); // inside the lock's region
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn shared<T: ShmShared>(&self, offset: usize) -> Result<&T, ShmError> {
+        let p = self.range(offset, size_of::<T>())?;
+        if !(p as usize).is_multiple_of(align_of::<T>()) {
+            return Err(ShmError::Misaligned {
+                addr: p as usize,
+                required: align_of::<T>(),
+            });
+        }
+        let (end, ty) = (offset + size_of::<T>(), TypeId::of::<T>());
+        let mut claims = self.claims();
+        let same = claims
+            .iter()
+            .any(|c| c.start == offset && c.end == end && c.shared == Some(ty));
+        if !same {
+            if overlaps(&claims, offset, end, None) {
+                return Err(IN_USE);
+            }
+            claims.push(Claimed {
+                start: offset,
+                end,
+                handles: 0,
+                shared: Some(ty),
+            });
+        }
+        // SAFETY: in the mapping (checked) and aligned for `T` (checked); the mapping lives as
+        // long as `self` is borrowed. The bytes belong to no lock region of this process and
+        // are lent out only as `&T` (both checked, and recorded for the mapping's lifetime, so
+        // no later `init_in`/`attach_in` takes them). Any bit pattern is a valid `T` and `T`
+        // is only changed atomically through `&T` (`ShmShared`'s contract), so what other
+        // processes write there concurrently is no data race.
+        Ok(unsafe { &*p.cast::<T>() })
+    }
+
     fn claims(&self) -> MutexGuard<'_, Vec<Claimed>> {
         // The table is consistent after any panic (one push or update at a time).
         self.inner.claims.lock().unwrap_or_else(|e| e.into_inner())
@@ -228,7 +292,10 @@ pub(super) struct Claim {
 impl Drop for Claim {
     fn drop(&mut self) {
         let mut claims = self.map.claims();
-        if let Some(i) = claims.iter().position(|c| c.start == self.start) {
+        if let Some(i) = claims
+            .iter()
+            .position(|c| c.start == self.start && c.shared.is_none())
+        {
             claims[i].handles -= 1;
             if claims[i].handles == 0 {
                 claims.swap_remove(i);
@@ -298,6 +365,16 @@ impl MappingLayout {
         start
     }
 
+    /// The offset of a [`ShmShared`] `T` (lock-free shared data, e.g. atomic counters) placed
+    /// after everything so far, for [`Mapping::shared`].
+    ///
+    /// # Panics
+    ///
+    /// If the layout overflows `usize`.
+    pub fn shared<T: ShmShared>(&mut self) -> usize {
+        self.reserve(size_of::<T>(), align_of::<T>())
+    }
+
     /// The bytes to map: the end of the last thing placed (0 for an empty layout).
     pub const fn len(&self) -> usize {
         self.len
@@ -343,6 +420,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             start: offset,
             end: offset + len,
             handles: 1,
+            shared: None,
         });
         drop(claims);
         Self::in_mapping(r, map, offset, len)
@@ -379,7 +457,9 @@ impl<T: ShmSafe> ShmMutex<T> {
         // SAFETY: `offset < len`: inside the mapping.
         let base = unsafe { map.as_ptr().add(offset) };
         let mut claims = map.claims();
-        let same = claims.iter().position(|c| c.start == offset);
+        let same = claims
+            .iter()
+            .position(|c| c.start == offset && c.shared.is_none());
         // Nothing read may belong to another region this process uses (its value may be
         // borrowed mutably): first the header, then the whole region.
         if overlaps(&claims, offset, offset + HEADER_SIZE, Some(offset)) {
@@ -398,6 +478,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                 start: offset,
                 end,
                 handles: 1,
+                shared: None,
             }),
         }
         drop(claims);
@@ -465,6 +546,43 @@ mod tests {
         let d = ShmMutex::init_in(&map, 0, 8u64, cfg).unwrap();
         drop(map);
         assert_eq!((*c.lock().unwrap(), *d.lock().unwrap()), (7, 8));
+    }
+
+    #[test]
+    fn shared_values_are_checked() {
+        use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+        let cfg = Config::new().participants(2).waiter_slots(2);
+        let size = ShmMutex::<u64>::required_size(cfg).unwrap();
+        let map = Mapping::anonymous(2 * size).unwrap();
+        let m = ShmMutex::init_in(&map, 0, 1u64, cfg).unwrap();
+        // Inside the lock, misaligned, past the end.
+        assert!(matches!(
+            map.shared::<AtomicU64>(8),
+            Err(ShmError::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            map.shared::<AtomicU64>(size + 4),
+            Err(ShmError::Misaligned { required: 8, .. })
+        ));
+        assert!(matches!(
+            map.shared::<AtomicU64>(2 * size - 4),
+            Err(ShmError::TooSmall { .. })
+        ));
+        let a = map.shared::<[AtomicU32; 2]>(size).unwrap();
+        a[1].store(7, Relaxed);
+        // The same type at the same offset again: the same value; anything else overlapping
+        // it is refused, and so is a lock region over it, even with no reference left.
+        assert_eq!(
+            map.shared::<[AtomicU32; 2]>(size).unwrap()[1].load(Relaxed),
+            7
+        );
+        assert!(map.shared::<AtomicU64>(size).is_err());
+        assert!(map.shared::<AtomicU32>(size + 4).is_err());
+        drop(m);
+        assert!(ShmMutex::init_in(&map, size, 0u64, cfg).is_err());
+        // The region below is free again once its handle is gone.
+        let m = ShmMutex::init_in(&map, 0, 2u64, cfg).unwrap();
+        assert_eq!(*m.lock().unwrap(), 2);
     }
 
     #[test]

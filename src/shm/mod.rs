@@ -151,7 +151,7 @@ pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
 pub use map::{Mapping, MappingLayout};
 pub use mapping::{unlink, OpenOptions};
-pub use types::ShmBool;
+pub use types::{ShmBool, ShmShared};
 
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};

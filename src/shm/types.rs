@@ -1,7 +1,54 @@
-//! Plain-data helpers for values in shared memory.
+//! Plain-data helpers for values in shared memory: [`ShmBool`], and [`ShmShared`] for data
+//! shared without a lock.
 
 use super::ShmSafe;
 use core::fmt;
+use core::sync::atomic::{AtomicI16, AtomicI32, AtomicI64, AtomicI8};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
+
+/// Data that processes may share **without a lock**, through `&T` in every process at once
+/// (see [`Mapping::shared`](super::Mapping::shared)): counters, flags and heartbeats read and
+/// written with atomic operations.
+///
+/// # Safety
+///
+/// Implement it only for types that
+///
+/// * have the same layout in every process that maps the region (see [`ShmSafe`]: fixed-width
+///   atomics, arrays of them, `#[repr(C)]` structs of them),
+/// * are valid for **every** bit pattern, all zeroes included (a fresh mapping is zero-filled
+///   and a process killed mid-update leaves whatever it wrote),
+/// * are only ever changed through atomic operations on `&T` (so no plain fields beside the
+///   atomics, and no `Cell`: another process may access the same bytes at the same time),
+/// * contain no pointers or other per-process handles.
+///
+/// The fixed-width atomics (`AtomicU8`..`AtomicU64`, `AtomicI8`..`AtomicI64`) and arrays of
+/// `ShmShared` types implement it. For a struct of them:
+///
+/// ```
+/// use gomutex::shm::ShmShared;
+/// use std::sync::atomic::{AtomicU32, AtomicU64};
+///
+/// #[repr(C)]
+/// struct Stats {
+///     requests: AtomicU64,
+///     workers: AtomicU32,
+/// }
+/// // SAFETY: repr(C), only fixed-width atomics: any bit pattern is valid, every change atomic.
+/// unsafe impl ShmShared for Stats {}
+/// ```
+pub unsafe trait ShmShared: Sync + 'static {}
+
+macro_rules! shm_shared {
+    ($($t:ty),*) => { $(
+        // SAFETY: a fixed-width atomic: its integer's layout, every bit pattern valid, only
+        // changed atomically through `&self`.
+        unsafe impl ShmShared for $t {}
+    )* };
+}
+shm_shared!(AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicI8, AtomicI16, AtomicI32, AtomicI64);
+// SAFETY: an array of such data is such data, with a layout fixed by its element.
+unsafe impl<T: ShmShared, const N: usize> ShmShared for [T; N] {}
 
 /// A `bool` that may live in shared memory: one byte, `0` is `false` and **any** other value
 /// `true`, so every bit pattern is valid (which `bool` is not: an owner killed mid-update, or a
