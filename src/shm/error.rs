@@ -67,11 +67,26 @@ pub enum ShmError {
         /// The region's participant slots (its `Config::participants`).
         participants: u32,
     },
-    /// A system call failed. For a named object the error names it (its `Display` reads
-    /// e.g. `shared memory object "/board": File exists (os error 17)`); its
-    /// [`kind`](io::Error::kind) is the system call's, [`ShmError::raw_os_error`] gives the
-    /// `errno` and [`ShmError::object_name`] the name.
+    /// A system call failed; [`ShmError::raw_os_error`] gives the `errno`.
     Io(io::Error),
+    /// What went wrong with the named shared-memory object `name` (every error of the calls
+    /// that take a name comes wrapped in this, [`NotOwner`](Self::NotOwner) aside, which
+    /// names it itself). `Display` reads e.g. `shared memory object "/board": File exists (os
+    /// error 17)`; match on [`cause`](ShmError::cause) for the error without the name:
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmError, ShmMutex};
+    /// use std::io::ErrorKind;
+    /// let e = ShmMutex::<u32>::open("/gomutex-doc-no-such-object").unwrap_err();
+    /// assert!(matches!(e.cause(), ShmError::Io(io) if io.kind() == ErrorKind::NotFound));
+    /// assert_eq!(e.object_name(), Some("/gomutex-doc-no-such-object"));
+    /// ```
+    Object {
+        /// The object's name (with its leading `/`, as given if it was invalid).
+        name: String,
+        /// What went wrong (never itself an `Object`).
+        error: Box<ShmError>,
+    },
     /// A named object exists but belongs to another user: refused, since whoever can write
     /// it controls the lock (see [`OpenOptions::allow_other_owner`](super::OpenOptions)).
     NotOwner {
@@ -128,8 +143,12 @@ impl fmt::Display for ShmError {
                 "all {participants} participant slots of the shared region are used by live \
                  processes (Config::participants)"
             ),
-            ShmError::Io(e) if ObjectError::of(e).is_some() => write!(f, "{e}"),
             ShmError::Io(e) => write!(f, "shared memory: {e}"),
+            ShmError::Object { name, error } => match &**error {
+                // "shared memory object "/x": shared memory: …" would say it twice.
+                ShmError::Io(e) => write!(f, "shared memory object {name:?}: {e}"),
+                e => write!(f, "shared memory object {name:?}: {e}"),
+            },
             ShmError::NotOwner {
                 name,
                 owner_uid,
@@ -146,7 +165,7 @@ impl fmt::Display for ShmError {
 
 impl std::error::Error for ShmError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
+        match self.cause() {
             ShmError::Io(e) => Some(e),
             _ => None,
         }
@@ -166,7 +185,7 @@ impl ShmError {
     /// ```
     /// use gomutex::shm::{ShmError, ShmMutex};
     /// let e = ShmMutex::<u32>::open("/gomutex-doc-no-such-object").unwrap_err();
-    /// assert!(matches!(&e, ShmError::Io(io) if io.kind() == std::io::ErrorKind::NotFound));
+    /// assert!(matches!(e.cause(), ShmError::Io(io) if io.kind() == std::io::ErrorKind::NotFound));
     /// assert_eq!(e.object_name(), Some("/gomutex-doc-no-such-object"));
     /// assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
     /// assert_eq!(
@@ -176,60 +195,50 @@ impl ShmError {
     /// ```
     pub fn object_name(&self) -> Option<&str> {
         match self {
-            ShmError::Io(e) => ObjectError::of(e).map(|o| o.name.as_str()),
-            ShmError::NotOwner { name, .. } => Some(name),
+            ShmError::Object { name, .. } | ShmError::NotOwner { name, .. } => Some(name),
             _ => None,
         }
     }
 
-    /// The `errno` of a failed system call ([`ShmError::Io`]), also when the error names the
-    /// object (where [`io::Error::raw_os_error`] of the wrapped error is `None`).
-    pub fn raw_os_error(&self) -> Option<i32> {
+    /// The error without the object's name: for [`ShmError::Object`] the error inside it,
+    /// for any other error itself. Match on this to handle an error of a named object.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmError, ShmMutex};
+    /// let name = format!("/gomutex-doc-cause-{}", std::process::id());
+    /// let m = ShmMutex::create(&name, 0u32, Config::default())?;
+    /// let e = ShmMutex::<u64>::open(&name).unwrap_err(); // a u32 lives there
+    /// assert!(matches!(e.cause(), ShmError::ValueMismatch { expected_size: 8, .. }));
+    /// assert!(e.to_string().starts_with(&format!("shared memory object {name:?}: ")), "{e}");
+    /// gomutex::shm::unlink(&name)?;
+    /// # Ok::<(), ShmError>(())
+    /// ```
+    pub fn cause(&self) -> &ShmError {
         match self {
-            ShmError::Io(e) => ObjectError::of(e).map_or(e, |o| &o.err).raw_os_error(),
-            _ => None,
-        }
-    }
-
-    /// This error, naming the object `name` if it is an [`Io`](ShmError::Io) error that does
-    /// not name one yet.
-    pub(super) fn about(self, name: &str) -> Self {
-        match self {
-            ShmError::Io(e) if ObjectError::of(&e).is_none() => ShmError::Io(io::Error::new(
-                e.kind(),
-                ObjectError {
-                    name: name.to_owned(),
-                    err: e,
-                },
-            )),
+            ShmError::Object { error, .. } => error,
             e => e,
         }
     }
-}
 
-/// A system call's error about a named shared-memory object, inside [`ShmError::Io`]'s
-/// `io::Error` (same kind), so that the message names the object.
-#[derive(Debug)]
-struct ObjectError {
-    name: String,
-    err: io::Error,
-}
-
-impl ObjectError {
-    fn of(e: &io::Error) -> Option<&ObjectError> {
-        e.get_ref()?.downcast_ref()
+    /// The `errno` of a failed system call ([`ShmError::Io`], also inside
+    /// [`ShmError::Object`]).
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self.cause() {
+            ShmError::Io(e) => e.raw_os_error(),
+            _ => None,
+        }
     }
-}
 
-impl fmt::Display for ObjectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "shared memory object {:?}: {}", self.name, self.err)
-    }
-}
-
-impl std::error::Error for ObjectError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.err)
+    /// This error about the object `name`: wrapped in [`ShmError::Object`] unless it already
+    /// names an object.
+    pub(super) fn about(self, name: &str) -> Self {
+        match self {
+            e @ (ShmError::Object { .. } | ShmError::NotOwner { .. }) => e,
+            e => ShmError::Object {
+                name: name.to_owned(),
+                error: Box::new(e),
+            },
+        }
     }
 }
 

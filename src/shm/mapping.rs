@@ -168,9 +168,9 @@ fn shm_name(name: &str) -> Result<CString, ShmError> {
     };
     // "/." and "/.." name the directory `shm_open` works in (or its parent), never an object.
     if n.len() < 2 || n.len() > 251 || n[1..].contains('/') || n == "/." || n == "/.." {
-        return Err(ShmError::InvalidName);
+        return Err(ShmError::InvalidName.about(name));
     }
-    CString::new(n).map_err(|_| ShmError::InvalidName)
+    CString::new(n).map_err(|_| ShmError::InvalidName.about(name))
 }
 
 pub(super) fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
@@ -294,8 +294,8 @@ fn check_owner(name: &CStr, st: &libc::stat, opts: &OpenOptions) -> Result<(), S
 
 /// Remove a named shared-memory object (`shm_unlink`); `name` may omit the leading `/`.
 /// Processes that have it mapped keep their mapping; the next
-/// [`create`](ShmMutex::create) of the name makes a new object. Fails with `Io(NotFound)` if
-/// the name does not exist.
+/// [`create`](ShmMutex::create) of the name makes a new object. Fails with `Io(NotFound)` (inside
+/// [`ShmError::Object`], as every error about a name) if the name does not exist.
 ///
 /// ```
 /// use gomutex::shm::{self, Config, ShmMutex};
@@ -315,9 +315,14 @@ pub fn unlink(name: &str) -> Result<(), ShmError> {
     Ok(())
 }
 
-/// `e`, naming the object `cname` if it is a system call's error.
+/// `e`, about the object `cname`.
 fn about(cname: &CStr, e: ShmError) -> ShmError {
     e.about(&cname.to_string_lossy())
+}
+
+/// Whether `e` is a system call's error of this kind (about a named object or not).
+fn is_io(e: &ShmError, kind: io::ErrorKind) -> bool {
+    matches!(e.cause(), ShmError::Io(io) if io.kind() == kind)
 }
 
 impl<T: ShmSafe> ShmMutex<T> {
@@ -394,15 +399,15 @@ impl<T: ShmSafe> ShmMutex<T> {
         opts: OpenOptions,
     ) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
-        if opts.mode & !0o777 != 0 {
-            return Err(ShmError::InvalidConfig(
-                "mode must be permission bits (at most 0o777)",
-            ));
-        }
         Self::create_c(&cname, value, cfg, opts.mode).map_err(|e| about(&cname, e))
     }
 
     fn create_c(cname: &CStr, value: T, cfg: Config, mode: u32) -> Result<Self, ShmError> {
+        if mode & !0o777 != 0 {
+            return Err(ShmError::InvalidConfig(
+                "mode must be permission bits (at most 0o777)",
+            ));
+        }
         let len = layout_for::<T>(cfg)?.total_size;
         // SAFETY: a NUL-terminated name; creates a new object, owner-only until the fchmod.
         let fd = unsafe {
@@ -535,13 +540,13 @@ impl<T: ShmSafe> ShmMutex<T> {
         loop {
             match Self::create_with(name, value, cfg, opts) {
                 Ok(m) => return Ok((m, true)),
-                Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) if is_io(&e, io::ErrorKind::AlreadyExists) => {}
                 Err(e) => return Err(e),
             }
             match Self::open_with(name, opts) {
                 Ok(m) => return Ok((m, false)),
                 // Unlinked between our two calls: try again.
-                Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) if is_io(&e, io::ErrorKind::NotFound) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -648,7 +653,7 @@ mod tests {
         let _a = ShmMutex::create(&name, 1u32, Config::default()).unwrap();
         let e = ShmMutex::create(&name, 1u32, Config::default()).unwrap_err();
         unlink(&name).unwrap();
-        assert!(matches!(&e, ShmError::Io(io) if io.kind() == io::ErrorKind::AlreadyExists));
+        assert!(is_io(&e, io::ErrorKind::AlreadyExists), "{e:?}");
         assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
         assert_eq!(e.object_name(), Some(name.as_str()));
         assert_eq!(
@@ -659,7 +664,7 @@ mod tests {
             ShmMutex::<u32>::open(&name).unwrap_err(),
             unlink(&name).unwrap_err(),
         ] {
-            assert!(matches!(&e, ShmError::Io(io) if io.kind() == io::ErrorKind::NotFound));
+            assert!(is_io(&e, io::ErrorKind::NotFound), "{e:?}");
             assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
             assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
         }
@@ -672,7 +677,8 @@ mod tests {
         let e = ShmError::from(io::Error::from_raw_os_error(libc::EACCES));
         let e = e.about(name).about(name);
         let src = std::error::Error::source(&e).unwrap();
-        assert!(std::error::Error::source(src).is_some());
+        let io = src.downcast_ref::<io::Error>().unwrap();
+        assert_eq!(io.raw_os_error(), Some(libc::EACCES));
         e
     }
 
@@ -692,27 +698,32 @@ mod tests {
         assert_eq!(st.st_mode & 0o7777, 0o604);
         drop(m);
         for bad in [0o1600, 0o4600, 0o10000] {
-            let r = ShmMutex::create_with(&name, 1u32, Config::default(), opts.mode(bad));
-            assert!(matches!(r, Err(ShmError::InvalidConfig(_))), "{bad:o}");
+            let e =
+                ShmMutex::create_with(&name, 1u32, Config::default(), opts.mode(bad)).unwrap_err();
+            assert!(matches!(e.cause(), ShmError::InvalidConfig(_)), "{bad:o}");
+            assert_eq!(e.object_name(), Some(name.as_str()));
         }
-        assert!(matches!(
-            ShmMutex::<u32>::open(&name),
-            Err(ShmError::Io(e)) if e.kind() == io::ErrorKind::NotFound
-        ));
+        // Nothing was created.
+        let e = ShmMutex::<u32>::open(&name).unwrap_err();
+        assert!(is_io(&e, io::ErrorKind::NotFound), "{e:?}");
     }
 
     #[test]
     fn dot_names_are_invalid() {
         for n in [".", "..", "/.", "/.."] {
-            assert!(matches!(shm_name(n), Err(ShmError::InvalidName)), "{n}");
-            assert!(matches!(
-                ShmMutex::create(n, 0u32, Config::default()),
-                Err(ShmError::InvalidName)
-            ));
-            assert!(matches!(
-                ShmMutex::<u32>::open(n),
-                Err(ShmError::InvalidName)
-            ));
+            for e in [
+                shm_name(n).unwrap_err(),
+                ShmMutex::create(n, 0u32, Config::default()).unwrap_err(),
+                ShmMutex::<u32>::open(n).unwrap_err(),
+                unlink(n).unwrap_err(),
+            ] {
+                assert!(matches!(e.cause(), ShmError::InvalidName), "{n}: {e:?}");
+                assert_eq!(e.object_name(), Some(n));
+                assert_eq!(
+                    e.to_string(),
+                    format!("shared memory object {n:?}: invalid shared memory name")
+                );
+            }
         }
         // Names that merely contain dots stay valid.
         assert!(shm_name("...").is_ok());
@@ -728,20 +739,29 @@ mod tests {
             let r = ShmMutex::<u32>::open_timeout(&name, Duration::from_secs(2));
             let took = t.elapsed();
             ShmMutex::<u32>::unlink(&name).unwrap();
-            match r {
-                Err(ShmError::TooSmall { needed, actual }) => {
-                    assert_eq!((needed, actual), (HEADER_SIZE, len));
+            let e = r.unwrap_err();
+            match e.cause() {
+                ShmError::TooSmall { needed, actual } => {
+                    assert_eq!((*needed, *actual), (HEADER_SIZE, len));
                 }
                 other => panic!("{len} bytes: {other:?}"),
             }
+            assert_eq!(e.object_name(), Some(name.as_str()), "{e}");
             assert!(took < Duration::from_millis(500), "{len} bytes: {took:?}");
         }
         // An empty object may be a creator between `shm_open` and `ftruncate`: waited for.
         let name = uniq("empty");
         let _fd = raw_object(&name, 0);
-        let r = ShmMutex::<u32>::open_timeout(&name, Duration::from_millis(20));
+        let e = ShmMutex::<u32>::open_timeout(&name, Duration::from_millis(20)).unwrap_err();
         ShmMutex::<u32>::unlink(&name).unwrap();
-        assert!(matches!(r, Err(ShmError::InitTimeout)), "{r:?}");
+        assert!(matches!(e.cause(), ShmError::InitTimeout), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "shared memory object {name:?}: timed out waiting for the shared region to be \
+                 initialised"
+            )
+        );
     }
 
     #[test]

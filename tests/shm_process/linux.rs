@@ -155,10 +155,11 @@ fn named_unrelated_processes() {
     let name = uniq("named");
     let _ = ShmMutex::<[u64; 2]>::unlink(&name);
     let m = ShmMutex::create(&name, [0u64; 2], Config::default()).unwrap();
-    assert!(matches!(
-        ShmMutex::create(&name, [0u64; 2], Config::default()),
-        Err(ShmError::Io(ref e)) if e.kind() == std::io::ErrorKind::AlreadyExists
-    ));
+    let e = ShmMutex::create(&name, [0u64; 2], Config::default()).unwrap_err();
+    assert!(
+        matches!(e.cause(), ShmError::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists),
+        "{e:?}"
+    );
     let exe = std::env::current_exe().unwrap();
     let kids: Vec<_> = (0..PROCS)
         .map(|_| {
@@ -174,10 +175,11 @@ fn named_unrelated_processes() {
     assert_eq!(*ok(m.lock()), [PROCS as u64 * ITERS; 2]);
     assert_quiescent(&m);
     ShmMutex::<[u64; 2]>::unlink(&name).unwrap();
-    assert!(matches!(
-        ShmMutex::<[u64; 2]>::open(&name),
-        Err(ShmError::Io(ref e)) if e.kind() == std::io::ErrorKind::NotFound
-    ));
+    let e = ShmMutex::<[u64; 2]>::open(&name).unwrap_err();
+    assert!(
+        matches!(e.cause(), ShmError::Io(io) if io.kind() == std::io::ErrorKind::NotFound),
+        "{e:?}"
+    );
 }
 
 /// Several unrelated processes race `open_or_create` on a fresh name: exactly one creates,
@@ -517,7 +519,13 @@ fn bad_attach_writes_nothing() {
     assert_eq!(unsafe { libc::ftruncate(fd, size as libc::off_t) }, 0);
     let t = Instant::now();
     let r = ShmMutex::<u64>::open_timeout(&name, Duration::from_millis(50));
-    assert!(matches!(r, Err(ShmError::InitTimeout)), "{r:?}");
+    assert!(
+        matches!(
+            r.as_ref().map_err(ShmError::cause),
+            Err(ShmError::InitTimeout)
+        ),
+        "{r:?}"
+    );
     assert!(t.elapsed() >= Duration::from_millis(50));
     let garbage = vec![0x5au8; size];
     // SAFETY: writing our buffer to our fd.
@@ -526,7 +534,13 @@ fn bad_attach_writes_nothing() {
         size as isize
     );
     let r = ShmMutex::<u64>::open_timeout(&name, Duration::from_millis(50));
-    assert!(matches!(r, Err(ShmError::BadMagic { .. })), "{r:?}");
+    assert!(
+        matches!(
+            r.as_ref().map_err(ShmError::cause),
+            Err(ShmError::BadMagic { .. })
+        ),
+        "{r:?}"
+    );
     let mut back = vec![0u8; size];
     // SAFETY: reading into our buffer.
     unsafe { libc::pread(fd, back.as_mut_ptr().cast(), size, 0) };
@@ -534,10 +548,9 @@ fn bad_attach_writes_nothing() {
     // SAFETY: our fd.
     unsafe { libc::close(fd) };
     ShmMutex::<u64>::unlink(&name).unwrap();
-    assert!(matches!(
-        ShmMutex::<u64>::open("bad/name"),
-        Err(ShmError::InvalidName)
-    ));
+    let e = ShmMutex::<u64>::open("bad/name").unwrap_err();
+    assert!(matches!(e.cause(), ShmError::InvalidName), "{e:?}");
+    assert_eq!(e.object_name(), Some("bad/name"));
 }
 
 /// The holder is SIGKILLed mid-update; a waiter (no supervisor) takes over within a bounded
