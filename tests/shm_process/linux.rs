@@ -20,6 +20,32 @@ fn uniq(tag: &str) -> String {
     format!("/gomutex-test-{tag}-{}", std::process::id())
 }
 
+/// Fork a child that takes `m`, applies `update` to the value (e.g. half of a two-word update),
+/// keeps the lock (through its guard, or a leaked one if `leak`) and sleeps until killed.
+/// Returns its pid once it holds the lock.
+fn fork_holder<T: ShmSafe>(m: &ShmMutex<T>, leak: bool, update: impl FnOnce(&mut T)) -> i32 {
+    let flags = AnonShared::counters(1);
+    let pid = fork(|| {
+        let mut g = ok(m.lock());
+        update(&mut g);
+        let _kept = if leak {
+            ShmMutexGuard::leak(g);
+            None
+        } else {
+            Some(g)
+        };
+        flags.at(0).store(1, SeqCst);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    while flags.at(0).load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(m.diagnostics().owner_pid, Some(pid as u32));
+    pid
+}
+
 // ------------------------------------------------------------------ tests
 
 /// Exact shared counter across 8 processes, mixing lock, try_lock and try_lock_for, with a
@@ -544,20 +570,8 @@ fn bad_attach_writes_nothing() {
 /// time and is told, and keeps being told until it marks the data consistent.
 fn owner_death_detected_by_waiter() {
     let m = ShmMutex::anonymous([0u64; 2]).unwrap();
-    let flags = AnonShared::counters(2);
-    let victim = fork(|| {
-        let mut g = ok(m.lock());
-        g[0] += 1; // torn: b not updated
-        flags.at(0).store(1, SeqCst);
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    });
-    while flags.at(0).load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    assert_eq!(m.diagnostics().owner_pid, Some(victim as u32));
-    // A waiter in another process blocks on the lock, then the holder dies.
+    let victim = fork_holder(&m, false, |v| v[0] += 1); // torn: b not updated
+                                                        // A waiter in another process blocks on the lock, then the holder dies.
     let waiter = fork(|| match m.lock() {
         Err(LockError::OwnerDied(g)) => {
             assert_eq!(g[0], g[1] + 1, "saw the torn update");
@@ -821,21 +835,8 @@ fn fork_while_holding() {
 /// was taken with.
 fn leaked_guard() {
     let m = ShmMutex::anonymous([0u64; 2]).unwrap();
-    let flags = AnonShared::counters(1);
     // Dies holding a leaked guard, mid-update; a waiter detects it.
-    let victim = fork(|| {
-        let mut g = ok(m.lock());
-        g[0] += 1;
-        ShmMutexGuard::leak(g);
-        flags.at(0).store(1, SeqCst);
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    });
-    while flags.at(0).load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    assert_eq!(m.diagnostics().owner_pid, Some(victim as u32));
+    let victim = fork_holder(&m, true, |v| v[0] += 1);
     let waiter = fork(|| match m.lock() {
         Err(LockError::OwnerDied(g)) => {
             assert_eq!(*g, [1, 0], "saw the torn update");
@@ -851,13 +852,9 @@ fn leaked_guard() {
     kill9(victim);
     assert_eq!(wait_limit(waiter, Duration::from_secs(5), "waiter"), 0);
     assert_eq!(wait(victim), 128 + libc::SIGKILL);
-    match m.lock() {
-        Err(LockError::OwnerDied(mut g)) => {
-            g[1] = g[0];
-            g.mark_consistent();
-        }
-        other => panic!("not reported again: {:?}", other.map(|_| ())),
-    }
+    assert!(m.owner_died(), "the flag did not survive the leaked guard");
+    assert_eq!(*m.lock_or_repair(|v| v[1] = v[0]), [1, 1]);
+    assert!(!m.owner_died());
 
     // Reaped by a supervisor: force_unlock releases a leaked guard's lock at once.
     let victim = fork(|| {
