@@ -108,7 +108,7 @@
 use crate::shm::{ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, TryLockResult};
 use core::fmt;
 #[cfg(target_os = "linux")]
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::time::Duration;
 
 /// nginx's default `accept_mutex_delay`.
@@ -196,8 +196,9 @@ impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
 }
 
 /// [`AcceptMutex`] over a cross-process [`ShmMutex`] (usually `ShmMutex<()>`: the accept lock
-/// protects no data): one handle per worker process, which keeps the guard between the
-/// acquisition and [`AcceptMutex::unlock`].
+/// protects no data): one handle per worker process. Between the acquisition and
+/// [`AcceptMutex::unlock`] the lock is held without a guard ([`ShmMutexGuard::leak`], then
+/// [`ShmMutex::unlock_leaked`]); dropping the handle while it holds the lock releases it.
 ///
 /// A dead previous owner (released by the supervisor's [`ForceUnlock::force_unlock`] or by the
 /// lock's own owner-death detection) is reported as [`Acquired::OwnerDied`]; the handle then
@@ -223,7 +224,8 @@ impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub struct ShmAcceptMutex<'a, T: ShmSafe = ()> {
     m: &'a ShmMutex<T>,
-    guard: RefCell<Option<ShmMutexGuard<'a, T>>>,
+    /// This handle holds the lock (through a leaked guard).
+    held: Cell<bool>,
 }
 
 #[cfg(target_os = "linux")]
@@ -232,7 +234,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
     pub fn new(m: &'a ShmMutex<T>) -> Self {
         Self {
             m,
-            guard: RefCell::new(None),
+            held: Cell::new(false),
         }
     }
 
@@ -254,11 +256,11 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
                 (g, Acquired::Clean)
             }
         };
-        let old = self.guard.borrow_mut().replace(g);
         assert!(
-            old.is_none(),
+            !self.held.replace(true),
             "accept lock acquired twice through one handle"
         );
+        ShmMutexGuard::leak(g);
         Some(how)
     }
 }
@@ -267,7 +269,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
 impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmAcceptMutex")
-            .field("held", &self.guard.borrow().is_some())
+            .field("held", &self.held.get())
             .finish_non_exhaustive()
     }
 }
@@ -282,8 +284,20 @@ impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
         self.keep(self.m.try_lock_for(timeout))
     }
     unsafe fn unlock(&self) {
-        // Dropping the guard releases the lock.
-        drop(self.guard.borrow_mut().take());
+        if self.held.replace(false) {
+            // SAFETY: `held`: this handle leaked the guard of its acquisition and has not
+            // released it since; the only guard it made, and nobody else holds one (the
+            // caller holds the lock through this handle: `AcceptMutex::unlock`'s contract).
+            unsafe { self.m.unlock_leaked() };
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl<T: ShmSafe> Drop for ShmAcceptMutex<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: as in `unlock`: releases only what this handle holds.
+        unsafe { AcceptMutex::unlock(self) };
     }
 }
 

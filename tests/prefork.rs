@@ -734,12 +734,21 @@ fn keep_alive_burst_is_spread_over_4_workers() {
     }
 }
 
+/// A fresh mapping holding only the stats of `workers` workers, as the example lays them out
+/// after its accept lock.
+fn stats_mapping(workers: usize) -> (gomutex::shm::Mapping, shared::Placed) {
+    let mut plan = gomutex::shm::MappingLayout::new();
+    let at = shared::Region::place(&mut plan, workers);
+    (gomutex::shm::Mapping::anonymous(plan.len()).unwrap(), at)
+}
+
 /// The region's live counts: a worker sees the others' sum and number, and a slot the master
 /// retired (after `waitpid`) no longer counts, neither its connections nor as a worker.
 #[test]
 fn retired_slot_drops_out_of_the_load() {
     use std::sync::atomic::Ordering::Relaxed;
-    let region = shared::Region::new(3).unwrap();
+    let (map, at) = stats_mapping(3);
+    let region = shared::Region::new(&map, at).unwrap();
     for (i, (pid, live)) in [(100, 7u64), (101, 30), (102, 5)].into_iter().enumerate() {
         region.slot(i).reset(pid);
         region.slot(i).live.store(live, Relaxed);
@@ -778,7 +787,8 @@ fn retired_slot_drops_out_of_the_load() {
 #[test]
 fn stale_worker_drops_out_of_the_load() {
     use std::sync::atomic::Ordering::Relaxed;
-    let region = shared::Region::new(2).unwrap();
+    let (map, at) = stats_mapping(2);
+    let region = shared::Region::new(&map, at).unwrap();
     region.slot(0).reset(100);
     region.slot(1).reset(101);
     region.slot(0).live.store(9, Relaxed);

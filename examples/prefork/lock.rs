@@ -1,11 +1,11 @@
 //! The cross-process accept lock for the `mutex` and `blocking` modes: a
-//! [`gomutex::shm::ShmMutex`] over `()` (the accept lock protects no data) in an anonymous
-//! shared mapping the master creates before forking. Each worker uses it through its own
-//! [`ShmAcceptMutex`] handle; the master calls [`ForceUnlock::force_unlock`] after `waitpid`.
+//! [`gomutex::shm::ShmMutex`] over `()` (the accept lock protects no data) at the start of the
+//! shared [`Mapping`] the master creates before forking, the stats (`shared.rs`) after it. Each
+//! worker uses it through its own [`ShmAcceptMutex`] handle; the master calls
+//! [`ForceUnlock::force_unlock`] after `waitpid`.
 
 use gomutex::accept::{ForceUnlock, ShmAcceptMutex};
-use gomutex::shm::{self, ShmMutex};
-use std::io;
+use gomutex::shm::{self, Mapping, MappingLayout, ShmError, ShmMutex};
 
 /// The lock (the master's and, inherited by fork, every worker's view of it).
 pub struct SharedLock {
@@ -13,13 +13,22 @@ pub struct SharedLock {
 }
 
 impl SharedLock {
-    /// Create it (in the master, before forking `workers` workers).
-    pub fn new(workers: usize) -> io::Result<Self> {
-        // Every worker takes a participant slot (and sleeps in a waiter slot in the blocking
-        // mode); a dead worker's are reclaimed by force_unlock.
+    /// The lock's sizes for `workers` workers: every worker takes a participant slot (and
+    /// sleeps in a waiter slot in the blocking mode); a dead worker's are reclaimed by
+    /// force_unlock.
+    fn config(workers: usize) -> shm::Config {
         let n = (workers as u32 * 2 + 8).clamp(64, 65535);
-        let cfg = shm::Config::new().participants(n).waiter_slots(n);
-        let m = ShmMutex::anonymous_with((), cfg).map_err(|e| io::Error::other(e.to_string()))?;
+        shm::Config::new().participants(n).waiter_slots(n)
+    }
+
+    /// Place the lock for `workers` workers in `plan`: its offset.
+    pub fn place(plan: &mut MappingLayout, workers: usize) -> Result<usize, ShmError> {
+        plan.mutex::<()>(Self::config(workers))
+    }
+
+    /// Create it at the offset `place` gave (in the master, before forking the workers).
+    pub fn new(map: &Mapping, at: usize, workers: usize) -> Result<Self, ShmError> {
+        let m = ShmMutex::init_in(map, at, (), Self::config(workers))?;
         Ok(Self { m })
     }
 

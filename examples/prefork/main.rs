@@ -6,7 +6,8 @@
 //! ```
 //!
 //! The master binds the listening socket (nonblocking, `SO_REUSEADDR`), creates the shared
-//! region (the accept lock and one stats slot per worker), forks the workers, and then only
+//! region (one [`gomutex::shm::Mapping`] laid out by a `MappingLayout`: the accept lock and one
+//! stats slot per worker), forks the workers, and then only
 //! supervises: it reaps dead workers with `waitpid`, releases the accept lock a dead worker held
 //! (`force_unlock(pid)`, as nginx does), respawns them, and on SIGINT/SIGTERM stops them all and
 //! prints a table of what each did. Each worker runs an epoll loop answering every HTTP/1.1
@@ -45,6 +46,8 @@ mod worker;
 
 #[cfg(target_os = "linux")]
 use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, Spread, DEFAULT_DELAY};
+#[cfg(target_os = "linux")]
+use gomutex::shm::{Mapping, MappingLayout};
 #[cfg(target_os = "linux")]
 use lock::SharedLock;
 #[cfg(target_os = "linux")]
@@ -321,7 +324,7 @@ struct Master<'a> {
     args: &'a Args,
     listeners: &'a [TcpListener],
     lock: Option<&'a SharedLock>,
-    region: &'a Region,
+    region: &'a Region<'a>,
     /// Read end of the shutdown pipe (workers watch it).
     pipe_rd: &'a OwnedFd,
     /// Write end (the master closes it to stop the workers; each worker closes its copy).
@@ -502,15 +505,21 @@ fn run(args: Args) -> Result<(), String> {
         ),
         Err(_) => None,
     };
-    let lock = if args.mode.uses_lock() {
-        Some(
-            SharedLock::new(args.workers)
-                .map_err(|e| format!("cannot create the accept lock: {e}"))?,
-        )
+    // One shared mapping: the accept lock (lock modes), then the stats.
+    let lock_error = |e| format!("cannot create the accept lock: {e}");
+    let mut plan = MappingLayout::new();
+    let lock_at = if args.mode.uses_lock() {
+        Some(SharedLock::place(&mut plan, args.workers).map_err(lock_error)?)
     } else {
         None
     };
-    let region = Region::new(args.workers).map_err(|e| format!("mmap: {e}"))?;
+    let stats_at = Region::place(&mut plan, args.workers);
+    let map = Mapping::anonymous(plan.len()).map_err(|e| format!("mmap: {e}"))?;
+    let lock = match lock_at {
+        Some(at) => Some(SharedLock::new(&map, at, args.workers).map_err(lock_error)?),
+        None => None,
+    };
+    let region = Region::new(&map, stats_at).map_err(|e| format!("cannot place the stats: {e}"))?;
     let signals = sys::master_signals();
     sys::block_signals(&signals, true).map_err(|e| format!("sigprocmask: {e}"))?;
     let (rd, wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;

@@ -1,11 +1,10 @@
-//! The stats region: one slot of counters per worker in a `MAP_SHARED` anonymous mapping the
-//! master creates before forking. Workers update their slot as they go (relaxed atomics), so
-//! the counts of a worker killed with SIGKILL survive it; the master reads them when it reaps
-//! the worker and at shutdown.
+//! The stats: a [`Header`] and one [`Slot`] of counters per worker, placed in the shared
+//! [`Mapping`] the master creates before forking (next to the accept lock, see `lock.rs`).
+//! Workers update their slot as they go (relaxed atomics), so the counts of a worker killed
+//! with SIGKILL survive it; the master reads them when it reaps the worker and at shutdown.
 
 use gomutex::accept::Load;
-use std::io;
-use std::ptr::NonNull;
+use gomutex::shm::{Mapping, MappingLayout, ShmError, ShmShared};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// `Slot::pid` of a worker the master is about to fork: it already counts as a live worker
@@ -47,6 +46,11 @@ pub struct Slot {
     pub heartbeat_ms: AtomicU64,
 }
 
+// SAFETY: repr(C) (same layout in every worker, all forked from one binary), fixed-width
+// atomics only (the padding is never written): every bit pattern, all zeroes included, is a
+// valid `Slot`, and every change is an atomic operation through `&Slot`.
+unsafe impl ShmShared for Slot {}
+
 /// How long a worker may go without starting an event-loop iteration before the others'
 /// spread rule stops counting it (stopped with SIGSTOP, stuck in a handler, or idle in
 /// `epoll_wait`: leaving an idle worker out only makes the others more willing to accept).
@@ -77,6 +81,10 @@ pub struct Header {
     /// The pid that fired it.
     pub hook_pid: AtomicI32,
 }
+
+// SAFETY: as for `Slot`: repr(C), fixed-width atomics only, any bit pattern valid, changed
+// only atomically.
+unsafe impl ShmShared for Header {}
 
 /// A snapshot of one worker's counters.
 #[derive(Debug, Clone, Default)]
@@ -143,40 +151,43 @@ impl Slot {
     }
 }
 
-/// The mapping: a [`Header`] followed by `slots` [`Slot`]s.
-pub struct Region {
-    base: NonNull<u8>,
-    len: usize,
+/// Where the stats are in the mapping ([`Region::place`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Placed {
+    header: usize,
     slots: usize,
+    n: usize,
 }
 
-impl Region {
-    /// Map a zeroed shared region for `slots` workers.
-    pub fn new(slots: usize) -> io::Result<Self> {
-        let len = size_of::<Header>() + slots * size_of::<Slot>();
-        // SAFETY: anonymous shared mapping, no fd, no fixed address; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+/// The stats in the mapping: the [`Header`] and `n` [`Slot`]s.
+#[derive(Clone, Copy)]
+pub struct Region<'m> {
+    header: &'m Header,
+    slots: &'m [Slot],
+}
+
+impl<'m> Region<'m> {
+    /// Place the stats of `slots` workers after what `plan` holds already.
+    pub fn place(plan: &mut MappingLayout, slots: usize) -> Placed {
+        Placed {
+            header: plan.shared::<Header>(),
+            slots: plan.shared_slice::<Slot>(slots),
+            n: slots,
         }
-        let base = NonNull::new(p.cast::<u8>()).expect("mmap returned null");
-        Ok(Self { base, len, slots })
+    }
+
+    /// The stats `place` put in `map`. A fresh anonymous mapping holds zeroes there: no
+    /// worker, no counts.
+    pub fn new(map: &'m Mapping, at: Placed) -> Result<Self, ShmError> {
+        Ok(Self {
+            header: map.shared::<Header>(at.header)?,
+            slots: map.shared_slice::<Slot>(at.slots, at.n)?,
+        })
     }
 
     /// The header.
-    pub fn header(&self) -> &Header {
-        // SAFETY: the mapping starts with a Header, page-aligned (so 128-aligned), zero-filled
-        // (a valid Header: all atomics at 0), and lives as long as `self`.
-        unsafe { &*self.base.as_ptr().cast::<Header>() }
+    pub fn header(&self) -> &'m Header {
+        self.header
     }
 
     /// The load as worker `i` sees it, with `own` open connections: the sum of the other live
@@ -186,8 +197,10 @@ impl Region {
     pub fn load(&self, i: usize, own: usize) -> Load {
         let (mut others, mut n, mut least, mut least_recent) = (0u64, 0usize, u64::MAX, u64::MAX);
         let now = mono_ms();
-        for j in (0..self.slots).filter(|&j| j != i) {
-            let s = self.slot(j);
+        for (j, s) in self.slots.iter().enumerate() {
+            if j == i {
+                continue;
+            }
             let beat = s.heartbeat_ms.load(Relaxed);
             let stale = beat != 0 && now.saturating_sub(beat) > STALE_AFTER_MS;
             if s.pid.load(Relaxed) != 0 && !stale {
@@ -209,24 +222,10 @@ impl Region {
     }
 
     /// Slot `i`.
-    pub fn slot(&self, i: usize) -> &Slot {
-        assert!(i < self.slots, "slot {i} out of {}", self.slots);
-        // SAFETY: slot `i` lies within the mapping (checked above), at a 128-byte multiple from
-        // a page-aligned base; zero-filled memory is a valid Slot; it lives as long as `self`.
-        unsafe {
-            &*self
-                .base
-                .as_ptr()
-                .add(size_of::<Header>() + i * size_of::<Slot>())
-                .cast::<Slot>()
-        }
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `new` created; no reference into it outlives
-        // `self` (they all borrow it).
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    pub fn slot(&self, i: usize) -> &'m Slot {
+        let n = self.slots.len();
+        self.slots
+            .get(i)
+            .unwrap_or_else(|| panic!("slot {i} out of {n}"))
     }
 }

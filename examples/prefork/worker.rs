@@ -31,7 +31,7 @@ pub struct Worker<'a, L: AcceptMutex> {
     pub lock: Option<AcceptLock<L>>,
     pub slot: &'a Slot,
     /// All the slots (the other workers' live counts, for the spread rule) and our index.
-    pub region: &'a Region,
+    pub region: &'a Region<'a>,
     pub index: usize,
     pub header: &'a Header,
     /// Read end of the master's pipe: readable (EOF) when the master wants us to stop.

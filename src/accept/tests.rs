@@ -421,6 +421,36 @@ fn shm_force_unlock_after_death_reports_owner_died() {
     assert_eq!(b.stats().acquisitions, 2);
 }
 
+/// `ShmAcceptMutex` used through the trait directly: it holds the lock without a guard
+/// between `try_lock` and `unlock`, `unlock` through a handle that holds nothing does
+/// nothing, dropping a holding handle releases, and so does another thread's `unlock`.
+#[cfg(target_os = "linux")]
+#[test]
+fn shm_accept_mutex_holds_between_calls() {
+    let lock = ShmMutex::anonymous(()).unwrap();
+    let a = ShmAcceptMutex::new(&lock);
+    let b = ShmAcceptMutex::new(&lock);
+    assert_eq!(AcceptMutex::try_lock(&a), Some(Acquired::Clean));
+    assert!(format!("{a:?}").contains("held: true"), "{a:?}");
+    assert_eq!(AcceptMutex::try_lock(&b), None);
+    assert_eq!(b.lock_for(Duration::from_millis(2)), None);
+    // SAFETY: `b` holds nothing: a no-op by design (the contract is the caller's business).
+    unsafe { b.unlock() };
+    assert!(
+        lock.is_locked(),
+        "a handle that holds nothing released the lock"
+    );
+    std::thread::scope(|s| {
+        // SAFETY: `a` holds the lock; moved to another thread of the same process to release.
+        s.spawn(move || unsafe { a.unlock() });
+    });
+    assert!(!lock.is_locked());
+    assert_eq!(b.lock_for(Duration::from_millis(2)), Some(Acquired::Clean));
+    drop(b);
+    assert!(!lock.is_locked(), "dropping a holding handle must release");
+    assert!(!lock.is_poisoned() && !lock.owner_died());
+}
+
 /// The spread rule with `n` workers where this one has `own` and the others `rest` (each).
 fn rule(margin: usize, batch: usize, own: usize, rest: &[usize]) -> Share {
     Spread::new(margin, batch).decide(Load::new(own, rest.iter().sum(), rest.len()))

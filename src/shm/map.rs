@@ -230,19 +230,66 @@ impl Mapping {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn shared<T: ShmShared>(&self, offset: usize) -> Result<&T, ShmError> {
-        let p = self.range(offset, size_of::<T>())?;
+        let p = self.claim_shared::<T>(offset, 1)?;
+        // SAFETY: `claim_shared` checked one `T` at `p` and lent the bytes out as `T`s only.
+        Ok(unsafe { &*p })
+    }
+
+    /// `n` [`ShmShared`] values of type `T` one after another from `offset`: the run-time
+    /// sized counterpart of [`shared`](Self::shared)`::<[T; N]>` (e.g. one slot per worker,
+    /// the number of workers known at run time), at an offset from
+    /// [`MappingLayout::shared_slice`].
+    ///
+    /// The same rules as [`shared`](Self::shared): in the mapping, aligned for `T`, over no
+    /// lock region used in this process, and overlapping no other shared value but the same
+    /// element type over the same range (the same `offset` and `n`; `shared::<T>(offset)` is
+    /// `shared_slice::<T>(offset, 1)`, while an array type `[T; N]` is another type).
+    /// `n == 0` gives an empty slice and claims nothing.
+    ///
+    /// ```
+    /// use gomutex::shm::{Mapping, MappingLayout};
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    ///
+    /// let workers = std::thread::available_parallelism()?.get();
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.shared_slice::<AtomicU64>(workers);
+    /// let map = Mapping::anonymous(plan.len())?;
+    /// let hits = map.shared_slice::<AtomicU64>(at, workers)?;
+    /// assert_eq!(hits.len(), workers);
+    /// hits[workers - 1].fetch_add(1, Relaxed);
+    /// // Again (here or in a forked child): the same values.
+    /// assert_eq!(map.shared_slice::<AtomicU64>(at, workers)?[workers - 1].load(Relaxed), 1);
+    /// // Not another length over the same bytes.
+    /// assert!(map.shared_slice::<AtomicU64>(at, workers + 1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shared_slice<T: ShmShared>(&self, offset: usize, n: usize) -> Result<&[T], ShmError> {
+        let p = self.claim_shared::<T>(offset, n)?;
+        // SAFETY: `claim_shared` checked `n` `T`s from `p` and lent the bytes out as `T`s only.
+        Ok(unsafe { core::slice::from_raw_parts(p, n) })
+    }
+
+    /// Check that `n` `T`s from `offset` lie in the mapping, aligned, and may be lent out as
+    /// shared `T`s (see [`shared`](Self::shared)), and record them as such. The pointer may be
+    /// turned into `&T`s (or a `&[T]` of length `n`) living as long as `self` is borrowed.
+    fn claim_shared<T: ShmShared>(&self, offset: usize, n: usize) -> Result<*const T, ShmError> {
+        let len = size_of::<T>().checked_mul(n).ok_or(ShmError::TooSmall {
+            needed: usize::MAX,
+            actual: self.len(),
+        })?;
+        let p = self.range(offset, len)?;
         if !(p as usize).is_multiple_of(align_of::<T>()) {
             return Err(ShmError::Misaligned {
                 addr: p as usize,
                 required: align_of::<T>(),
             });
         }
-        let (end, ty) = (offset + size_of::<T>(), TypeId::of::<T>());
+        let (end, ty) = (offset + len, TypeId::of::<T>());
         let mut claims = self.claims();
         let same = claims
             .iter()
             .any(|c| c.start == offset && c.end == end && c.shared == Some(ty));
-        if !same {
+        if !same && len != 0 {
             if overlaps(&claims, offset, end, None) {
                 return Err(IN_USE);
             }
@@ -253,13 +300,14 @@ impl Mapping {
                 shared: Some(ty),
             });
         }
-        // SAFETY: in the mapping (checked) and aligned for `T` (checked); the mapping lives as
-        // long as `self` is borrowed. The bytes belong to no lock region of this process and
-        // are lent out only as `&T` (both checked, and recorded for the mapping's lifetime, so
-        // no later `init_in`/`attach_in` takes them). Any bit pattern is a valid `T` and `T`
-        // is only changed atomically through `&T` (`ShmShared`'s contract), so what other
-        // processes write there concurrently is no data race.
-        Ok(unsafe { &*p.cast::<T>() })
+        // In the mapping (checked) and aligned for `T` (checked); the mapping lives as long as
+        // `self` is borrowed. The bytes belong to no lock region of this process and are lent
+        // out only as `T`s of this range (both checked, and recorded for the mapping's
+        // lifetime, so no later `init_in`/`attach_in` takes them; an empty range holds
+        // nothing to protect). Any bit pattern is a valid `T` and `T` is only changed
+        // atomically through `&T` (`ShmShared`'s contract), so what other processes write
+        // there concurrently is no data race.
+        Ok(p.cast::<T>())
     }
 
     fn claims(&self) -> MutexGuard<'_, Vec<Claimed>> {
@@ -373,6 +421,19 @@ impl MappingLayout {
     /// If the layout overflows `usize`.
     pub fn shared<T: ShmShared>(&mut self) -> usize {
         self.reserve(size_of::<T>(), align_of::<T>())
+    }
+
+    /// The offset of `n` [`ShmShared`] `T`s one after another (a number known only at run
+    /// time) placed after everything so far, for [`Mapping::shared_slice`].
+    ///
+    /// # Panics
+    ///
+    /// If the layout overflows `usize`.
+    pub fn shared_slice<T: ShmShared>(&mut self, n: usize) -> usize {
+        let size = size_of::<T>()
+            .checked_mul(n)
+            .expect("layout overflows usize");
+        self.reserve(size, align_of::<T>())
     }
 
     /// The bytes to map: the end of the last thing placed (0 for an empty layout).
@@ -583,6 +644,59 @@ mod tests {
         // The region below is free again once its handle is gone.
         let m = ShmMutex::init_in(&map, 0, 2u64, cfg).unwrap();
         assert_eq!(*m.lock().unwrap(), 2);
+    }
+
+    #[test]
+    fn shared_slices_are_checked() {
+        use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+        let cfg = Config::new().participants(2).waiter_slots(2);
+        let mut plan = MappingLayout::new();
+        let lock = plan.mutex::<u64>(cfg).unwrap();
+        let one = plan.shared::<AtomicU32>();
+        let at = plan.shared_slice::<AtomicU64>(5);
+        assert_eq!((at % 8, plan.len()), (0, at + 40));
+        let map = Mapping::anonymous(plan.len()).unwrap();
+        let m = ShmMutex::init_in(&map, lock, 1u64, cfg).unwrap();
+        let s = map.shared_slice::<AtomicU64>(at, 5).unwrap();
+        s[4].store(9, Relaxed);
+        // The same element type and range again: the same values.
+        assert_eq!(
+            map.shared_slice::<AtomicU64>(at, 5).unwrap()[4].load(Relaxed),
+            9
+        );
+        // One value is a slice of one, of the same type.
+        map.shared::<AtomicU32>(one).unwrap().store(3, Relaxed);
+        assert_eq!(
+            map.shared_slice::<AtomicU32>(one, 1).unwrap()[0].load(Relaxed),
+            3
+        );
+        // Other lengths, element types or array types over the same bytes are refused, and so
+        // are the lock's bytes, a misaligned start, the end and an overflowing length.
+        for r in [
+            map.shared_slice::<AtomicU64>(at, 4).map(|_| ()),
+            map.shared_slice::<AtomicU64>(at + 8, 4).map(|_| ()),
+            map.shared_slice::<AtomicU32>(at, 10).map(|_| ()),
+            map.shared::<[AtomicU64; 5]>(at).map(|_| ()),
+            map.shared_slice::<AtomicU64>(8, 1).map(|_| ()),
+        ] {
+            assert!(matches!(r, Err(ShmError::InvalidConfig(_))), "{r:?}");
+        }
+        assert!(matches!(
+            map.shared_slice::<AtomicU64>(at + 4, 1),
+            Err(ShmError::Misaligned { required: 8, .. })
+        ));
+        assert!(matches!(
+            map.shared_slice::<AtomicU64>(at, 6),
+            Err(ShmError::TooSmall { .. })
+        ));
+        assert!(matches!(
+            map.shared_slice::<AtomicU64>(at, usize::MAX / 4),
+            Err(ShmError::TooSmall { .. })
+        ));
+        // Empty: no bytes, so nothing to check against the claims, and nothing claimed.
+        assert!(map.shared_slice::<AtomicU64>(at, 0).unwrap().is_empty());
+        drop(m);
+        assert!(ShmMutex::init_in(&map, lock, 2u64, cfg).is_ok());
     }
 
     #[test]

@@ -616,6 +616,80 @@ impl<T: ShmSafe> ShmMutex<T> {
         n
     }
 
+    /// Release the lock a guard of this process left held with [`ShmMutexGuard::leak`]:
+    /// exactly what dropping that guard would have done (the lock poisoned if this thread is
+    /// panicking, the owner-died and poison flags otherwise left as they are, the next waiter
+    /// woken or handed the lock). Returns whether it released the lock; `false`, doing nothing,
+    /// if this process does not hold it (e.g. in a child forked while the parent held it,
+    /// where dropping the inherited guard does nothing either).
+    ///
+    /// With [`leak`](ShmMutexGuard::leak) it is a raw lock/unlock pair for code that cannot
+    /// keep the guard (whose lifetime borrows the mutex) between the acquisition and the
+    /// release, e.g. an object that locks in one method and unlocks in another. May be called
+    /// from any thread of the process that holds the lock.
+    ///
+    /// A leaked guard no longer says whether its thread was already panicking when it locked
+    /// (a guard made during unwinding does not poison when dropped): this call poisons
+    /// whenever the calling thread is panicking.
+    ///
+    /// # Safety
+    ///
+    /// This process holds the lock through a guard that was leaked and not unlocked since:
+    /// no live [`ShmMutexGuard`] of this process for this lock exists (unlocking under it
+    /// would let another process write the value while that guard reads it). That the lock
+    /// is held by this process *at all* is checked; which of its guards holds it cannot be.
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmMutex, ShmMutexGuard, TryLockError};
+    ///
+    /// let m = ShmMutex::anonymous(0u32)?;
+    /// *m.lock().unwrap() = 7;
+    /// ShmMutexGuard::leak(m.lock().unwrap()); // locked, no guard
+    /// assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
+    /// // SAFETY: this thread leaked the guard above and holds no other.
+    /// assert!(unsafe { m.unlock_leaked() });
+    /// assert_eq!(*m.try_lock().unwrap(), 7);
+    /// // Not held (any more): nothing happens.
+    /// // SAFETY: no guard of `m` is alive.
+    /// assert!(!unsafe { m.unlock_leaked() });
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub unsafe fn unlock_leaked(&self) -> bool {
+        if !self.held_here() {
+            return false;
+        }
+        // A leaked guard's `word` is gone: guess "held by us, nothing else set"
+        // (`release_locked`), and do not know whether the thread was panicking at lock time.
+        self.release_held(0, false);
+        true
+    }
+
+    /// Whether this process holds the lock: it is a participant and the owner recorded in the
+    /// state word. (Which of its threads, or whether through a live guard, is not known.)
+    pub(crate) fn held_here(&self) -> bool {
+        let w = self.region.hdr().state.load(Acquire);
+        self.registered(sys::current_pid())
+            .is_some_and(|me| low(w) & algo::LOCKED != 0 && region::owner_of(w) == me + 1)
+    }
+
+    /// The release of a lock this process holds: what dropping its guard does (also for
+    /// [`unlock_leaked`](Self::unlock_leaked)). `word`: the state word the acquisition
+    /// installed (0: unknown); `panicking`: whether the thread was panicking when it locked.
+    #[inline]
+    fn release_held(&self, word: u64, panicking: bool) {
+        if !panicking && std::thread::panicking() {
+            self.region.hdr().poisoned.store(1, Release);
+        }
+        let ctx = self.ctx();
+        // `algo::unlock`, with the release's CAS guessing the word we installed.
+        let new = if word != 0 {
+            ctx.release_from(word)
+        } else {
+            ctx.release_locked()
+        };
+        algo::unlock_released(&ctx, &ctx, new);
+    }
+
     /// Whether the lock is held right now (a snapshot; in starvation mode between a hand-off
     /// and its receiver running this reports `true`).
     pub fn is_locked(&self) -> bool {
@@ -745,6 +819,45 @@ impl<T: ShmSafe> ShmMutexGuard<'_, T> {
     pub fn is_owner(&self) -> bool {
         self.pid == sys::current_pid()
     }
+
+    /// Forget the guard and keep the lock held, for a raw lock/unlock pair: release it later
+    /// with [`ShmMutex::unlock_leaked`] (which does what dropping the guard would have done),
+    /// from any thread of this process. An associated function (`ShmMutexGuard::leak(g)`), so
+    /// that it cannot shadow a method of `T`.
+    ///
+    /// Until then the lock stays held by this process, like one held through a live guard:
+    /// if the process dies, the lock is recovered as any lock of a dead owner (owner-death
+    /// detection, [`ShmMutex::force_unlock`]) and the next owner gets
+    /// [`LockError::OwnerDied`]; the owner-died and poison flags the guard was taken with stay
+    /// set until someone calls [`mark_consistent`](Self::mark_consistent) (call it before
+    /// leaking if the data is fine).
+    ///
+    /// ```
+    /// use gomutex::shm::{LockError, ShmMutex, ShmMutexGuard};
+    ///
+    /// let m = ShmMutex::anonymous(0u64)?;
+    /// // A panic while the lock is held through a leaked guard poisons it, as with a guard.
+    /// std::thread::scope(|s| {
+    ///     let t = s.spawn(|| {
+    ///         ShmMutexGuard::leak(m.lock().unwrap());
+    ///         struct Unlock<'a>(&'a ShmMutex<u64>);
+    ///         impl Drop for Unlock<'_> {
+    ///             fn drop(&mut self) {
+    ///                 // SAFETY: this thread leaked the guard and holds no other.
+    ///                 unsafe { self.0.unlock_leaked() };
+    ///             }
+    ///         }
+    ///         let _unlock = Unlock(&m);
+    ///         panic!("while holding the lock");
+    ///     });
+    ///     assert!(t.join().is_err());
+    /// });
+    /// assert!(matches!(m.lock(), Err(LockError::Poisoned(_))));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn leak(this: Self) {
+        core::mem::forget(this);
+    }
 }
 
 impl<T: ShmSafe> ShmMutexGuard<'_, T> {
@@ -792,17 +905,7 @@ impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
         if self.pid != sys::current_pid() {
             return; // inherited across fork: the lock is the parent's
         }
-        if !self.panicking && std::thread::panicking() {
-            self.m.region.hdr().poisoned.store(1, Release);
-        }
-        let ctx = self.m.ctx();
-        // `algo::unlock`, with the release's CAS guessing the word we installed.
-        let new = if self.word != 0 {
-            ctx.release_from(self.word)
-        } else {
-            ctx.release_locked()
-        };
-        algo::unlock_released(&ctx, &ctx, new);
+        self.m.release_held(self.word, self.panicking);
     }
 }
 

@@ -20,6 +20,32 @@ fn uniq(tag: &str) -> String {
     format!("/gomutex-test-{tag}-{}", std::process::id())
 }
 
+/// Fork a child that takes `m`, applies `update` to the value (e.g. half of a two-word update),
+/// keeps the lock (through its guard, or a leaked one if `leak`) and sleeps until killed.
+/// Returns its pid once it holds the lock.
+fn fork_holder<T: ShmSafe>(m: &ShmMutex<T>, leak: bool, update: impl FnOnce(&mut T)) -> i32 {
+    let flags = AnonShared::counters(1);
+    let pid = fork(|| {
+        let mut g = ok(m.lock());
+        update(&mut g);
+        let _kept = if leak {
+            ShmMutexGuard::leak(g);
+            None
+        } else {
+            Some(g)
+        };
+        flags.at(0).store(1, SeqCst);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    while flags.at(0).load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(m.diagnostics().owner_pid, Some(pid as u32));
+    pid
+}
+
 // ------------------------------------------------------------------ tests
 
 /// Exact shared counter across 8 processes, mixing lock, try_lock and try_lock_for, with a
@@ -557,20 +583,8 @@ fn bad_attach_writes_nothing() {
 /// time and is told, and keeps being told until it marks the data consistent.
 fn owner_death_detected_by_waiter() {
     let m = ShmMutex::anonymous([0u64; 2]).unwrap();
-    let flags = AnonShared::counters(2);
-    let victim = fork(|| {
-        let mut g = ok(m.lock());
-        g[0] += 1; // torn: b not updated
-        flags.at(0).store(1, SeqCst);
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    });
-    while flags.at(0).load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    assert_eq!(m.diagnostics().owner_pid, Some(victim as u32));
-    // A waiter in another process blocks on the lock, then the holder dies.
+    let victim = fork_holder(&m, false, |v| v[0] += 1); // torn: b not updated
+                                                        // A waiter in another process blocks on the lock, then the holder dies.
     let waiter = fork(|| match m.lock() {
         Err(LockError::OwnerDied(g)) => {
             assert_eq!(g[0], g[1] + 1, "saw the torn update");
@@ -826,6 +840,74 @@ fn fork_while_holding() {
     assert_quiescent(&m);
 }
 
+/// A lock held through a leaked guard (`ShmMutexGuard::leak`) is held like any other: a
+/// process that dies with it is recovered (by a waiter's owner-death detection, or by
+/// `force_unlock`), the next owner gets `OwnerDied`, and the flag stays until marked
+/// consistent. `unlock_leaked` releases it from any thread of the holder, does nothing in a
+/// forked child or where the lock is not held, and keeps the owner-died flag a leaked guard
+/// was taken with.
+fn leaked_guard() {
+    let m = ShmMutex::anonymous([0u64; 2]).unwrap();
+    // Dies holding a leaked guard, mid-update; a waiter detects it.
+    let victim = fork_holder(&m, true, |v| v[0] += 1);
+    let waiter = fork(|| match m.lock() {
+        Err(LockError::OwnerDied(g)) => {
+            assert_eq!(*g, [1, 0], "saw the torn update");
+            // Leak it unrepaired: the flag must survive the leak and the raw unlock.
+            ShmMutexGuard::leak(g);
+            // SAFETY: this thread leaked the guard just now and holds no other.
+            i32::from(!unsafe { m.unlock_leaked() }) * 2
+        }
+        Ok(_) => 3,
+        Err(LockError::Poisoned(_)) => 4,
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    kill9(victim);
+    assert_eq!(wait_limit(waiter, Duration::from_secs(5), "waiter"), 0);
+    assert_eq!(wait(victim), 128 + libc::SIGKILL);
+    assert!(m.owner_died(), "the flag did not survive the leaked guard");
+    assert_eq!(*m.lock_or_repair(|v| v[1] = v[0]), [1, 1]);
+    assert!(!m.owner_died());
+
+    // Reaped by a supervisor: force_unlock releases a leaked guard's lock at once.
+    let victim = fork(|| {
+        ShmMutexGuard::leak(ok(m.lock()));
+        0
+    });
+    assert_eq!(wait(victim), 0);
+    assert!(m.is_locked(), "the exited child still holds it");
+    assert!(m.force_unlock(victim), "it held the lock");
+    match m.try_lock() {
+        Err(TryLockError::OwnerDied(g)) => g.mark_consistent(),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+
+    // Held here through a leaked guard: a forked child does not hold it (its unlock_leaked
+    // does nothing), another thread of this process may release it.
+    ShmMutexGuard::leak(ok(m.lock()));
+    let child = fork(|| {
+        // SAFETY: the child holds no guard; the call must see that the lock is not its own.
+        let released = unsafe { m.unlock_leaked() };
+        i32::from(released || !m.is_locked())
+    });
+    assert_eq!(wait(child), 0, "the child released the parent's lock");
+    assert!(m.is_locked());
+    std::thread::scope(|s| {
+        // SAFETY: this process holds the lock through the guard leaked above, and no other.
+        s.spawn(|| assert!(unsafe { m.unlock_leaked() }));
+    });
+    assert!(!m.is_locked());
+    // SAFETY: no guard of `m` is alive or leaked: a no-op.
+    assert!(
+        !unsafe { m.unlock_leaked() },
+        "not held: nothing to release"
+    );
+    assert_eq!(*ok(m.lock()), [1, 1]);
+    assert!(!m.owner_died() && !m.is_poisoned());
+    m.recover();
+    assert_quiescent(&m);
+}
+
 /// A stopped (SIGSTOP) owner is alive: never taken over, force_unlock leaves it alone.
 fn stopped_owner_not_taken_over() {
     let m = ShmMutex::anonymous(0u32).unwrap();
@@ -1063,6 +1145,7 @@ pub fn main() {
         ("queued_waiters_killed", queued_waiters_killed),
         ("panic_poisons", panic_poisons),
         ("fork_while_holding", fork_while_holding),
+        ("leaked_guard", leaked_guard),
         ("stopped_owner_not_taken_over", stopped_owner_not_taken_over),
         ("crash_points", crash_points),
         ("slot_exhaustion", slot_exhaustion),
