@@ -153,6 +153,12 @@ pub use map::{Mapping, MappingLayout};
 pub use mapping::{unlink, OpenOptions};
 pub use types::{ShmBool, ShmShared};
 
+// The derive macros share the traits' names (as serde's do): `use gomutex::shm::ShmSafe`
+// imports both.
+#[cfg(feature = "derive")]
+#[cfg_attr(docsrs, doc(cfg(feature = "derive")))]
+pub use gomutex_derive::{ShmSafe, ShmShared};
+
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
 use crate::algo::{self, StateWord};
@@ -194,6 +200,29 @@ use std::time::{Duration, Instant};
 ///
 /// let m = ShmMutex::anonymous(Stats::default())?;
 /// m.lock().unwrap().requests += 1;
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+///
+/// With the `derive` feature, `#[derive(ShmSafe)]` writes that impl without `unsafe`, and
+/// refuses at compile time what would break the contract: a struct without `#[repr(C)]` (or
+/// `#[repr(transparent)]`), an enum or union, or a field whose type is not `ShmSafe` (`bool`,
+/// `usize`, a pointer…; the error points at the field):
+///
+/// ```
+/// # #[cfg(feature = "derive")] {
+/// use gomutex::shm::{ShmBool, ShmMutex, ShmSafe};
+///
+/// #[derive(Clone, Copy, Default, ShmSafe)]
+/// #[repr(C)]
+/// struct Stats {
+///     requests: u64,
+///     errors: [u32; 4],
+///     draining: ShmBool,
+/// }
+///
+/// let m = ShmMutex::anonymous(Stats::default())?;
+/// m.lock().unwrap().errors[2] += 1;
+/// # }
 /// # Ok::<(), gomutex::shm::ShmError>(())
 /// ```
 pub unsafe trait ShmSafe: Copy + Send + Sync + 'static {}

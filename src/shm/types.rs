@@ -37,6 +37,31 @@ use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
 /// // SAFETY: repr(C), only fixed-width atomics: any bit pattern is valid, every change atomic.
 /// unsafe impl ShmShared for Stats {}
 /// ```
+///
+/// With the `derive` feature, `#[derive(ShmShared)]` writes that impl without `unsafe`, and
+/// refuses at compile time a struct without `#[repr(C)]` (or `#[repr(transparent)]`), an enum
+/// or union, or a field whose type is not `ShmShared` (a plain `u64` beside the atomics, an
+/// `AtomicUsize`…; the error points at the field):
+///
+/// ```
+/// # #[cfg(feature = "derive")] {
+/// use gomutex::shm::{Mapping, MappingLayout, ShmShared};
+/// use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+///
+/// #[derive(ShmShared)]
+/// #[repr(C)]
+/// struct Stats {
+///     requests: AtomicU64,
+///     workers: [AtomicU32; 4],
+/// }
+///
+/// let mut plan = MappingLayout::new();
+/// let at = plan.shared::<Stats>();
+/// let map = Mapping::anonymous(plan.len())?;
+/// map.shared::<Stats>(at)?.workers[1].fetch_add(1, Relaxed);
+/// # }
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
 pub unsafe trait ShmShared: Sync + 'static {}
 
 macro_rules! shm_shared {
