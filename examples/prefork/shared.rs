@@ -13,7 +13,7 @@ pub const STARTING: i32 = -1;
 
 /// One worker's counters. 128-byte aligned so two workers never share a cache line.
 #[repr(C, align(128))]
-#[derive(Default)]
+#[derive(Default, ShmShared)]
 pub struct Slot {
     /// The worker's pid (0: never started, or reaped; [`STARTING`]: about to be forked).
     pub pid: AtomicI32,
@@ -46,11 +46,6 @@ pub struct Slot {
     pub heartbeat_ms: AtomicU64,
 }
 
-// SAFETY: repr(C) (same layout in every worker, all forked from one binary), fixed-width
-// atomics only (the padding is never written): every bit pattern, all zeroes included, is a
-// valid `Slot`, and every change is an atomic operation through `&Slot`.
-unsafe impl ShmShared for Slot {}
-
 /// How long a worker may go without starting an event-loop iteration before the others'
 /// spread rule stops counting it (stopped with SIGSTOP, stuck in a handler, or idle in
 /// `epoll_wait`: leaving an idle worker out only makes the others more willing to accept).
@@ -74,17 +69,13 @@ pub const RATE_HALF_LIFE: std::time::Duration = std::time::Duration::from_millis
 
 /// The region's header.
 #[repr(C, align(128))]
-#[derive(Default)]
+#[derive(Default, ShmShared)]
 pub struct Header {
     /// The test hook (`PREFORK_TEST_HOLD_MS`) fired (it fires once per server).
     pub hook_taken: AtomicU32,
     /// The pid that fired it.
     pub hook_pid: AtomicI32,
 }
-
-// SAFETY: as for `Slot`: repr(C), fixed-width atomics only, any bit pattern valid, changed
-// only atomically.
-unsafe impl ShmShared for Header {}
 
 /// A snapshot of one worker's counters.
 #[derive(Debug, Clone, Default)]
