@@ -96,7 +96,7 @@ pub fn stride4_increment(data: &mut [u64]) {
 // ---------------------------------------------------------------------------------------------
 // Shared memory for forked processes.
 
-/// The tests' anonymous `MAP_SHARED` mapping (self-contained: std and libc only).
+/// The tests' anonymous `MAP_SHARED` mapping (on `gomutex::shm::Mapping`).
 #[path = "../tests/common/anon.rs"]
 mod anon;
 

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../common/mod.rs"]
 mod common;
+use common::anon::AnonShared;
 use common::procs::{fork, reap};
 
 const WORKERS: usize = 6;
@@ -74,39 +75,17 @@ const IN_CS: u64 = 2;
 const UNLOCKING: u64 = 3;
 const PHASE_NAMES: [&str; 4] = ["idle", "locking", "in section", "unlocking"];
 
-struct Side(*mut AtomicU64);
-// SAFETY: shared memory of atomics.
-unsafe impl Sync for Side {}
+/// The test's bookkeeping: `SIDE_LEN` counters in a shared mapping (not the lock's region).
+struct Side(AnonShared);
 impl Side {
     fn new() -> Self {
-        // SAFETY: a fresh shared anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                SIDE_LEN * 8,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Side(p.cast())
+        Side(AnonShared::counters(SIDE_LEN))
     }
     fn at(&self, i: usize) -> &AtomicU64 {
-        assert!(i < SIDE_LEN);
-        // SAFETY: in bounds of a zeroed shared mapping of AtomicU64s.
-        unsafe { &*self.0.add(i) }
+        self.0.at(i)
     }
     fn done_sum(&self) -> u64 {
         (0..WORKERS).map(|w| self.at(DONE + w).load(SeqCst)).sum()
-    }
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        // SAFETY: our mapping, no references into it are left.
-        unsafe { libc::munmap(self.0.cast(), SIDE_LEN * 8) };
     }
 }
 

@@ -7,11 +7,12 @@
 //! `cargo test --test shm_peers -- <name substring>`.
 
 use gomutex::shm::{Config, ShmError, ShmMutex, TryLockError};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 #[path = "../common/mod.rs"]
 mod common;
+use common::anon::AnonShared;
 use common::procs::{self, fork, signal, wait_limit};
 use common::shmtest::{assert_quiescent, header_u32, ok};
 
@@ -24,40 +25,6 @@ fn wait_stopped(pid: libc::pid_t) {
     let r = unsafe { libc::waitpid(pid, &mut st, libc::WUNTRACED) };
     assert_eq!(r, pid);
     assert!(libc::WIFSTOPPED(st), "child {pid} did not stop: {st:#x}");
-}
-
-/// A small anonymous shared array of counters for test bookkeeping (not the lock's region).
-struct Shared {
-    p: *mut u64,
-    n: usize,
-}
-impl Shared {
-    fn new(n: usize) -> Self {
-        // SAFETY: a fresh shared anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                n * 8,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Self { p: p.cast(), n }
-    }
-    fn at(&self, i: usize) -> &AtomicU64 {
-        assert!(i < self.n);
-        // SAFETY: in bounds, aligned, zero-initialised shared memory.
-        unsafe { &*(self.p.add(i) as *const AtomicU64) }
-    }
-}
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.p.cast(), self.n * 8) };
-    }
 }
 
 /// Wait (bounded) until `cond` holds.
@@ -81,7 +48,7 @@ const JLOCK_OFFSET: usize = 128;
 fn stopped_journal_holder_keeps_deadlines() {
     let m = ShmMutex::anonymous(0u64).unwrap();
     let g = ok(m.lock());
-    let times = Shared::new(2);
+    let times = AnonShared::counters(2);
     let timed = fork(|| {
         let t = Instant::now();
         if !matches!(
@@ -131,7 +98,7 @@ fn stopped_journal_holder_keeps_deadlines() {
 fn stopped_waiter_passes_wakeup_on() {
     let m = ShmMutex::anonymous(0u64).unwrap();
     let g = ok(m.lock());
-    let got = Shared::new(1);
+    let got = AnonShared::counters(1);
     let first = fork(|| {
         *ok(m.lock()) += 1;
         0
@@ -164,7 +131,7 @@ fn stopped_waiter_passes_wakeup_on() {
 fn execd_waiter_passes_wakeup_on() {
     let m = ShmMutex::anonymous(0u64).unwrap();
     let g = ok(m.lock());
-    let got = Shared::new(1);
+    let got = AnonShared::counters(1);
     let execd = fork(|| {
         let m = &m;
         std::thread::scope(|s| {
@@ -391,7 +358,7 @@ fn pid_reused_within_tick_is_dead() {
         println!("    skipped: no pidfs (Linux < 6.9): pid + start time is all there is");
         return;
     }
-    let flag = Shared::new(1);
+    let flag = AnonShared::counters(1);
     for attempt in 1..=50 {
         let m =
             ShmMutex::anonymous_with(0u64, Config::new().participants(4).waiter_slots(4)).unwrap();
