@@ -25,6 +25,16 @@ pub(crate) fn spin_loop() {
     loom::hint::spin_loop();
 }
 
+/// Let another runnable thread have this CPU (`sched_yield`). Under loom a yield to loom's
+/// scheduler.
+#[inline]
+pub(crate) fn yield_now() {
+    #[cfg(not(gomutex_loom))]
+    std::thread::yield_now();
+    #[cfg(gomutex_loom)]
+    loom::thread::yield_now();
+}
+
 /// Go's `fatal` (`runtime.fatal`): print and abort; no unwinding, no recovery. Under loom a
 /// panic, so a model can observe it.
 #[cold]
