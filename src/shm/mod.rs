@@ -30,12 +30,19 @@
 //!   it is there.
 //! * [`ShmMutex::init_in`] / [`ShmMutex::attach_in`]: at an offset of a [`Mapping`] (anonymous,
 //!   or of a file, memfd or `shm_open` descriptor), several locks per mapping at offsets
-//!   [`MappingLayout`] computes; safe, and the handle keeps the mapping alive.
+//!   [`MappingLayout`] computes; safe, and the handle keeps the mapping alive. Lock-free data
+//!   next to the locks (counters, flags: atomics, [`ShmShared`]) is lent out by
+//!   [`Mapping::shared`] / [`Mapping::shared_slice`], also checked.
 //! * [`ShmMutex::init_in_place`] / [`ShmMutex::attach`] (`unsafe`): memory you mapped
 //!   yourself.
 //!
 //! Every attach validates the header (magic, layout version, sizes, slot counts, size and
 //! alignment of `T`) and returns a [`ShmError`] without writing a byte if anything is off.
+//! Errors of the calls that take a name name the object ([`ShmError::Object`]).
+//!
+//! The value type implements [`ShmSafe`] (plain data valid for every bit pattern); with the
+//! `derive` feature `#[derive(ShmSafe)]` / `#[derive(ShmShared)]` check that at compile time
+//! instead of an `unsafe impl`.
 //!
 //! # Condition variable
 //!
