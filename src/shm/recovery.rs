@@ -543,13 +543,25 @@ impl Ctx<'_> {
 
     /// Give up this process's participant slot if it holds nothing (used when a handle is
     /// dropped).
+    ///
+    /// Decided under the journal lock (no journaled change of this participant's accounting or
+    /// queue slots is half-done), but freed after releasing it: a process that died between
+    /// freeing its identity and releasing the lock would leave the journal lock naming an
+    /// empty slot, which no survivor can tell from a live holder (a wedge). Nothing can make
+    /// the slot hold something in between: the handle is being dropped (no guard, no waiter of
+    /// it), and other processes only hand things to queued waiters or to the dead. A death
+    /// after the lock is released leaves an idle slot with a dead identity: recovery frees it.
     pub(crate) fn release_self(&self) {
-        let _g = self.jlock();
-        let in_queue = (0..self.r.layout.waiter_slots).any(|i| {
-            let s = self.r.slot(i);
-            s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == self.me
-        });
-        if self.r.holds_nothing(self.me) && !in_queue {
+        let idle = {
+            let _g = self.jlock();
+            let in_queue = (0..self.r.layout.waiter_slots).any(|i| {
+                let s = self.r.slot(i);
+                s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == self.me
+            });
+            self.r.holds_nothing(self.me) && !in_queue
+        };
+        if idle {
+            sys::crash_point(sys::crash::RELEASING_SELF);
             let p = self.r.proc(self.me);
             p.free(p.ident.load(SeqCst));
         }

@@ -124,6 +124,9 @@ pub(crate) mod crash {
     pub const OWES_HANDOFF: u32 = 5;
     /// A sleeper picked up its token (normal: owns `WOKEN`; hand-off: owns the lock-to-be).
     pub const TOKEN_TAKEN: u32 = 6;
+    /// A handle is being dropped: its participant slot found idle (journal lock released),
+    /// not freed yet.
+    pub const RELEASING_SELF: u32 = 7;
 }
 
 /// A crash point armed in this process (0 = none); see `shm::__crash_at`.
