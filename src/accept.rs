@@ -224,8 +224,10 @@ impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub struct ShmAcceptMutex<'a, T: ShmSafe = ()> {
     m: &'a ShmMutex<T>,
-    /// This handle holds the lock (through a leaked guard).
-    held: Cell<bool>,
+    /// The pid of the process that holds the lock through this handle (a leaked guard); 0:
+    /// none. A copy inherited across `fork()` holds nothing in the child (whose pid differs),
+    /// as an inherited guard does not.
+    held: Cell<u32>,
 }
 
 #[cfg(target_os = "linux")]
@@ -234,7 +236,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
     pub fn new(m: &'a ShmMutex<T>) -> Self {
         Self {
             m,
-            held: Cell::new(false),
+            held: Cell::new(0),
         }
     }
 
@@ -256,8 +258,9 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
                 (g, Acquired::Clean)
             }
         };
+        let me = std::process::id();
         assert!(
-            !self.held.replace(true),
+            self.held.replace(me) != me,
             "accept lock acquired twice through one handle"
         );
         ShmMutexGuard::leak(g);
@@ -269,7 +272,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
 impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmAcceptMutex")
-            .field("held", &self.held.get())
+            .field("held", &(self.held.get() == std::process::id()))
             .finish_non_exhaustive()
     }
 }
@@ -284,10 +287,11 @@ impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
         self.keep(self.m.try_lock_for(timeout))
     }
     unsafe fn unlock(&self) {
-        if self.held.replace(false) {
-            // SAFETY: `held`: this handle leaked the guard of its acquisition and has not
-            // released it since; the only guard it made, and nobody else holds one (the
-            // caller holds the lock through this handle: `AcceptMutex::unlock`'s contract).
+        if self.held.replace(0) == std::process::id() {
+            // SAFETY: `held`: this handle leaked the guard of its acquisition in this process
+            // (not in a parent it was copied from by `fork()`) and has not released it since;
+            // the only guard it made, and nobody else holds one (the caller holds the lock
+            // through this handle: `AcceptMutex::unlock`'s contract).
             unsafe { self.m.unlock_leaked() };
         }
     }

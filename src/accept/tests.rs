@@ -451,6 +451,50 @@ fn shm_accept_mutex_holds_between_calls() {
     assert!(!lock.is_poisoned() && !lock.owner_died());
 }
 
+/// A `ShmAcceptMutex` copied into a child by `fork()` while the parent held the lock through
+/// it holds nothing in the child: dropping it there must not release the lock the child
+/// later holds through a live guard of its own (nor trip "acquired twice").
+#[cfg(target_os = "linux")]
+#[test]
+fn shm_accept_mutex_inherited_across_fork_holds_nothing() {
+    let lock = ShmMutex::anonymous(0u64).unwrap();
+    let a = ShmAcceptMutex::new(&lock);
+    assert_eq!(AcceptMutex::try_lock(&a), Some(Acquired::Clean));
+    // SAFETY: the child only takes and checks the lock and leaves with _exit (no
+    // allocation-heavy or lock-taking std code of other threads runs in it).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // Waits for the parent's release below.
+        let g = lock.lock().unwrap();
+        drop(a);
+        let mut code = if lock.is_locked() { 0 } else { 1 };
+        drop(g);
+        let b = ShmAcceptMutex::new(&lock);
+        if AcceptMutex::try_lock(&b) != Some(Acquired::Clean) {
+            code |= 2;
+        }
+        drop(b);
+        if lock.is_locked() {
+            code |= 4;
+        }
+        // SAFETY: leaving the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    // SAFETY: `a` holds the lock (acquired above, in this process).
+    unsafe { a.unlock() };
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "{status:#x}");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "1: the inherited handle released the child's lock; 2, 4: a second handle failed"
+    );
+    assert!(!lock.is_locked());
+}
+
 /// The spread rule with `n` workers where this one has `own` and the others `rest` (each).
 fn rule(margin: usize, batch: usize, own: usize, rest: &[usize]) -> Share {
     Spread::new(margin, batch).decide(Load::new(own, rest.iter().sum(), rest.len()))

@@ -352,10 +352,12 @@ impl Drop for Claim {
     }
 }
 
+/// Whether `start..end` overlaps a claim, other than the lock region starting at
+/// `except_start` (a shared value starting there is never excepted).
 fn overlaps(claims: &[Claimed], start: usize, end: usize, except_start: Option<usize>) -> bool {
-    claims
-        .iter()
-        .any(|c| Some(c.start) != except_start && c.start < end && start < c.end)
+    claims.iter().any(|c| {
+        !(c.shared.is_none() && Some(c.start) == except_start) && c.start < end && start < c.end
+    })
 }
 
 const IN_USE: ShmError =
@@ -644,6 +646,22 @@ mod tests {
         // The region below is free again once its handle is gone.
         let m = ShmMutex::init_in(&map, 0, 2u64, cfg).unwrap();
         assert_eq!(*m.lock().unwrap(), 2);
+    }
+
+    /// A shared value lent out at the start of a (former) region: its header is still valid,
+    /// but `attach_in` there must not make a lock (whose value is written non-atomically)
+    /// over bytes lent out as atomics.
+    #[test]
+    fn attach_in_refuses_a_shared_value_at_the_same_offset() {
+        use core::sync::atomic::AtomicU64;
+        let cfg = Config::new().participants(2).waiter_slots(2);
+        let n = ShmMutex::<u64>::required_size(cfg).unwrap().div_ceil(8);
+        let map = Mapping::anonymous(n * 8).unwrap();
+        drop(ShmMutex::init_in(&map, 0, 1u64, cfg).unwrap());
+        let lent = map.shared_slice::<AtomicU64>(0, n).unwrap();
+        let r = ShmMutex::<u64>::attach_in(&map, 0);
+        assert!(matches!(r, Err(ShmError::InvalidConfig(_))), "{r:?}");
+        assert_eq!(lent.len(), n);
     }
 
     #[test]
