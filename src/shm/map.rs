@@ -120,7 +120,9 @@ impl Mapping {
     /// Other processes that write the object may corrupt what is in it (a region placed in
     /// it refuses nothing it cannot check: see the module docs' limits), and one that
     /// truncates it kills every process mapping it with `SIGBUS`; seal a memfd with
-    /// `F_SEAL_SHRINK` to rule that out.
+    /// `F_SEAL_SHRINK` to rule that out. The overlap checks of [`ShmMutex::init_in`] and
+    /// [`Mapping::shared`] are per `Mapping`: two mappings of one object in a process are
+    /// like two processes, which must follow the same layout.
     ///
     /// ```
     /// use gomutex::shm::{Config, Mapping, ShmMutex};

@@ -652,12 +652,16 @@ impl<T: ShmSafe> ShmMutex<T> {
         n
     }
 
-    /// Release the lock a guard of this process left held with [`ShmMutexGuard::leak`]:
+    /// Release the lock a guard of this handle left held with [`ShmMutexGuard::leak`]:
     /// exactly what dropping that guard would have done (the lock poisoned if this thread is
     /// panicking, the owner-died and poison flags otherwise left as they are, the next waiter
     /// woken or handed the lock). Returns whether it released the lock; `false`, doing nothing,
-    /// if this process does not hold it (e.g. in a child forked while the parent held it,
-    /// where dropping the inherited guard does nothing either).
+    /// if this handle in this process does not hold it (e.g. in a child forked while the
+    /// parent held it, where dropping the inherited guard does nothing either). Per handle:
+    /// every handle of a region (`open`, `attach_in`…) is its own participant, so a guard
+    /// leaked through one is not released through another (`false`). A handle dropped while
+    /// its leaked guard is held keeps the lock held until its process exits (then it is
+    /// recovered as any dead owner's).
     ///
     /// With [`leak`](ShmMutexGuard::leak) it is a raw lock/unlock pair for code that cannot
     /// keep the guard (whose lifetime borrows the mutex) between the acquisition and the
