@@ -258,7 +258,8 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
                 (g, Acquired::Clean)
             }
         };
-        let me = std::process::id();
+        // The cached pid (no syscall), as the guard's own check uses.
+        let me = crate::shm::current_pid();
         assert!(
             self.held.replace(me) != me,
             "accept lock acquired twice through one handle"
@@ -272,7 +273,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
 impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmAcceptMutex")
-            .field("held", &(self.held.get() == std::process::id()))
+            .field("held", &(self.held.get() == crate::shm::current_pid()))
             .finish_non_exhaustive()
     }
 }
@@ -287,7 +288,7 @@ impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
         self.keep(self.m.try_lock_for(timeout))
     }
     unsafe fn unlock(&self) {
-        if self.held.replace(0) == std::process::id() {
+        if self.held.replace(0) == crate::shm::current_pid() {
             // SAFETY: `held`: this handle leaked the guard of its acquisition in this process
             // (not in a parent it was copied from by `fork()`) and has not released it since;
             // the only guard it made, and nobody else holds one (the caller holds the lock

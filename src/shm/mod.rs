@@ -168,6 +168,8 @@ pub use gomutex_derive::{ShmSafe, ShmShared};
 
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
+/// This process's pid, cached (reset in `fork()`ed children): what guards compare against.
+pub(crate) use self::sys::current_pid;
 use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
 use core::fmt;
