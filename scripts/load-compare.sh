@@ -27,7 +27,8 @@
 # NGINX_MODES [on off reuseport] (accept_mutex on, off, and off with `listen ... reuseport`),
 # ROUNDS [1] (repeat the whole matrix; the table keeps the median req/s run of each row, and
 # the ratio is to the better nginx median), RAW [unset] (a file to keep every run's raw line),
-# NGINX [nginx from PATH or /usr/sbin/nginx].
+# NGINX [nginx from PATH or /usr/sbin/nginx], PREFORK_ARGS [unset] (extra flags for every
+# prefork run, e.g. "--spread-retry 2"; shown in the table's accept column).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -178,8 +179,9 @@ measure_nginx() { # accept_mutex workload
 
 measure_prefork() { # mode workload
     local mode=$1 wl=$2 json="$TMP/prefork-$1-$2.json"
+    # shellcheck disable=SC2086 # PREFORK_ARGS is a list of flags
     "$BIN" --addr "127.0.0.1:$PORT" --workers "$WORKERS" --accept "$mode" --stats-json "$json" \
-        >"$TMP/prefork.log" 2>&1 &
+        ${PREFORK_ARGS:-} >"$TMP/prefork.log" 2>&1 &
     local pid=$!
     PIDS+=("$pid")
     for _ in $(seq 100); do grep -q "listening on" "$TMP/prefork.log" && break; sleep 0.05; done
@@ -192,7 +194,7 @@ measure_prefork() { # mode workload
     local share wasted
     share=$(sed -n 's/.*"share_min_max": \([0-9.]*\).*/\1/p' "$json")
     wasted=$(sed -n 's/.*"wasted_per_1000": \([0-9.]*\).*/\1/p' "$json")
-    echo "prefork --accept=$mode $wl $rps $p50 $p99 ${share:-?} ${wasted:-?} $cpu"
+    echo "prefork --accept=$mode${PREFORK_ARGS:+_${PREFORK_ARGS// /_}} $wl $rps $p50 $p99 ${share:-?} ${wasted:-?} $cpu"
 }
 
 RESULTS="$TMP/results"

@@ -81,7 +81,7 @@
 //! * a holder accepts at most [`Decision::batch`] connections (no more than keep it within the
 //!   margin, at most `batch`), then releases the lock as usual, so a less loaded worker takes
 //!   the next batch;
-//! * a worker that skipped or lost the lock caps its poll at `retry` (10 ms) rather than
+//! * a worker that skipped or lost the lock caps its poll at `retry` (2 ms) rather than
 //!   `delay`, because the counts move while it polls: the holder may be about to skip.
 //!
 //! The least loaded worker never skips, so some worker always accepts — provided dead workers
@@ -511,15 +511,15 @@ impl Default for Spread {
 }
 
 impl Spread {
-    /// Margin 1, batches of 4, retry 10 ms, rate slack 20 % (see docs/accept.md for why).
+    /// Margin 1, batches of 4, retry 2 ms, rate slack 20 % (see docs/accept.md for why).
     pub const DEFAULT: Spread = Spread::new(1, 4);
 
-    /// The rule with these knobs (and a 10 ms `retry`, a 20 % `rate_slack`).
+    /// The rule with these knobs (and a 2 ms `retry`, a 20 % `rate_slack`).
     pub const fn new(margin: usize, batch: usize) -> Self {
         Self {
             margin,
             batch,
-            retry: Duration::from_millis(10),
+            retry: Duration::from_millis(2),
             rate_slack: Some(20),
         }
     }

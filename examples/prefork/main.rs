@@ -31,7 +31,7 @@
 //! of its recent accepts in the shared region, a worker more than `--spread-margin` above the
 //! mean or the least loaded worker (or more than `--spread-rate-slack` percent above the least
 //! recent accepts) skips the lock, and a holder accepts at most `--spread-batch` per turn; a
-//! worker without the lock polls at most `--spread-retry` (10 ms) instead of `--accept-delay`.
+//! worker without the lock polls at most `--spread-retry` (2 ms) instead of `--accept-delay`.
 
 #[cfg(target_os = "linux")]
 mod http;
@@ -94,7 +94,7 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                             least loaded worker a worker may hold and still accept (default 1)
   --spread-batch N          spread rule: most connections accepted per turn of the lock
                             (default 4)
-  --spread-retry MS         spread rule: poll cap of a worker without the lock (default 10)
+  --spread-retry MS         spread rule: poll cap of a worker without the lock (default 2)
   --spread-rate-slack PCT   spread rule: percent by which a worker's recent accepts may exceed
                             the least's before it skips the lock (default 20; off: ignore them)
 

@@ -580,7 +580,7 @@ fn loaded_iteration_skips_or_caps_the_batch() {
     // after `retry`, not `delay`.
     let d = a.begin_iteration_loaded(false, Load::new(30, 10, 1));
     assert!(!d.armed && d.changed && d.batch.is_none());
-    assert_eq!(d.poll_timeout, Some(Duration::from_millis(10)));
+    assert_eq!(d.poll_timeout, Some(Spread::DEFAULT.retry));
     assert_eq!(a.stats().spread_skips, 1);
     assert_eq!(m.log(), ["try", "unlock"]);
     // Without loads (begin_iteration) or without a rule, no cap.
