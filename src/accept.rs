@@ -511,8 +511,8 @@ impl Default for Spread {
 }
 
 impl Spread {
-    /// Margin 1, batches of 4, retry 2 ms, rate slack 20 % (see docs/accept.md for why).
-    pub const DEFAULT: Spread = Spread::new(1, 4);
+    /// Margin 0, batches of 4, retry 2 ms, rate slack 20 % (see docs/accept.md for why).
+    pub const DEFAULT: Spread = Spread::new(0, 4);
 
     /// The rule with these knobs (and a 2 ms `retry`, a 20 % `rate_slack`).
     pub const fn new(margin: usize, batch: usize) -> Self {

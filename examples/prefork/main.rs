@@ -91,7 +91,7 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                             with the spread rule, up to its batch)
   --no-spread               lock modes: no load-aware spread rule (nginx's behaviour)
   --spread-margin N         spread rule: connections above the workers' mean and above the
-                            least loaded worker a worker may hold and still accept (default 1)
+                            least loaded worker a worker may hold and still accept (default 0)
   --spread-batch N          spread rule: most connections accepted per turn of the lock
                             (default 4)
   --spread-retry MS         spread rule: poll cap of a worker without the lock (default 2)
