@@ -15,13 +15,27 @@ use std::sync::atomic::AtomicU64;
 #[derive(Debug)]
 pub struct AnonShared {
     map: Mapping,
+    /// The mapping as `len / 8` atomics, lent out once by `Mapping::shared_slice` (which
+    /// takes the mapping's claim-table lock: not something to do on every counter access in
+    /// the torture tests' hot loops).
+    u64s: *const AtomicU64,
 }
+
+// SAFETY: the pointer is into the mapping `self` owns, read only as atomics (see `u64s`);
+// `Mapping` is `Send + Sync`.
+unsafe impl Send for AnonShared {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for AnonShared {}
 
 impl AnonShared {
     /// A fresh zero-filled, page-aligned shared mapping of `len` bytes (at least one).
     pub fn new(len: usize) -> io::Result<Self> {
         let map = Mapping::anonymous(len.max(1)).map_err(io::Error::other)?;
-        Ok(Self { map })
+        let u64s = map
+            .shared_slice::<AtomicU64>(0, map.len() / 8)
+            .map_err(io::Error::other)?
+            .as_ptr();
+        Ok(Self { map, u64s })
     }
 
     /// A mapping of `n` zeroed `AtomicU64`s (see [`AnonShared::u64s`]); panics if mmap fails.
@@ -47,8 +61,9 @@ impl AnonShared {
     /// The mapping as `len() / 8` atomics. Callers that also write through `as_ptr` must not
     /// do so at these bytes concurrently.
     pub fn u64s(&self) -> &[AtomicU64] {
-        self.map
-            .shared_slice::<AtomicU64>(0, self.len() / 8)
-            .expect("a page-aligned mapping of atomics")
+        // SAFETY: `new` got this pointer from `Mapping::shared_slice` for `len / 8` atomics,
+        // and that range stays lent out as atomics while the mapping lives; `self` owns the
+        // mapping, so it lives at least as long as the returned borrow.
+        unsafe { std::slice::from_raw_parts(self.u64s, self.len() / 8) }
     }
 }
