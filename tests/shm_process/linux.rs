@@ -387,20 +387,7 @@ fn several_locks_in_one_mapping() {
     );
 
     // A death holding `b` is reported by `b` alone.
-    let flags = AnonShared::counters(1);
-    let victim = {
-        let (b, flags) = (&b, &flags);
-        fork(move || {
-            let g = ok(b.lock());
-            flags.at(0).store(1, SeqCst);
-            std::thread::sleep(Duration::from_secs(30));
-            drop(g);
-            0
-        })
-    };
-    while flags.at(0).load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let victim = fork_holder(&b, false, |_| {});
     kill9(victim);
     assert_eq!(wait(victim), 128 + libc::SIGKILL);
     assert!(b.force_unlock(victim));
@@ -637,17 +624,7 @@ fn owner_death_detected_by_waiter() {
 /// owner is told. force_unlock of a pid that did not hold it returns false.
 fn force_unlock_after_waitpid() {
     let m = ShmMutex::anonymous(7u32).unwrap();
-    let flags = AnonShared::counters(1);
-    let victim = fork(|| {
-        let g = ok(m.lock());
-        flags.at(0).store(1, SeqCst);
-        std::thread::sleep(Duration::from_secs(60));
-        drop(g);
-        0
-    });
-    while flags.at(0).load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_micros(100));
-    }
+    let victim = fork_holder(&m, false, |_| {});
     assert!(!m.force_unlock(victim as u32), "alive: must be left alone");
     assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
     kill9(victim);
@@ -672,18 +649,7 @@ fn force_unlock_after_waitpid() {
 /// `fork` returned as it is.
 fn lock_or_repair_after_owner_death() {
     let m = ShmMutex::anonymous([5u64, 5]).unwrap();
-    let flags = AnonShared::counters(1);
-    let victim = fork(|| {
-        let mut g = ok(m.lock());
-        g[0] += 1; // half of a two-word update
-        flags.at(0).store(1, SeqCst);
-        std::thread::sleep(Duration::from_secs(60));
-        drop(g);
-        0
-    });
-    while flags.at(0).load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_micros(100));
-    }
+    let victim = fork_holder(&m, false, |v| v[0] += 1); // half of a two-word update
     kill9(victim);
     assert_eq!(wait(victim), 128 + libc::SIGKILL);
     assert!(m.force_unlock(victim), "it held the lock");
