@@ -17,32 +17,21 @@ use common::shmtest::header_u32;
 
 // ------------------------------------------------------------------ helpers
 
-/// The guard, whatever the lock reported (repairing: every critical section below commits
-/// with one store, so a dead owner leaves nothing to undo).
-fn take<'a, T: ShmSafe>(
-    r: Result<ShmMutexGuard<'a, T>, LockError<ShmMutexGuard<'a, T>>>,
-) -> ShmMutexGuard<'a, T> {
-    match r {
-        Ok(g) => g,
-        Err(e) => {
-            let g = e.into_guard();
-            g.mark_consistent();
-            g
-        }
-    }
-}
-
-/// `wait_while` that repairs (see [`take`]) and goes on waiting after an owner death.
-fn wait_while<'a, T: ShmSafe>(
+/// `wait_while` that goes on waiting after an owner death, running `repair` on the value and
+/// marking it consistent (as `ShmMutex::lock_or_repair` does for `lock`): every critical
+/// section below commits with one store, so a dead owner leaves nothing to undo.
+fn wait_repairing<'a, T: ShmSafe>(
     cv: &ShmCondvar<'a, T>,
     mut g: ShmMutexGuard<'a, T>,
     mut cond: impl FnMut(&mut T) -> bool,
+    mut repair: impl FnMut(&mut T),
 ) -> ShmMutexGuard<'a, T> {
     loop {
         match cv.wait_while(g, &mut cond) {
             Ok(g) => return g,
             Err(e) => {
                 g = e.into_guard();
+                repair(&mut g);
                 g.mark_consistent();
             }
         }
@@ -87,42 +76,22 @@ struct Queue {
 // SAFETY: repr(C), u64s only; every bit pattern is a valid `Queue`.
 unsafe impl ShmSafe for Queue {}
 
-fn lock_q<'a>(m: &'a ShmMutex<Queue>) -> ShmMutexGuard<'a, Queue> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(e) => {
-            let mut g = e.into_guard();
-            g.owner_died += 1;
-            g.mark_consistent();
-            g
-        }
-    }
-}
-
-/// `wait_while` counting owner deaths (see [`wait_while`]).
-fn wait_q<'a>(
-    cv: &ShmCondvar<'a, Queue>,
-    mut g: ShmMutexGuard<'a, Queue>,
-    mut cond: impl FnMut(&mut Queue) -> bool,
-) -> ShmMutexGuard<'a, Queue> {
-    loop {
-        match cv.wait_while(g, &mut cond) {
-            Ok(g) => return g,
-            Err(e) => {
-                g = e.into_guard();
-                g.owner_died += 1;
-                g.mark_consistent();
-            }
-        }
-    }
+/// Count an owner death reported to a queue worker (through `lock` or `wait`).
+fn count_death(q: &mut Queue) {
+    q.owner_died += 1;
 }
 
 /// Push until `tail` reaches `limit`; `all` chooses `notify_all` (else `notify_one`).
 fn producer(m: &ShmMutex<Queue>, all: bool) -> i32 {
     let cv = m.condvar();
     loop {
-        let g = lock_q(m);
-        let mut g = wait_q(&cv, g, |q| q.tail - q.head >= CAP && q.tail < q.limit);
+        let g = m.lock_or_repair(count_death);
+        let mut g = wait_repairing(
+            &cv,
+            g,
+            |q| q.tail - q.head >= CAP && q.tail < q.limit,
+            count_death,
+        );
         if g.tail >= g.limit {
             drop(g);
             cv.notify_all(); // let the others see the end
@@ -144,8 +113,13 @@ fn producer(m: &ShmMutex<Queue>, all: bool) -> i32 {
 fn consumer(m: &ShmMutex<Queue>, all: bool) -> i32 {
     let cv = m.condvar();
     loop {
-        let g = lock_q(m);
-        let mut g = wait_q(&cv, g, |q| q.head == q.tail && q.head < q.limit);
+        let g = m.lock_or_repair(count_death);
+        let mut g = wait_repairing(
+            &cv,
+            g,
+            |q| q.head == q.tail && q.head < q.limit,
+            count_death,
+        );
         if g.head >= g.limit {
             drop(g);
             cv.notify_all();
@@ -266,8 +240,8 @@ fn notify_races() {
                 fork(move || {
                     let cv = m.condvar();
                     for _ in 0..rounds {
-                        let g = take(m.lock());
-                        let mut g = wait_while(&cv, g, |t| t.turn % procs != me);
+                        let g = m.lock_or_repair(|_| {});
+                        let mut g = wait_repairing(&cv, g, |t| t.turn % procs != me, |_| {});
                         g.turn += 1;
                         drop(g);
                         if all {
@@ -537,7 +511,7 @@ fn kills_under_load() {
     let moved_under_kills = last_head;
     // The end: 2 000 more items, then everybody stops.
     let limit = {
-        let mut g = take(m.lock());
+        let mut g = m.lock_or_repair(|_| {});
         g.limit = g.tail + 2_000;
         g.limit
     };
@@ -553,7 +527,7 @@ fn kills_under_load() {
     // waits out of the sleepers hint.
     m.recover();
     let sleepers = header_u32(&m, SLEEPERS).load(SeqCst);
-    let g = take(m.lock());
+    let g = m.lock_or_repair(|_| {});
     println!(
         "  {secs} s: {moved_under_kills} items moved under {} kills ({} producers, {} consumers); \
          force_unlock {forced} (true {forced_true}); owner deaths reported {}; \
