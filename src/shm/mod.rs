@@ -364,6 +364,19 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// of the lock, where `lock()` waits for a slot and `try_lock*` return `WouldBlock` at
     /// their deadline; `open`/`attach` already fail with that error when every slot is held by
     /// a live process at that moment.
+    ///
+    /// Registering costs a few system calls (the process's identity is its pid and its start
+    /// time, read from `/proc/<pid>/stat`, plus a pidfd): about 0.1 ms, once per process and
+    /// handle. A process whose first lock is latency-sensitive (a worker forked into a busy
+    /// pool) can call `join` at start-up to pay it there.
+    ///
+    /// ```
+    /// let m = gomutex::shm::ShmMutex::anonymous(0u32)?;
+    /// m.join()?; // registered now; the first lock() below is a plain lock
+    /// *m.lock().unwrap() += 1;
+    /// assert_eq!(m.diagnostics().participants, 1);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn join(&self) -> Result<(), ShmError> {
         let pid = sys::current_pid();
         if self.registered(pid).is_some() {
