@@ -7,6 +7,8 @@
 //! where a plain unlock would let it barge straight back in.
 #![cfg(feature = "lock_api")]
 
+mod common;
+
 use gomutex::RawMutex;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
@@ -23,22 +25,20 @@ const WAITER: u32 = 8;
 fn wait_for_state<T>(m: &Mutex<T>, state: u32) {
     // SAFETY: only reads the state word.
     let raw = unsafe { m.raw() };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while raw.state() != state {
-        assert!(Instant::now() < deadline, "state {:#x}", raw.state());
-        thread::yield_now();
-    }
+    let what = || format!("state {state:#x} (it is {:#x})", raw.state());
+    common::poll_until(Duration::from_secs(10), Duration::ZERO, what, || {
+        raw.state() == state
+    });
 }
 
 /// Wait (bounded) until `n` threads sleep on the lock's queue.
 fn wait_parked<T>(m: &Mutex<T>, n: usize) {
     // SAFETY: only reads.
     let raw = unsafe { m.raw() };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while raw.parked() != n {
-        assert!(Instant::now() < deadline, "parked {}", raw.parked());
-        thread::yield_now();
-    }
+    let what = || format!("{n} parked (there are {})", raw.parked());
+    common::poll_until(Duration::from_secs(10), Duration::ZERO, what, || {
+        raw.parked() == n
+    });
 }
 
 #[test]

@@ -47,16 +47,13 @@ fn parked_on(key: usize) -> Vec<usize> {
 }
 
 /// Poll `cond` (no fixed sleeps: it is the signal) for up to 10 s.
-fn wait_until(what: impl Fn() -> String, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting until {}",
-            what()
-        );
-        thread::sleep(Duration::from_micros(50));
-    }
+fn wait_until(what: impl Fn() -> String, cond: impl FnMut() -> bool) {
+    common::poll_until(
+        Duration::from_secs(10),
+        Duration::from_micros(50),
+        what,
+        cond,
+    );
 }
 
 fn sema_key(s: &ParkSema) -> usize {
@@ -319,12 +316,13 @@ fn starvation_mode_hands_off_fifo_with_the_requeued_waiter_first() {
 
 /// Spin (yielding) until `cond`, for up to 10 s: for phases that must be seen within
 /// milliseconds even on a loaded machine, where a sleeping poller may wake too late.
-fn spin_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        thread::yield_now();
-    }
+fn spin_until(what: &str, cond: impl FnMut() -> bool) {
+    common::poll_until(
+        Duration::from_secs(10),
+        Duration::ZERO,
+        || what.into(),
+        cond,
+    );
 }
 
 /// A timed waiter's sleep ends as the holder releases the lock in starvation mode, its

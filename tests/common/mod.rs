@@ -83,3 +83,27 @@ pub fn join_within<T: Send + 'static>(
     }
     out.into_iter().map(Option::unwrap).collect()
 }
+
+/// Poll `cond` until it holds, panicking with `what()` after `limit`. Between looks it sleeps
+/// `pause`, or only yields if `pause` is zero: for phases that must be seen within
+/// milliseconds even on a loaded machine, where a sleeping poller may look too late.
+pub fn poll_until(
+    limit: std::time::Duration,
+    pause: std::time::Duration,
+    what: impl Fn() -> String,
+    mut cond: impl FnMut() -> bool,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting until {}",
+            what()
+        );
+        if pause.is_zero() {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+        }
+    }
+}

@@ -29,11 +29,12 @@ fn wait_stopped(pid: libc::pid_t) {
 
 /// Wait (bounded) until `cond` holds.
 fn until(what: &str, cond: impl Fn() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < Duration::from_secs(5), "timed out: {what}");
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    common::poll_until(
+        Duration::from_secs(5),
+        Duration::from_micros(200),
+        || what.into(),
+        cond,
+    );
 }
 
 const STATE_OFFSET: usize = 64;

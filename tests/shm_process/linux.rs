@@ -719,15 +719,12 @@ fn queued_waiters_killed() {
             })
         })
         .collect();
-    let t = Instant::now();
-    while m.diagnostics().queued_slots < 4 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            m.diagnostics()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::poll_until(
+        Duration::from_secs(5),
+        Duration::from_millis(1),
+        || format!("4 queued: {:?}", m.diagnostics()),
+        || m.diagnostics().queued_slots >= 4,
+    );
     assert_eq!(m.diagnostics().waiters, 4);
     for &k in &kids[..3] {
         kill9(k);
@@ -735,17 +732,15 @@ fn queued_waiters_killed() {
     }
     // Recovery by the scan every waiter runs (no supervisor): wait for it.
     let t = Instant::now();
-    loop {
-        let d = m.diagnostics();
-        if d.waiters == 1 && d.queued_slots == 1 {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(2),
-            "phantom waiters: {d:?}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::poll_until(
+        Duration::from_secs(2),
+        Duration::from_millis(1),
+        || format!("no phantom waiters: {:?}", m.diagnostics()),
+        || {
+            let d = m.diagnostics();
+            d.waiters == 1 && d.queued_slots == 1
+        },
+    );
     println!("    dead waiters removed after {:?}", t.elapsed());
     drop(g);
     assert_eq!(wait(kids[3]), 0);
