@@ -25,6 +25,7 @@
 # Environment (defaults in brackets): DURATION [5] seconds per run, THREADS [2] and CONNS [50]
 # for wrk, WORKERS [2], PORT [18480] (the example; nginx uses PORT+1), MODES [all five],
 # NGINX_MODES [on off reuseport] (accept_mutex on, off, and off with `listen ... reuseport`),
+# WORKLOADS [close keepalive] (either or both),
 # ROUNDS [1] (repeat the whole matrix; the table keeps the median req/s run of each row, and
 # the ratio is to the better nginx median), RAW [unset] (a file to keep every run's raw line),
 # NGINX [nginx from PATH or /usr/sbin/nginx], PREFORK_ARGS [unset] (extra flags for every
@@ -40,6 +41,7 @@ PORT=${PORT:-18480}
 NGX_PORT=$((PORT + 1))
 MODES=${MODES:-"mutex blocking none exclusive reuseport"}
 NGINX_MODES=${NGINX_MODES:-"on off reuseport"}
+WORKLOADS=${WORKLOADS:-"close keepalive"}
 ROUNDS=${ROUNDS:-1}
 
 log() { echo "load-compare: $*" >&2; }
@@ -200,7 +202,7 @@ measure_prefork() { # mode workload
 RESULTS="$TMP/results"
 : >"$RESULTS"
 for round in $(seq "$ROUNDS"); do
-    for wl in close keepalive; do
+    for wl in $WORKLOADS; do
         for am in $NGINX_MODES; do
             log "round $round: nginx accept_mutex $am, $wl"
             measure_nginx "$am" "$wl" >>"$RESULTS"
