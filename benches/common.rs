@@ -143,6 +143,64 @@ impl<T> std::ops::Deref for ShmBox<T> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Where the two CPUs are.
+
+/// Pinning helpers shared with the tests.
+#[path = "../tests/common/cpus.rs"]
+mod cpus;
+
+/// How far apart the machine's first two CPUs are, as the median round trip in ns of a value
+/// bounced between two threads pinned to them (a `Release` store answered by a store the other
+/// side spins for, 3 × 2000 round trips, a few ms in all). `None` with fewer than two CPUs or
+/// off Linux (no pinning).
+///
+/// Every contended figure depends on it, and on a VM it is not fixed: the host may run the two
+/// vCPUs on one core's siblings or on different dies, and change that within seconds. On
+/// 2026-11-30 this machine's round trip moved between 34–65 ns and 318–384 ns, and ShmMutex /
+/// pthread with 2 processes and Go's `MutexWork` loop moved with it (1.16–1.61 near, 0.59–0.77
+/// far). The benches probe it before every round and print it beside their figures.
+pub fn line_round_trip_ns() -> Option<f64> {
+    use std::sync::atomic::{
+        AtomicU64,
+        Ordering::{Acquire, Release},
+    };
+    let (a, b) = cpus::two_cpus()?;
+    const TRIPS: u64 = 2000;
+    let ball = Padded(AtomicU64::new(0));
+    let ball = &ball.0;
+    let mut samples = Vec::new();
+    for _ in 0..3 {
+        ball.store(0, Release);
+        let ns = std::thread::scope(|s| {
+            s.spawn(|| {
+                cpus::pin_to(Some(b));
+                for i in 0..TRIPS {
+                    while ball.load(Acquire) != 2 * i + 1 {
+                        std::hint::spin_loop();
+                    }
+                    ball.store(2 * i + 2, Release);
+                }
+            });
+            s.spawn(|| {
+                cpus::pin_to(Some(a));
+                let start = std::time::Instant::now();
+                for i in 0..TRIPS {
+                    ball.store(2 * i + 1, Release);
+                    while ball.load(Acquire) != 2 * i + 2 {
+                        std::hint::spin_loop();
+                    }
+                }
+                start.elapsed().as_nanos() as f64 / TRIPS as f64
+            })
+            .join()
+            .expect("round-trip probe panicked")
+        });
+        samples.push(ns);
+    }
+    Some(median(&samples))
+}
+
+// ---------------------------------------------------------------------------------------------
 // Small helpers.
 
 /// `$name` parsed as a `T`, or `default` when unset, empty or unparsable.

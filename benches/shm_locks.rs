@@ -39,7 +39,7 @@
 use gomutex::shm::{LockError, ShmMutex};
 
 mod common;
-use common::{go_work, target_dir, ShmBox};
+use common::{go_work, line_round_trip_ns, target_dir, ShmBox};
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -761,6 +761,9 @@ struct Row {
     /// The untimed runs, one per round.
     plain: Vec<Run>,
     timed: Option<Run>,
+    /// `common::line_round_trip_ns` probed before each round of this configuration (shared
+    /// by every lock of the configuration: they alternate within a round).
+    round_trip_ns: Vec<f64>,
 }
 
 impl Row {
@@ -899,7 +902,10 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
             let chosen: Vec<&Contender> =
                 locks.iter().filter(|c| cfg.selected(&id(c.name))).collect();
             let mut plain: Vec<Vec<Run>> = chosen.iter().map(|_| Vec::new()).collect();
+            let mut round_trip_ns = Vec::new();
             for r in 0..cfg.rounds {
+                // Threads, joined before any fork below.
+                round_trip_ns.extend(line_round_trip_ns());
                 for k in 0..chosen.len() {
                     let i = (r + k) % chosen.len();
                     if r > 0 && plain[i].is_empty() {
@@ -925,9 +931,11 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
                     work,
                     plain,
                     timed,
+                    round_trip_ns: round_trip_ns.clone(),
                 };
                 eprintln!(
-                    "{}: {:.1} ns/op median of {} ({}), timed run: {} ns/op, worst wait {} µs",
+                    "{}: {:.1} ns/op median of {} ({}), timed run: {} ns/op, worst wait {} µs, \
+                     line round trip {} ns",
                     id(c.name),
                     row.median().ns_per_op(),
                     row.plain.len(),
@@ -937,7 +945,8 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
                         .collect::<Vec<_>>()
                         .join(" "),
                     fmt_opt(row.timed.as_ref().map(Run::ns_per_op), "-"),
-                    fmt_opt(row.worst_wait_us(), "-")
+                    fmt_opt(row.worst_wait_us(), "-"),
+                    fmt_round_trips(&row.round_trip_ns)
                 );
                 rows.push(row);
             }
@@ -980,6 +989,17 @@ fn fmt_opt(v: Option<f64>, none: &str) -> String {
     v.map_or_else(|| none.to_owned(), |v| format!("{v:.1}"))
 }
 
+/// Round-trip probes as `min–max` ns (`–` when there were none).
+fn fmt_round_trips(v: &[f64]) -> String {
+    let min = v.iter().copied().reduce(f64::min);
+    let max = v.iter().copied().reduce(f64::max);
+    match (min, max) {
+        (Some(a), Some(b)) if b - a < 0.5 => format!("{a:.0}"),
+        (Some(a), Some(b)) => format!("{a:.0}–{b:.0}"),
+        _ => "–".to_owned(),
+    }
+}
+
 fn print_table(cfg: &Config, rows: &[Row]) {
     println!();
     println!(
@@ -999,9 +1019,15 @@ fn print_table(cfg: &Config, rows: &[Row]) {
     } else {
         println!("--no-timing: no timed runs, so no worst wait");
     }
+    println!(
+        "line RT: cache-line round trip between the first two CPUs, probed before each round \
+         (it moves on a VM, and contended figures move with it)"
+    );
     println!();
-    println!("| lock | procs | work | ns/op | vs pthread | min/max share | worst wait µs |");
-    println!("|---|---:|---|---:|---:|---:|---:|");
+    println!(
+        "| lock | procs | work | ns/op | vs pthread | min/max share | worst wait µs | line RT ns |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|---:|");
     for r in rows {
         let med = r.median();
         let (min, max) = med.share();
@@ -1010,7 +1036,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
             .find(|p| p.lock == "pthread" && p.procs == r.procs && p.work == r.work)
             .map(|p| med.ns_per_op() / p.median().ns_per_op());
         println!(
-            "| {} | {} | {} | {:.1} | {} | {:.1}% / {:.1}% | {} |",
+            "| {} | {} | {} | {:.1} | {} | {:.1}% / {:.1}% | {} | {} |",
             r.lock,
             r.procs,
             r.work.name(),
@@ -1018,7 +1044,8 @@ fn print_table(cfg: &Config, rows: &[Row]) {
             pthread.map_or_else(|| "–".to_owned(), |x| format!("{x:.2}")),
             min * 100.0,
             max * 100.0,
-            fmt_opt(r.worst_wait_us(), "–")
+            fmt_opt(r.worst_wait_us(), "–"),
+            fmt_round_trips(&r.round_trip_ns)
         );
     }
 }
@@ -1055,13 +1082,18 @@ fn write_json(cfg: &Config, rows: &[Row], path: &Path) -> io::Result<()> {
     for (i, r) in rows.iter().enumerate() {
         out += &format!(
             "    {{\"lock\": \"{}\", \"procs\": {}, \"work\": \"{}\", \"untimed_ns_per_op\": [{}], \
-             \"untimed\": {}, \"timed\": {}}}{}\n",
+             \"line_round_trip_ns\": [{}], \"untimed\": {}, \"timed\": {}}}{}\n",
             r.lock,
             r.procs,
             r.work.name(),
             r.plain
                 .iter()
                 .map(|r| format!("{:.2}", r.ns_per_op()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            r.round_trip_ns
+                .iter()
+                .map(|x| format!("{x:.1}"))
                 .collect::<Vec<_>>()
                 .join(", "),
             run_json(r.median()),

@@ -52,7 +52,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    env_or, go_work, local_array, median, procs, stride4_increment, target_dir, Lock, Padded,
+    env_or, go_work, line_round_trip_ns, local_array, median, procs, stride4_increment, target_dir,
+    Lock, Padded,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -546,12 +547,16 @@ struct Row {
     name: String,
     threads: String,
     samples: [Vec<f64>; 3],
+    /// `common::line_round_trip_ns` probed before each round.
+    round_trip_ns: Vec<f64>,
 }
 
 /// Runs `run(lock index)` `rounds` times per lock, alternating the locks.
 fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> f64) -> Row {
     let mut samples: [Vec<f64>; 3] = Default::default();
+    let mut round_trip_ns = Vec::new();
     for r in 0..cfg.rounds {
+        round_trip_ns.extend(line_round_trip_ns());
         for k in 0..LOCKS.len() {
             let lock = (r + k) % LOCKS.len();
             let ns = run(lock);
@@ -562,16 +567,18 @@ fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> f6
         name,
         threads,
         samples,
+        round_trip_ns,
     };
     eprintln!(
-        "{}: {}",
+        "{}: {}; line round trip {:.0} ns",
         row.name,
         LOCKS
             .iter()
             .zip(&row.samples)
             .map(|(l, s)| format!("{l} {:.1}", median(s)))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        median(&row.round_trip_ns)
     );
     row
 }
@@ -594,22 +601,33 @@ fn print_table(cfg: &Config, rows: &[Row]) {
         cfg.rounds,
         procs()
     );
+    println!(
+        "line RT: cache-line round trip between the first two CPUs, median of a probe before \
+         each round (it moves on a VM, and contended figures move with it)"
+    );
     println!();
     println!(
-        "| case | threads | gomutex | std | parking_lot | gomutex/parking_lot | gomutex/std |"
+        "| case | threads | gomutex | std | parking_lot | gomutex/parking_lot | gomutex/std | \
+         line RT ns |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let [g, s, p] = [0, 1, 2].map(|i| median(&r.samples[i]));
+        let rt = median(&r.round_trip_ns);
         println!(
-            "| {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {} |",
             r.name,
             r.threads,
             fmt_ns(g),
             fmt_ns(s),
             fmt_ns(p),
             g / p,
-            g / s
+            g / s,
+            if rt.is_nan() {
+                "–".to_owned()
+            } else {
+                format!("{rt:.0}")
+            }
         );
     }
 }
@@ -631,10 +649,12 @@ fn write_json(cfg: &Config, rows: &[Row], path: &std::path::Path) -> std::io::Re
                 format!("\"{l}\": [{}]", v.join(", "))
             })
             .collect();
+        let rt: Vec<String> = r.round_trip_ns.iter().map(|x| format!("{x:.1}")).collect();
         out += &format!(
-            "    {{\"name\": \"{}\", \"threads\": \"{}\", {}}}{}\n",
+            "    {{\"name\": \"{}\", \"threads\": \"{}\", \"line_round_trip_ns\": [{}], {}}}{}\n",
             r.name,
             r.threads,
+            rt.join(", "),
             locks.join(", "),
             if i + 1 < rows.len() { "," } else { "" }
         );
