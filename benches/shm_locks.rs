@@ -904,8 +904,11 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
             let mut plain: Vec<Vec<Run>> = chosen.iter().map(|_| Vec::new()).collect();
             let mut round_trip_ns = Vec::new();
             for r in 0..cfg.rounds {
-                // Threads, joined before any fork below.
-                round_trip_ns.extend(line_round_trip_ns());
+                // Threads, joined before any fork below; only where figures count (the probe
+                // spins two pinned threads for a few ms).
+                if !cfg.smoke {
+                    round_trip_ns.extend(line_round_trip_ns());
+                }
                 for k in 0..chosen.len() {
                     let i = (r + k) % chosen.len();
                     if r > 0 && plain[i].is_empty() {
