@@ -200,6 +200,18 @@ pub fn line_round_trip_ns() -> Option<f64> {
     Some(median(&samples))
 }
 
+/// Round-trip probes (see [`line_round_trip_ns`]) as `min–max` ns, one figure when they agree,
+/// `–` when there were none (test mode, one CPU): how the benches print them.
+pub fn fmt_round_trips(v: &[f64]) -> String {
+    let min = v.iter().copied().reduce(f64::min);
+    let max = v.iter().copied().reduce(f64::max);
+    match (min, max) {
+        (Some(a), Some(b)) if b - a < 0.5 => format!("{a:.0}"),
+        (Some(a), Some(b)) => format!("{a:.0}–{b:.0}"),
+        _ => "–".to_owned(),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Small helpers.
 

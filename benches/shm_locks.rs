@@ -39,7 +39,7 @@
 use gomutex::shm::{LockError, ShmMutex};
 
 mod common;
-use common::{go_work, line_round_trip_ns, target_dir, ShmBox};
+use common::{fmt_round_trips, go_work, line_round_trip_ns, target_dir, ShmBox};
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -990,17 +990,6 @@ fn check_pthread_robust_recovery() {
 /// `v` with one decimal, or `none` when there is no value.
 fn fmt_opt(v: Option<f64>, none: &str) -> String {
     v.map_or_else(|| none.to_owned(), |v| format!("{v:.1}"))
-}
-
-/// Round-trip probes as `min–max` ns (`–` when there were none).
-fn fmt_round_trips(v: &[f64]) -> String {
-    let min = v.iter().copied().reduce(f64::min);
-    let max = v.iter().copied().reduce(f64::max);
-    match (min, max) {
-        (Some(a), Some(b)) if b - a < 0.5 => format!("{a:.0}"),
-        (Some(a), Some(b)) => format!("{a:.0}–{b:.0}"),
-        _ => "–".to_owned(),
-    }
 }
 
 fn print_table(cfg: &Config, rows: &[Row]) {

@@ -52,8 +52,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    env_or, go_work, line_round_trip_ns, local_array, median, procs, stride4_increment, target_dir,
-    Lock, Padded,
+    env_or, fmt_round_trips, go_work, line_round_trip_ns, local_array, median, procs,
+    stride4_increment, target_dir, Lock, Padded,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -581,18 +581,9 @@ fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> f6
             .map(|(l, s)| format!("{l} {:.1}", median(s)))
             .collect::<Vec<_>>()
             .join(", "),
-        fmt_round_trip(&row.round_trip_ns)
+        fmt_round_trips(&row.round_trip_ns)
     );
     row
-}
-
-/// The median round-trip probe in whole ns, or `–` when there was none (test mode, one CPU).
-fn fmt_round_trip(v: &[f64]) -> String {
-    if v.is_empty() {
-        "–".to_owned()
-    } else {
-        format!("{:.0}", median(v))
-    }
 }
 
 fn fmt_ns(x: f64) -> String {
@@ -614,8 +605,8 @@ fn print_table(cfg: &Config, rows: &[Row]) {
         procs()
     );
     println!(
-        "line RT: cache-line round trip between the first two CPUs, median of a probe before \
-         each round (it moves on a VM, and contended figures move with it)"
+        "line RT: cache-line round trip between the first two CPUs, probed before each round \
+         (min–max; it moves on a VM, and contended figures move with it)"
     );
     println!();
     println!(
@@ -634,7 +625,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
             fmt_ns(p),
             g / p,
             g / s,
-            fmt_round_trip(&r.round_trip_ns)
+            fmt_round_trips(&r.round_trip_ns)
         );
     }
 }
