@@ -27,7 +27,7 @@
 //! each op's interval runs from just before `lock()` to just after `unlock()`. Its ns/op goes
 //! to the JSON only.
 //!
-//! `cargo bench --bench shm_locks [-- FILTER…] [--duration-ms N] [--rounds N] [--procs 2,8]
+//! `cargo bench --bench shm_locks [-- FILTER…] [--duration-ms N] [--rounds N] [--procs 1,2,8]
 //! [--workloads none,work] [--no-timing]` runs the full bench (cargo passes `--bench`; defaults
 //! 500 ms per run, 5 rounds); without `--bench` (`cargo test --benches`) it does a short smoke
 //! run (10 ms, one round) that still checks every counter. Environment:
@@ -529,7 +529,7 @@ impl Config {
         let mut cfg = Config {
             smoke,
             duration: Duration::from_millis(if smoke { 10 } else { 500 }),
-            procs: if smoke { vec![2, 3] } else { vec![2, 8] },
+            procs: if smoke { vec![2, 3] } else { vec![1, 2, 8] },
             workloads: vec![Workload::None, Workload::Work],
             filters: Vec::new(),
             min_ops: if smoke { 200 } else { 0 },
@@ -580,7 +580,7 @@ impl Config {
                 "--no-timing" => cfg.timing = false,
                 "-h" | "--help" => {
                     println!(
-                        "shm_locks [FILTER…] [--duration-ms N] [--rounds N] [--procs 2,8] \
+                        "shm_locks [FILTER…] [--duration-ms N] [--rounds N] [--procs 1,2,8] \
                          [--workloads none,work] [--json PATH] [--no-timing]\n\
                          FILTER: substring of lock/Np/workload, e.g. pthread/8p or fcntl"
                     );
