@@ -149,6 +149,19 @@ impl<T> std::ops::Deref for ShmBox<T> {
 #[path = "../tests/common/cpus.rs"]
 mod cpus;
 
+/// The CPUs this thread may run on (empty where pinning is not supported), to hand to
+/// [`pin_nth`] from the bench threads.
+pub fn allowed_cpus() -> Vec<usize> {
+    cpus::allowed_cpus()
+}
+
+/// Pin the calling thread to the `i`-th of `cpus` (round robin); nothing if `cpus` is empty.
+pub fn pin_nth(cpus: &[usize], i: usize) {
+    if !cpus.is_empty() {
+        cpus::pin_to(Some(cpus[i % cpus.len()]));
+    }
+}
+
 /// How far apart the machine's first two CPUs are, as the median round trip in ns of a value
 /// bounced between two threads pinned to them (a `Release` store answered by a store the other
 /// side spins for, 3 × 2000 round trips, a few ms in all). `None` with fewer than two CPUs or

@@ -1,5 +1,5 @@
 //! Steady-contention harness: Go's seven `sync.Mutex` workloads (Go 1.19
-//! `src/sync/mutex_test.go`) and a Mutex + Condvar producer/consumer queue, for
+//! `src/sync/mutex_test.go`), one of ours, and a Mutex + Condvar producer/consumer queue, for
 //! `gomutex`, `std` and `parking_lot`, printed as one markdown table.
 //!
 //! **Mutex workloads.** T threads (T = `available_parallelism()` × Go's `SetParallelism`) each
@@ -10,6 +10,7 @@
 //!
 //! | name | threads | loop body |
 //! |---|---|---|
+//! | MutexPinned | 1 × P | as Mutex, each thread pinned to its own CPU (not Go's; runs first, see `WORKLOADS`) |
 //! | Uncontended | 1 × P | a lock of its own per thread (128-byte aligned) |
 //! | Mutex | 1 × P | one shared lock |
 //! | MutexSlack | 10 × P | one shared lock |
@@ -52,8 +53,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    env_or, fmt_round_trips, go_work, line_round_trip_ns, local_array, median, procs,
-    stride4_increment, target_dir, Lock, Padded,
+    allowed_cpus, env_or, fmt_round_trips, go_work, line_round_trip_ns, local_array, median,
+    pin_nth, procs, stride4_increment, target_dir, Lock, Padded,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -201,21 +202,47 @@ fn count_acc(g: &mut Guarded) {
 #[derive(Clone, Copy)]
 enum Kind {
     Uncontended,
-    Shared { work: bool },
+    /// One lock shared by all threads; Go's work outside it or not; each thread pinned to its
+    /// own CPU (round robin) or free to move.
+    Shared {
+        work: bool,
+        pinned: bool,
+    },
     NoSpin,
     Spin,
 }
 
-/// The seven workloads: name, body, Go's `SetParallelism`.
-const WORKLOADS: [(&str, Kind, usize); 7] = [
+/// The workloads: name, body, Go's `SetParallelism`. Go's seven, and first one of ours.
+const WORKLOADS: [(&str, Kind, usize); 8] = [
+    // Not Go's: `Mutex` with each thread pinned to its own CPU, as thread-per-core servers
+    // run. First, so that its threads are the process's first lock users: the spin policy
+    // reads the CPU count once, and a count taken from a pinned thread once turned spinning
+    // off for every later case (gomutex 41–63 ns/op here instead of 6).
+    ("MutexPinned", PINNED, 1),
     ("Uncontended", Kind::Uncontended, 1),
-    ("Mutex", Kind::Shared { work: false }, 1),
-    ("MutexSlack", Kind::Shared { work: false }, 10),
-    ("MutexWork", Kind::Shared { work: true }, 1),
-    ("MutexWorkSlack", Kind::Shared { work: true }, 10),
+    ("Mutex", SHARED, 1),
+    ("MutexSlack", SHARED, 10),
+    ("MutexWork", WORK, 1),
+    ("MutexWorkSlack", WORK, 10),
     ("MutexNoSpin", Kind::NoSpin, 4),
     ("MutexSpin", Kind::Spin, 1),
 ];
+
+/// Go's `Mutex` body: one shared lock, no work, threads free to move.
+const SHARED: Kind = Kind::Shared {
+    work: false,
+    pinned: false,
+};
+/// Go's `MutexWork` body: the shared lock, then Go's work outside it.
+const WORK: Kind = Kind::Shared {
+    work: true,
+    pinned: false,
+};
+/// `Mutex`, each thread pinned to its own CPU.
+const PINNED: Kind = Kind::Shared {
+    work: false,
+    pinned: true,
+};
 
 /// One run of one workload on lock `L`: ns/op, after checking every counter.
 #[allow(clippy::disallowed_names)] // `foo` is Go's name for the work variable
@@ -235,13 +262,17 @@ fn run_workload<L: Lock<Guarded>>(name: &str, kind: Kind, threads: usize, cfg: &
             }
             (wall, res.iter().map(|r| r.0).sum())
         }
-        Kind::Shared { work } => {
+        Kind::Shared { work, pinned } => {
             let mu = L::new(Guarded::default());
+            let cpus = if pinned { allowed_cpus() } else { Vec::new() };
             let (wall, res) = steady(
                 threads,
                 d,
                 min,
-                |_| 0i64,
+                |i| {
+                    pin_nth(&cpus, i);
+                    0i64
+                },
                 |foo| {
                     mu.with(count);
                     if work {

@@ -44,6 +44,7 @@ WORKLOADS = [
     "MutexWorkSlack",
     "MutexNoSpin",
     "MutexSpin",
+    "MutexPinned",  # not Go's: Mutex with each thread pinned to its own CPU
 ]
 LOCKS = ["gomutex", "std", "parking_lot"]
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,21 +29,28 @@ pub fn pin_to(cpu: Option<usize>) {
 }
 
 /// Two CPUs this process may run on, if it has two (Linux only: `None` elsewhere).
-#[cfg(not(target_os = "linux"))]
 pub fn two_cpus() -> Option<(usize, usize)> {
-    None
+    let cpus = allowed_cpus();
+    Some((*cpus.first()?, *cpus.get(1)?))
 }
 
-/// Two CPUs this process may run on, if it has two.
+/// The CPUs the calling thread may run on (Linux only: empty elsewhere).
+#[cfg(not(target_os = "linux"))]
+pub fn allowed_cpus() -> Vec<usize> {
+    Vec::new()
+}
+
+/// The CPUs the calling thread may run on.
 #[cfg(target_os = "linux")]
-pub fn two_cpus() -> Option<(usize, usize)> {
+pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: as in `pin_to`; sched_getaffinity fills the set we pass.
-    let mut cpus = unsafe {
+    unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
+            return Vec::new();
         }
-        (0..libc::CPU_SETSIZE as usize).filter(move |&c| libc::CPU_ISSET(c, &set))
-    };
-    Some((cpus.next()?, cpus.next()?))
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
 }
