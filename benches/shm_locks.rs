@@ -28,18 +28,22 @@
 //! to the JSON only.
 //!
 //! `cargo bench --bench shm_locks [-- FILTER…] [--duration-ms N] [--rounds N] [--procs 1,2,8]
-//! [--workloads none,work] [--no-timing]` runs the full bench (cargo passes `--bench`; defaults
+//! [--workloads none,work] [--no-timing] [--pin]` runs the full bench (cargo passes `--bench`; defaults
 //! 500 ms per run, 5 rounds); without `--bench` (`cargo test --benches`) it does a short smoke
 //! run (10 ms, one round) that still checks every counter. Environment:
 //! `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_ROUNDS`, `SHM_LOCKS_PROCS`, `SHM_LOCKS_WORKLOADS`,
 //! `SHM_LOCKS_FILTER` (comma-separated substrings of `lock/Np/workload`), `SHM_LOCKS_TIMING=0`,
+//! `SHM_LOCKS_PIN=1` (`--pin`: child `i` pinned to the `i`-th allowed CPU, round robin, as
+//! prefork servers pin their workers),
 //! and `SHM_LOCKS_JSON=path` for the results as JSON (default for the full bench:
 //! `<target dir>/shm_locks.json`, read by `scripts/bench_summary.py`).
 
 use gomutex::shm::{LockError, ShmMutex};
 
 mod common;
-use common::{fmt_round_trips, go_work, line_round_trip_ns, target_dir, ShmBox};
+use common::{
+    allowed_cpus, fmt_round_trips, go_work, line_round_trip_ns, pin_nth, target_dir, ShmBox,
+};
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
 use std::io::{self, Write};
@@ -501,6 +505,9 @@ struct Config {
     timing: bool,
     /// Cost of one `Instant::now()`, subtracted from the worst wait.
     clock_overhead: Duration,
+    /// Pin child `i` to the `i`-th CPU this process may use (round robin), as prefork servers
+    /// pin their workers (nginx's `worker_cpu_affinity`). Empty: children free to move.
+    pin: Vec<usize>,
 }
 
 fn list<T>(s: &str, f: impl Fn(&str) -> T) -> Vec<T> {
@@ -540,6 +547,7 @@ impl Config {
             rounds: if smoke { 1 } else { 5 },
             timing: true,
             clock_overhead: Duration::ZERO,
+            pin: Vec::new(),
         };
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if let Some(v) = env("SHM_LOCKS_DURATION_MS") {
@@ -560,6 +568,9 @@ impl Config {
         if let Some(v) = env("SHM_LOCKS_TIMING") {
             cfg.timing = v != "0";
         }
+        if env("SHM_LOCKS_PIN").is_some_and(|v| v != "0") {
+            cfg.pin = allowed_cpus();
+        }
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
             let mut value =
@@ -578,10 +589,11 @@ impl Config {
                 "--workloads" => cfg.workloads = list(&value(&a), Workload::parse),
                 "--json" => cfg.json = Some(PathBuf::from(value(&a))),
                 "--no-timing" => cfg.timing = false,
+                "--pin" => cfg.pin = allowed_cpus(),
                 "-h" | "--help" => {
                     println!(
                         "shm_locks [FILTER…] [--duration-ms N] [--rounds N] [--procs 1,2,8] \
-                         [--workloads none,work] [--json PATH] [--no-timing]\n\
+                         [--workloads none,work] [--json PATH] [--no-timing] [--pin]\n\
                          FILTER: substring of lock/Np/workload, e.g. pthread/8p or fcntl"
                     );
                     std::process::exit(0);
@@ -799,7 +811,10 @@ fn run_one<L: ProcLock>(
         // arbitrary code; it leaves only through `_exit`.
         match unsafe { libc::fork() } {
             -1 => panic!("fork: {}", io::Error::last_os_error()),
-            0 => child(lock, &region, idx, work, cfg.min_ops, timing),
+            0 => {
+                pin_nth(&cfg.pin, idx);
+                child(lock, &region, idx, work, cfg.min_ops, timing)
+            }
             pid => kids.pids.push(pid),
         }
     }
@@ -1010,6 +1025,13 @@ fn print_table(cfg: &Config, rows: &[Row]) {
         );
     } else {
         println!("--no-timing: no timed runs, so no worst wait");
+    }
+    if !cfg.pin.is_empty() {
+        println!(
+            "--pin: child i pinned to CPU {:?}[i % {}]",
+            cfg.pin,
+            cfg.pin.len()
+        );
     }
     println!(
         "line RT: cache-line round trip between the first two CPUs, probed before each round \
