@@ -61,6 +61,11 @@ pub const fn waiters(state: u32) -> u32 {
 /// one `AtomicU32`. Every read-modify-write here is sequentially consistent unless its doc
 /// says otherwise (Go's atomics all are).
 pub trait StateWord {
+    /// Whether the contenders may be other *processes* (a word in shared memory). Go spins
+    /// only if its process has another CPU; for a lock shared between processes the question
+    /// is whether the machine has one: a worker pinned to one CPU still has peers running
+    /// elsewhere (see `spin::can_spin`).
+    const ACROSS_PROCESSES: bool = false;
     /// A plain read that only feeds a later compare-and-swap (a stale value makes it fail).
     fn load(&self) -> u32;
     /// The lock fast path: `0 -> LOCKED`, with acquire ordering on success.
@@ -184,7 +189,7 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
     loop {
         // Spin only while the lock is held in normal mode: in starvation mode ownership goes
         // to the front waiter, so spinning cannot win it.
-        if old & (LOCKED | STARVING) == LOCKED && spin::can_spin(iter) {
+        if old & (LOCKED | STARVING) == LOCKED && spin::can_spin(iter, W::ACROSS_PROCESSES) {
             // Announce ourselves with WOKEN so unlock does not wake a sleeper needlessly.
             if !awoke && old & WOKEN == 0 && waiters(old) != 0 && word.cas(old, old | WOKEN).is_ok()
             {

@@ -191,6 +191,8 @@ impl<'a> Ctx<'a> {
 }
 
 impl StateWord for Ctx<'_> {
+    const ACROSS_PROCESSES: bool = true;
+
     #[inline]
     fn load(&self) -> u32 {
         low(self.r.hdr().state.load(Relaxed))

@@ -651,7 +651,7 @@ fn receiver_of_a_fair_handoff_that_starved_keeps_starvation_mode() {
 
 #[test]
 fn spinner_announces_woken_so_unlock_wakes_no_sleeper() {
-    if !crate::spin::multicore() {
+    if !crate::spin::multicore(false) {
         eprintln!("single core: no spinning, nothing to check");
         return;
     }
