@@ -136,12 +136,9 @@ pub(crate) fn process_cpus() -> usize {
 
 #[cfg(all(test, target_os = "linux", not(gomutex_loom)))]
 mod tests {
-    /// A thread pinned to one CPU still sees the process's CPUs. std's answer from that thread
-    /// is 1 (its affinity mask), which, cached as the process's, turned spinning off everywhere.
-    #[test]
-    fn pinned_thread_counts_the_process_cpus() {
-        let unpinned = super::process_cpus();
-        let (std_says, we_say) = std::thread::spawn(|| {
+    /// Runs `f` on a new thread pinned to one CPU (the first it may use) and returns its result.
+    fn on_pinned_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+        std::thread::spawn(|| {
             // SAFETY: `set` is a plain bit set, read and written only through these calls, with
             // its own size; the thread pins only itself (pid 0), to a CPU it may already use.
             unsafe {
@@ -155,11 +152,21 @@ mod tests {
                 libc::CPU_SET(first, &mut set);
                 assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
             }
-            let std_says = std::thread::available_parallelism().map_or(1, |n| n.get());
-            (std_says, super::process_cpus())
+            f()
         })
         .join()
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A thread pinned to one CPU still sees the process's CPUs. std's answer from that thread
+    /// is 1 (its affinity mask), which, cached as the process's, turned spinning off everywhere.
+    #[test]
+    fn pinned_thread_counts_the_process_cpus() {
+        let unpinned = super::process_cpus();
+        let (std_says, we_say) = on_pinned_thread(|| {
+            let std_says = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (std_says, super::process_cpus())
+        });
         assert_eq!(
             std_says, 1,
             "the pinned thread should see one CPU of its own"
@@ -177,23 +184,6 @@ mod tests {
         // SAFETY: sysconf has no preconditions.
         let online = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap();
         assert_eq!(super::machine_cpus(), online.max(super::process_cpus()));
-        let pinned = std::thread::spawn(|| {
-            // SAFETY: as above: this thread pins only itself, to a CPU it may already use.
-            unsafe {
-                let mut set: libc::cpu_set_t = core::mem::zeroed();
-                let size = core::mem::size_of_val(&set);
-                assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
-                let first = (0..libc::CPU_SETSIZE as usize)
-                    .find(|&c| libc::CPU_ISSET(c, &set))
-                    .expect("no CPU in our own affinity mask");
-                libc::CPU_ZERO(&mut set);
-                libc::CPU_SET(first, &mut set);
-                assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
-            }
-            super::machine_cpus()
-        })
-        .join()
-        .unwrap();
-        assert_eq!(pinned, super::machine_cpus());
+        assert_eq!(on_pinned_thread(super::machine_cpus), super::machine_cpus());
     }
 }
