@@ -74,31 +74,37 @@ pub(crate) fn multicore(machine: bool) -> bool {
     const MACHINE: u8 = 4;
     let mut c = CORES.load(Relaxed);
     if c == 0 {
+        let process = process_cpus();
         c = KNOWN
-            | if process_cpus() > 1 { PROCESS } else { 0 }
-            | if machine_cpus() > 1 { MACHINE } else { 0 };
+            | if process > 1 { PROCESS } else { 0 }
+            | if machine_cpus(process) > 1 {
+                MACHINE
+            } else {
+                0
+            };
         CORES.store(c, Relaxed);
     }
     let bit = if machine { MACHINE } else { PROCESS };
     c & bit != 0
 }
 
-/// How many CPUs the machine has online, for locks shared between processes: the other
+/// How many CPUs the machine has online (at least `process`, this process's count from
+/// [`process_cpus`]), for locks shared between processes: the other
 /// participants need not share this process's affinity mask (a prefork worker pinned to one
 /// CPU, as nginx's `worker_cpu_affinity` pins them, has peers on the others). Pinned that way,
 /// a worker that never spun ran a 2-process `{lock; +1; unlock}` loop at 32.7 ns/op against
 /// 7–10 unpinned. The price: where every participant shares one CPU (a one-CPU cpuset) a
 /// contender spins its rounds (at most 4 × 30 `PAUSE`s) for nothing before it sleeps.
 #[cfg(not(gomutex_loom))]
-pub(crate) fn machine_cpus() -> usize {
+pub(crate) fn machine_cpus(process: usize) -> usize {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: sysconf has no preconditions.
         let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        usize::try_from(online).unwrap_or(0).max(process_cpus())
+        usize::try_from(online).unwrap_or(0).max(process)
     }
     #[cfg(not(target_os = "linux"))]
-    process_cpus()
+    process
 }
 
 /// How many CPUs the process's threads may run on: Go's `ncpu`, which Go reads from the
@@ -134,24 +140,21 @@ pub(crate) fn process_cpus() -> usize {
     this_thread
 }
 
+/// The integration tests' pinning helpers (`allowed_cpus`, `pin_to`), for the tests below.
+#[cfg(all(test, target_os = "linux", not(gomutex_loom)))]
+#[allow(dead_code)] // `two_cpus` is not needed here
+#[path = "../tests/common/cpus.rs"]
+mod test_cpus;
+
 #[cfg(all(test, target_os = "linux", not(gomutex_loom)))]
 mod tests {
+    use super::test_cpus as cpus;
+
     /// Runs `f` on a new thread pinned to one CPU (the first it may use) and returns its result.
     fn on_pinned_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
         std::thread::spawn(|| {
-            // SAFETY: `set` is a plain bit set, read and written only through these calls, with
-            // its own size; the thread pins only itself (pid 0), to a CPU it may already use.
-            unsafe {
-                let mut set: libc::cpu_set_t = core::mem::zeroed();
-                let size = core::mem::size_of_val(&set);
-                assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
-                let first = (0..libc::CPU_SETSIZE as usize)
-                    .find(|&c| libc::CPU_ISSET(c, &set))
-                    .expect("no CPU in our own affinity mask");
-                libc::CPU_ZERO(&mut set);
-                libc::CPU_SET(first, &mut set);
-                assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
-            }
+            let first = cpus::allowed_cpus()[0];
+            cpus::pin_to(Some(first));
             f()
         })
         .join()
@@ -181,9 +184,10 @@ mod tests {
     /// thread's mask, and never below the process's.
     #[test]
     fn machine_cpus_are_the_online_cpus() {
+        let machine = || super::machine_cpus(super::process_cpus());
         // SAFETY: sysconf has no preconditions.
         let online = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap();
-        assert_eq!(super::machine_cpus(), online.max(super::process_cpus()));
-        assert_eq!(on_pinned_thread(super::machine_cpus), super::machine_cpus());
+        assert_eq!(machine(), online.max(super::process_cpus()));
+        assert_eq!(on_pinned_thread(machine), machine());
     }
 }
