@@ -59,14 +59,24 @@ pub struct Padded<L>(pub L);
 
 // ---------------------------------------------------------------------------------------------
 // Go's work outside the lock.
+//
+// Both work functions are `#[inline(never)]`: every lock's loop calls the same machine code at
+// the same address. Inlined, each lock's copy of a work loop landed wherever the linker put that
+// lock's code, and on this project's AMD EPYC machines a tight loop that straddles a 64-byte
+// boundary ran ~1.6× slower than one that does not: `MutexSpin`'s 17-byte `stride4_increment`
+// loop made whichever lock drew a straddling copy 1.6–2.5× slower than the others, and which
+// lock that was changed with unrelated edits to the bench (perf put 98 % of the samples on the
+// loop, 0.03 % in the lock). `go_work` the same way: one build ran `MutexWork` at 28 ns/op with
+// gomutex's and parking_lot's copies and 36 with std's; with the one shared copy all three run
+// at 36. The call costs ~1 ns against 70 ns–1.5 µs of work.
 
 /// Go's `MutexWork` body (Go 1.19 `src/sync/mutex_test.go`, `benchmarkMutex`):
 /// `for i := 0; i < 100; i++ { foo *= 2; foo /= 2 }` on Go's `int`.
 ///
 /// One `black_box` per step keeps LLVM from folding the loop (which Go's compiler does not);
 /// it spills `foo` to the stack each step, a store-forwarding round trip Go does not pay, so
-/// the loop costs somewhat more than Go's.
-#[inline]
+/// the loop costs somewhat more than Go's. Not inlined (see above).
+#[inline(never)]
 #[allow(clippy::disallowed_names)] // `foo` is Go's name
 pub fn go_work(mut foo: i64) -> i64 {
     for _ in 0..100 {
@@ -84,8 +94,8 @@ pub fn local_array(len: usize) -> Box<[u64]> {
 }
 
 /// `for i := 0; i < len(data); i += 4 { data[i]++ }` (`MutexNoSpin`, `MutexSpin`), kept
-/// observable.
-#[inline(always)]
+/// observable. Not inlined (see above).
+#[inline(never)]
 pub fn stride4_increment(data: &mut [u64]) {
     for x in data.iter_mut().step_by(4) {
         *x += 1;
