@@ -155,7 +155,7 @@ fn run_workload<L: Lock<Acc>>(w: Workload, threads: usize, iters: u64, grain: u6
             |mu| mu.0.with(|_| ()),
         ),
         Workload::Shared { work } => {
-            let mu = L::new(Acc::default());
+            let mu = &Padded(L::new(Acc::default())).0;
             run_parallel(
                 threads,
                 iters,
@@ -170,7 +170,7 @@ fn run_workload<L: Lock<Acc>>(w: Workload, threads: usize, iters: u64, grain: u6
             )
         }
         Workload::NoSpin => {
-            let mu = L::new(Acc::default());
+            let mu = &Padded(L::new(Acc::default())).0;
             run_parallel(
                 threads,
                 iters,
@@ -189,7 +189,7 @@ fn run_workload<L: Lock<Acc>>(w: Workload, threads: usize, iters: u64, grain: u6
             )
         }
         Workload::Spin => {
-            let mu = L::new(Acc::default());
+            let mu = &Padded(L::new(Acc::default())).0;
             run_parallel(
                 threads,
                 iters,
@@ -257,7 +257,7 @@ struct Round {
 }
 
 fn fairness_round<L: Lock<Acc>>(cap: Duration) -> Round {
-    let mu = L::new(Acc::default());
+    let mu = &Padded(L::new(Acc::default())).0;
     let stop = AtomicBool::new(false);
     let started = AtomicBool::new(false);
     let t0 = Instant::now();

@@ -263,7 +263,7 @@ fn run_workload<L: Lock<Guarded>>(name: &str, kind: Kind, threads: usize, cfg: &
             (wall, res.iter().map(|r| r.0).sum())
         }
         Kind::Shared { work, pinned } => {
-            let mu = L::new(Guarded::default());
+            let mu = &Padded(L::new(Guarded::default())).0;
             let cpus = if pinned { allowed_cpus() } else { Vec::new() };
             let (wall, res) = steady(
                 threads,
@@ -285,7 +285,7 @@ fn run_workload<L: Lock<Guarded>>(name: &str, kind: Kind, threads: usize, cfg: &
             (wall, ops)
         }
         Kind::NoSpin => {
-            let mu = L::new(Guarded::default());
+            let mu = &Padded(L::new(Guarded::default())).0;
             let (wall, res) = steady(
                 threads,
                 d,
@@ -307,7 +307,7 @@ fn run_workload<L: Lock<Guarded>>(name: &str, kind: Kind, threads: usize, cfg: &
             (wall, res.iter().map(|r| r.0).sum())
         }
         Kind::Spin => {
-            let mu = L::new(Guarded::default());
+            let mu = &Padded(L::new(Guarded::default())).0;
             let (wall, res) = steady(
                 threads,
                 d,
