@@ -195,7 +195,8 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
             {
                 awoke = true;
             }
-            spin::spin_round();
+            // A waiter that has slept keeps Go's round; a newcomer offers its CPU first.
+            spin::spin_round(wait_start.is_some());
             iter += 1;
             old = word.load();
             continue;

@@ -4,7 +4,9 @@
 //! API, std's own result types, poisoning, a [`Condvar`]), built on Go's algorithm:
 //!
 //! * **normal mode** — a thread that finds the lock free takes it (barging), and a contender
-//!   spins up to 4 × 30 `PAUSE`s while the holder runs before it sleeps; a woken waiter that
+//!   spins up to 4 short rounds before it sleeps (Go's are 30 `PAUSE`s; a newcomer here first
+//!   offers its CPU to another thread with `sched_yield`, then pauses 10 times: the thread
+//!   analogue of Go spinning only while no other goroutine wants the CPU); a woken waiter that
 //!   loses the race goes back to the *front* of the queue;
 //! * **starvation mode** — once a waiter has waited more than 1 ms, unlock hands the lock
 //!   straight to the oldest waiter and newcomers queue behind it, until a waiter that did not

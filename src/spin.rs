@@ -1,11 +1,16 @@
-//! The spin policy: when a contender may spin instead of sleeping, and how a round spins.
+//! The spin policy: when a contender may spin instead of sleeping, and what a spin round does.
 //!
 //! Go's `sync.Mutex` spins through `runtime_canSpin`/`runtime_doSpin` (Go 1.19
-//! `src/runtime/proc.go`, `sync_runtime_canSpin` and `procyield`): at most
-//! [`ROUNDS`] rounds, only on a multi-core machine, each round [`HINTS_PER_ROUND`] `PAUSE`s.
-//! Threads have no run queue to consult, so Go's "and other Ps are running" test has no
-//! counterpart here. Under `--cfg gomutex_loom` a contender spins [`LOOM_ROUNDS`] round of one
-//! yield, to keep the state space small.
+//! `src/runtime/proc.go`, `sync_runtime_canSpin` and `procyield`): at most [`ROUNDS`] rounds,
+//! only on a multi-core machine, and only while this P's run queue is empty: a goroutine does
+//! not burn a CPU that another goroutine is waiting for. Each of Go's rounds is 30 `PAUSE`s.
+//!
+//! Threads have no run queue to look at. The analogue here ([`spin_round`]): a contender that
+//! has not slept yet starts each round by offering its CPU (`sched_yield`), which lets a thread
+//! waiting for that CPU run (often the holder, or a thread with work to do) and otherwise
+//! returns at once; a waiter that has slept spins Go's round unchanged. Under
+//! `--cfg gomutex_loom` a contender spins [`LOOM_ROUNDS`] round of one yield, to keep the state
+//! space small.
 //!
 //! Every switch between the real policy and the loom one is in this file, so the algorithm
 //! ([`crate::algo`]) reads without `cfg`s.
@@ -15,9 +20,16 @@ use std::time::Duration;
 /// Go's `active_spin`: the most spin rounds a contender makes before it sleeps (per wake-up).
 #[cfg_attr(gomutex_loom, allow(dead_code))]
 pub(crate) const ROUNDS: u32 = 4;
-/// Go's `active_spin_cnt`: `PAUSE` hints per round (`procyield(30)`).
+/// Go's `active_spin_cnt`: `PAUSE` hints in a round of a waiter that has slept
+/// (`procyield(30)`).
 #[cfg_attr(gomutex_loom, allow(dead_code))]
 pub(crate) const HINTS_PER_ROUND: u32 = 30;
+/// `PAUSE` hints after the yield in a round of a contender that has not slept: with nobody
+/// waiting for the CPU the yield returns in ~0.5 µs, and 10 hints (~0.25 µs) bring the round to
+/// about Go's length (30 hints, ~0.74 µs), so the lock word is read no more often than Go reads
+/// it.
+#[cfg_attr(gomutex_loom, allow(dead_code))]
+pub(crate) const HINTS_AFTER_YIELD: u32 = 10;
 /// Spin rounds per wake-up under loom.
 #[cfg_attr(not(gomutex_loom), allow(dead_code))]
 pub(crate) const LOOM_ROUNDS: u32 = 1;
@@ -42,22 +54,47 @@ pub(crate) fn can_spin(iter: u32, across_processes: bool) -> bool {
     }
 }
 
-/// One spin round: [`HINTS_PER_ROUND`] `PAUSE`s, blind, as Go's `procyield(30)`; one yield
-/// under loom.
+/// One spin round of a contender that has `slept` (a waiter woken from the queue) or not (a
+/// newcomer); one yield to loom's scheduler under loom.
 ///
-/// The round does not look at the lock word between hints. A spinner that polls the word
-/// after every `PAUSE` (~31 ns on this project's machines) pulls its cache line away from the
-/// holder, which then pays a transfer on its unlock and on its next lock: measured with two
-/// threads in a `{lock; +1; unlock}` loop, polling made the lock ~2x slower than
-/// `parking_lot` and blind rounds made it faster (see the README's figures). The caller reads
-/// the word once after the round.
+/// Go's round is `procyield(30)`, 30 blind `PAUSE`s, made only while no other goroutine waits
+/// for the CPU. A newcomer's round here is a `sched_yield` and then [`HINTS_AFTER_YIELD`]
+/// `PAUSE`s: where threads outnumber the CPUs the yield hands the CPU to a thread that can use
+/// it instead of burning ~0.74 µs per round, and where they do not it costs what Go's round
+/// does. A waiter that has slept keeps Go's [`HINTS_PER_ROUND`] `PAUSE`s: it is the contender
+/// that Go's 1 ms rule protects, and a yield on a loaded machine can cost it a whole time slice
+/// (with every round a yield, the worst wait in Go's fairness scenario exceeded 1.6 ms in 4 of
+/// 13 sittings, up to 4.2 ms, against 1 of 18 with Go's round, and its victim no longer won the
+/// lock in normal mode).
+///
+/// Measured on 2 cores, the two rounds against Go's everywhere (`benches/steady.rs`,
+/// `shm_locks.rs`, alternating sittings; the README has the table): `MutexSlack` (20 threads)
+/// 7.3 -> 5.4 ns/op, `MutexWorkSlack` 31.6 -> 29.2 near and ~62 -> ~54 far, 8 processes with
+/// work 1.08 -> 1.02 × pthread; `Mutex`, `MutexPinned`, `MutexWork`, `MutexNoSpin` and 2
+/// processes unchanged.
+///
+/// No round touches the lock word: a spinner that polls it (an earlier version read it after
+/// every `PAUSE`) pulls its cache line away from the holder, which then pays a transfer on its
+/// unlock and on its next lock (~2x slower than parking_lot with two threads in a `{lock; +1;
+/// unlock}` loop). The caller reads the word once after the round.
 #[inline]
-pub(crate) fn spin_round() {
+pub(crate) fn spin_round(slept: bool) {
     #[cfg(gomutex_loom)]
-    crate::sync::spin_loop();
+    {
+        let _ = slept;
+        crate::sync::spin_loop(); // loom's is a yield
+    }
     #[cfg(not(gomutex_loom))]
-    for _ in 0..HINTS_PER_ROUND {
-        crate::sync::spin_loop();
+    {
+        let hints = if slept {
+            HINTS_PER_ROUND
+        } else {
+            crate::sync::yield_now();
+            HINTS_AFTER_YIELD
+        };
+        for _ in 0..hints {
+            crate::sync::spin_loop();
+        }
     }
 }
 
@@ -93,8 +130,10 @@ pub(crate) fn multicore(machine: bool) -> bool {
 /// participants need not share this process's affinity mask (a prefork worker pinned to one
 /// CPU, as nginx's `worker_cpu_affinity` pins them, has peers on the others). Pinned that way,
 /// a worker that never spun ran a 2-process `{lock; +1; unlock}` loop at 32.7 ns/op against
-/// 7–10 unpinned. The price: where every participant shares one CPU (a one-CPU cpuset) a
-/// contender spins its rounds (at most 4 × 30 `PAUSE`s) for nothing before it sleeps.
+/// 7–10 unpinned. Where every participant shares one CPU (a one-CPU cpuset) a contender
+/// still makes its rounds before it sleeps: a newcomer's rounds yield the CPU
+/// ([`spin_round`]), so the holder gets to run, but a woken waiter's (Go's `PAUSE`s) are spent
+/// for nothing.
 #[cfg(not(gomutex_loom))]
 pub(crate) fn machine_cpus(process: usize) -> usize {
     #[cfg(target_os = "linux")]
