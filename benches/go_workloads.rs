@@ -23,7 +23,9 @@
 //!   channel dance (a thread spawn per iteration would measure `clone(2)`, not the lock).
 //! * Work outside the lock goes through `std::hint::black_box` so LLVM cannot delete it (see
 //!   `common::go_work`).
-//! * `Uncontended` gives each thread its own heap-allocated `#[repr(align(128))]` mutex.
+//! * `Uncontended` gives each thread its own heap-allocated `#[repr(align(128))]` mutex; the
+//!   shared mutex of the other workloads sits in a 128-byte-aligned slot too, and the work
+//!   outside the lock is one out-of-line function that all locks call (`common.rs` says why).
 //!
 //! Knobs (environment):
 //! * `GOMUTEX_BENCH_PLOTS=1`: criterion's HTML/SVG report (off by default: plotting costs

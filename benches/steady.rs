@@ -21,7 +21,9 @@
 //!
 //! (P = CPUs. MutexNoSpin yields with `thread::yield_now()` where Go starts a goroutine and
 //! waits on a channel; every iteration is an op, as in Go.) Each lock's counter must equal the
-//! number of its acquisitions at the end, or the run fails.
+//! number of its acquisitions at the end, or the run fails. Every lock sits in a
+//! 128-byte-aligned slot of its own, and the work outside it is one out-of-line function that
+//! all locks call (`common.rs` says why: inlined copies ran at different speeds).
 //!
 //! **Condvar queue** (after parking_lot's `webkit_queue_test`): producers push
 //! `items / producers` items each into a bounded `VecDeque` behind one mutex, waiting on a
