@@ -68,8 +68,8 @@ pub(crate) fn can_spin(iter: u32, across_processes: bool) -> bool {
 /// lock in normal mode).
 ///
 /// Measured on 2 cores, the two rounds against Go's everywhere (`benches/steady.rs`,
-/// `shm_locks.rs`, alternating sittings; the README has the table): `MutexSlack` (20 threads)
-/// 7.3 -> 5.4 ns/op, `MutexWorkSlack` 31.6 -> 29.2 near and ~62 -> ~54 far, 8 processes with
+/// `shm_locks.rs`, alternating sittings; README, "The spin round"): `MutexSlack` (20 threads)
+/// 7.3 -> 5.4 ns/op, `MutexWorkSlack` ~31 -> ~29 near and ~62 -> ~54 far, 8 processes with
 /// work 1.08 -> 1.02 × pthread; `Mutex`, `MutexPinned`, `MutexWork`, `MutexNoSpin` and 2
 /// processes unchanged.
 ///
