@@ -97,13 +97,21 @@ def ratio(a, b):
     return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}"
 
 
+def rt_range(samples) -> str:
+    """The line round-trip probes of a row as "min–max" ns, "—" without any: on a VM the
+    placement of the two vCPUs moves every contended figure, so each row says where it ran."""
+    if not samples:
+        return "—"
+    return f"{min(samples):.0f}–{max(samples):.0f}"
+
+
 def steady_medians(data) -> dict:
-    """{case name: (threads, {lock: median})} from steady.json."""
+    """{case name: (threads, {lock: median}, line round trips)} from steady.json."""
     out = {}
     for case in (data or {}).get("cases", []):
         meds = {lock: statistics.median(case[lock]) if case.get(lock) else None
                 for lock in LOCKS}
-        out[case["name"]] = (case.get("threads", ""), meds)
+        out[case["name"]] = (case.get("threads", ""), meds, case.get("line_round_trip_ns"))
     return out
 
 
@@ -123,10 +131,11 @@ def print_inprocess(steady, steady_meta, crit_root, go):
     if go is not None:
         head += ["gomutex/Go"]
     head += ["grain gomutex", "std", "parking_lot", "gomutex/parking_lot", "gomutex/std"]
+    head += ["steady line RT ns"]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|")
     for w in WORKLOADS:
-        threads, s = steady.get(w, ("", {}))
+        threads, s, rt = steady.get(w, ("", {}, None))
         sg, ss, sp = (s.get(lock) for lock in LOCKS)
         if have_crit:
             cg, cs, cp = (criterion_mean(crit_root, w, lock) for lock in LOCKS)
@@ -139,7 +148,7 @@ def print_inprocess(steady, steady_meta, crit_root, go):
         row += [fmt(sg), fmt(ss), fmt(sp), ratio(sg, sp), ratio(sg, ss)]
         if go is not None:
             row += [ratio(sg, g)]
-        row += [fmt(cg), fmt(cs), fmt(cp), ratio(cg, cp), ratio(cg, cs)]
+        row += [fmt(cg), fmt(cs), fmt(cp), ratio(cg, cp), ratio(cg, cs), rt_range(rt)]
         print("| " + " | ".join(row) + " |")
 
     cv = [(name, v) for name, v in steady.items() if name.startswith("condvar/")]
@@ -151,12 +160,12 @@ def print_inprocess(steady, steady_meta, crit_root, go):
               "`all` = notify_all on the empty/full transitions only.")
         print()
         print("| case | threads | gomutex | std | parking_lot | gomutex/parking_lot "
-              "| gomutex/std |")
-        print("|---|---|---:|---:|---:|---:|---:|")
-        for name, (threads, s) in cv:
+              "| gomutex/std | line RT ns |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for name, (threads, s, rt) in cv:
             g, st, p = (s.get(lock) for lock in LOCKS)
             print(f"| {name.removeprefix('condvar/')} | {threads} | {fmt(g)} | {fmt(st)} | "
-                  f"{fmt(p)} | {ratio(g, p)} | {ratio(g, st)} |")
+                  f"{fmt(p)} | {ratio(g, p)} | {ratio(g, st)} | {rt_range(rt)} |")
 
 
 def print_shm(data):
@@ -172,6 +181,10 @@ def print_shm(data):
         samples = r.get("untimed_ns_per_op")
         return statistics.median(samples) if samples else r["untimed"]["ns_per_op"]
 
+    def rt(procs, work):
+        r = by.get((cols[0], procs, work))
+        return rt_range(r and r.get("line_round_trip_ns"))
+
     def worst(lock, procs, work):
         r = by.get((lock, procs, work))
         t = r and r.get("timed")
@@ -184,13 +197,13 @@ def print_shm(data):
           "rounds; work = Go's MutexWork loop outside the lock; worst wait from one timed run.")
     print()
     print("| procs | work | ShmMutex | pthread | pthread robust | ShmMutex/pthread "
-          "| ShmMutex/pthread robust | worst wait µs ShmMutex | pthread |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| ShmMutex/pthread robust | worst wait µs ShmMutex | pthread | line RT ns |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for procs, work in configs:
         g, p, pr = (ns(lock, procs, work) for lock in cols)
         print(f"| {procs} | {work} | {fmt(g)} | {fmt(p)} | {fmt(pr)} | {ratio(g, p)} | "
               f"{ratio(g, pr)} | {fmt(worst(cols[0], procs, work))} | "
-              f"{fmt(worst(cols[1], procs, work))} |")
+              f"{fmt(worst(cols[1], procs, work))} | {rt(procs, work)} |")
 
 
 def print_fairness(rows):
