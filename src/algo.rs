@@ -195,8 +195,9 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
             {
                 awoke = true;
             }
-            // A waiter that has slept keeps Go's round; a newcomer offers its CPU first.
-            spin::spin_round(wait_start.is_some());
+            // While we own WOKEN (a woken waiter, or a newcomer that announced itself) unlocks
+            // wake nobody, so we keep Go's round; other newcomers offer their CPU first.
+            spin::spin_round(awoke);
             iter += 1;
             old = word.load();
             continue;

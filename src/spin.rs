@@ -5,10 +5,11 @@
 //! only on a multi-core machine, and only while this P's run queue is empty: a goroutine does
 //! not burn a CPU that another goroutine is waiting for. Each of Go's rounds is 30 `PAUSE`s.
 //!
-//! Threads have no run queue to look at. The analogue here ([`spin_round`]): a contender that
-//! has not slept yet starts each round by offering its CPU (`sched_yield`), which lets a thread
-//! waiting for that CPU run (often the holder, or a thread with work to do) and otherwise
-//! returns at once; a waiter that has slept spins Go's round unchanged. Under
+//! Threads have no run queue to look at. The analogue here ([`spin_round`]): a newcomer starts
+//! each round by offering its CPU (`sched_yield`), which lets a thread waiting for that CPU run
+//! (often the holder, or a thread with work to do) and otherwise returns at once; a contender
+//! that owns `WOKEN` (a woken waiter, or a newcomer that announced itself) spins Go's round
+//! unchanged. Under
 //! `--cfg gomutex_loom` a contender spins [`LOOM_ROUNDS`] round of one yield, to keep the state
 //! space small.
 //!
@@ -20,11 +21,11 @@ use std::time::Duration;
 /// Go's `active_spin`: the most spin rounds a contender makes before it sleeps (per wake-up).
 #[cfg_attr(gomutex_loom, allow(dead_code))]
 pub(crate) const ROUNDS: u32 = 4;
-/// Go's `active_spin_cnt`: `PAUSE` hints in a round of a waiter that has slept
+/// Go's `active_spin_cnt`: `PAUSE` hints in a round of a contender that owns `WOKEN`
 /// (`procyield(30)`).
 #[cfg_attr(gomutex_loom, allow(dead_code))]
 pub(crate) const HINTS_PER_ROUND: u32 = 30;
-/// `PAUSE` hints after the yield in a round of a contender that has not slept: with nobody
+/// `PAUSE` hints after the yield in a round of any other contender: with nobody
 /// waiting for the CPU the yield returns in ~0.5 µs, and 10 hints (~0.25 µs) bring the round to
 /// about Go's length (30 hints, ~0.74 µs), so the lock word is read no more often than Go reads
 /// it.
@@ -54,18 +55,20 @@ pub(crate) fn can_spin(iter: u32, across_processes: bool) -> bool {
     }
 }
 
-/// One spin round of a contender that has `slept` (a waiter woken from the queue) or not (a
-/// newcomer); one yield to loom's scheduler under loom.
+/// One spin round of a contender that `owns_woken` (`WOKEN` is its own: a waiter an unlock
+/// woke, or a newcomer that announced itself) or not; one yield to loom's scheduler under loom.
 ///
 /// Go's round is `procyield(30)`, 30 blind `PAUSE`s, made only while no other goroutine waits
 /// for the CPU. A newcomer's round here is a `sched_yield` and then [`HINTS_AFTER_YIELD`]
 /// `PAUSE`s: where threads outnumber the CPUs the yield hands the CPU to a thread that can use
 /// it instead of burning ~0.74 µs per round, and where they do not it costs what Go's round
-/// does. A waiter that has slept keeps Go's [`HINTS_PER_ROUND`] `PAUSE`s: it is the contender
-/// that Go's 1 ms rule protects, and a yield on a loaded machine can cost it a whole time slice
-/// (with every round a yield, the worst wait in Go's fairness scenario exceeded 1.6 ms in 4 of
-/// 13 sittings, up to 4.2 ms, against 1 of 18 with Go's round, and its victim no longer won the
-/// lock in normal mode).
+/// does. The owner of `WOKEN` keeps Go's [`HINTS_PER_ROUND`] `PAUSE`s and never gives its CPU
+/// away: while it owns `WOKEN` unlocks wake nobody (Go's spinner has the CPU to itself, since
+/// it spins only with an empty run queue), and every waiter that has slept is such an owner
+/// when it spins, the contender Go's 1 ms rule protects. A yield on a loaded machine can cost a
+/// whole time slice: with every round a yield, the worst wait in Go's fairness scenario
+/// exceeded 1.6 ms in 4 of 13 sittings, up to 4.2 ms, against 1 of 18 with Go's round, and its
+/// victim no longer won the lock in normal mode.
 ///
 /// Measured on 2 cores, the two rounds against Go's everywhere (`benches/steady.rs`,
 /// `shm_locks.rs`, alternating sittings; README, "The spin round"): `MutexSlack` (20 threads)
@@ -78,15 +81,15 @@ pub(crate) fn can_spin(iter: u32, across_processes: bool) -> bool {
 /// unlock and on its next lock (~2x slower than parking_lot with two threads in a `{lock; +1;
 /// unlock}` loop). The caller reads the word once after the round.
 #[inline]
-pub(crate) fn spin_round(slept: bool) {
+pub(crate) fn spin_round(owns_woken: bool) {
     #[cfg(gomutex_loom)]
     {
-        let _ = slept;
+        let _ = owns_woken;
         crate::sync::spin_loop(); // loom's is a yield
     }
     #[cfg(not(gomutex_loom))]
     {
-        let hints = if slept {
+        let hints = if owns_woken {
             HINTS_PER_ROUND
         } else {
             crate::sync::yield_now();
@@ -132,8 +135,8 @@ pub(crate) fn multicore(machine: bool) -> bool {
 /// a worker that never spun ran a 2-process `{lock; +1; unlock}` loop at 32.7 ns/op against
 /// 7–10 unpinned. Where every participant shares one CPU (a one-CPU cpuset) a contender
 /// still makes its rounds before it sleeps: a newcomer's rounds yield the CPU
-/// ([`spin_round`]), so the holder gets to run, but a woken waiter's (Go's `PAUSE`s) are spent
-/// for nothing.
+/// ([`spin_round`]), so the holder gets to run, but those of the `WOKEN` owner (Go's `PAUSE`s)
+/// are spent for nothing.
 #[cfg(not(gomutex_loom))]
 pub(crate) fn machine_cpus(process: usize) -> usize {
     #[cfg(target_os = "linux")]
