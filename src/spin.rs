@@ -9,9 +9,8 @@
 //! each round by offering its CPU (`sched_yield`), which lets a thread waiting for that CPU run
 //! (often the holder, or a thread with work to do) and otherwise returns at once; a contender
 //! that owns `WOKEN` (a woken waiter, or a newcomer that announced itself) spins Go's round
-//! unchanged. Under
-//! `--cfg gomutex_loom` a contender spins [`LOOM_ROUNDS`] round of one yield, to keep the state
-//! space small.
+//! unchanged. Under `--cfg gomutex_loom` a contender spins [`LOOM_ROUNDS`] round of one yield,
+//! to keep the state space small.
 //!
 //! Every switch between the real policy and the loom one is in this file, so the algorithm
 //! ([`crate::algo`]) reads without `cfg`s.
