@@ -257,6 +257,15 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The median of the per-round ratios `a[r] / b[r]` (samples in round order, one per round
+/// each). Taken round by round, a ratio compares runs made minutes apart at most once: on a VM
+/// whose vCPU placement flips within a sitting (and every contended figure with it), the ratio
+/// of two medians can compare one lock's near-placement runs with another's far ones.
+pub fn paired_ratio(a: &[f64], b: &[f64]) -> f64 {
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    median(&ratios)
+}
+
 /// Cargo's target directory as the bench sees it: `$CARGO_TARGET_DIR`, else `target` (cargo
 /// runs bench binaries in the package root, `benches/`).
 pub fn target_dir() -> std::path::PathBuf {

@@ -8,7 +8,10 @@
 //! wall time (the steady-contention method of `steady.rs`): take the lock, increment a shared
 //! non-atomic counter, release, then optionally do Go's `MutexWork` work (100 ×
 //! `foo *= 2; foo /= 2`) outside the lock. At the end the counter must equal the sum of the
-//! per-process op counts: a lock that loses updates fails the run.
+//! per-process op counts: a lock that loses updates fails the run. With work, a `floor` row
+//! runs the same loop with a private lock per process (nobody waits): no shared lock can beat
+//! it by more than an uncontended lock/unlock, so where the locks sit on it, the work outside
+//! the lock sets the pace and their ratios say nothing about the locks.
 //!
 //! Each configuration (process count, workload) runs every lock `rounds` times untimed, the
 //! locks alternating within a round (the first one rotating from round to round, so load on a
@@ -42,7 +45,8 @@ use gomutex::shm::{LockError, ShmMutex};
 
 mod common;
 use common::{
-    allowed_cpus, fmt_round_trips, go_work, line_round_trip_ns, pin_nth, target_dir, ShmBox,
+    allowed_cpus, fmt_round_trips, go_work, line_round_trip_ns, paired_ratio, pin_nth, target_dir,
+    ShmBox,
 };
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
@@ -103,6 +107,10 @@ fn mono_ns() -> u64 {
 /// before `fork`; `attach` runs in each child after `fork` (for locks whose state is per open
 /// file description or per process, or that register on first use).
 trait ProcLock {
+    /// Whether the processes share this lock and the counter. `false` only for [`Floor`]:
+    /// each process counts in its own memory and adds its count to the shared counter once,
+    /// at the end.
+    const SHARED: bool = true;
     fn attach(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -461,6 +469,23 @@ impl ProcLock for GoShm {
     }
 }
 
+/// Not a shared lock: the floor. Each process locks a process-private `std` mutex of its own
+/// (created before fork, so every child has its own copy; never contended) and counts in its
+/// own memory: the same loop with nobody to wait for, i.e. how fast this machine runs the
+/// work outside the lock right now. No shared lock beats it by more than one uncontended
+/// lock/unlock; where the locks sit on it, the work sets the pace. With work only.
+#[derive(Default)]
+struct Floor(std::sync::Mutex<()>);
+
+impl ProcLock for Floor {
+    const SHARED: bool = false;
+    #[inline]
+    fn with_lock(&self, f: impl FnOnce()) {
+        let _own = self.0.lock().expect("floor: private mutex poisoned");
+        f();
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Configuration
 
@@ -661,12 +686,17 @@ fn child<L: ProcLock>(
         // from just before lock() (the previous op's end, or the end of its work) to just
         // after unlock().
         let mut t0 = timing.then(Instant::now);
+        let mut own = 0u64;
         loop {
-            lock.with_lock(|| {
-                // SAFETY: the lock under test serialises every access to the counter (that
-                // is what the final count checks); the mapping outlives the child.
-                unsafe { *counter += 1 };
-            });
+            if L::SHARED {
+                lock.with_lock(|| {
+                    // SAFETY: the lock under test serialises every access to the counter (that
+                    // is what the final count checks); the mapping outlives the child.
+                    unsafe { *counter += 1 };
+                });
+            } else {
+                lock.with_lock(|| own += 1);
+            }
             ops += 1;
             if let Some(start) = t0 {
                 let now = Instant::now();
@@ -686,6 +716,11 @@ fn child<L: ProcLock>(
             }
         }
         black_box(x);
+        if !L::SHARED {
+            // SAFETY: the counter is an aligned u64 in the mapping, which outlives the child;
+            // in a floor run every process only ever adds to it atomically, here.
+            unsafe { AtomicU64::from_ptr(counter) }.fetch_add(own, Ordering::Relaxed);
+        }
         let slot = &region.slots[idx].0;
         slot.ops.store(ops, Ordering::Relaxed);
         slot.worst_wait_ns
@@ -1012,7 +1047,8 @@ fn print_table(cfg: &Config, rows: &[Row]) {
     println!(
         "shm_locks: {} ms per run, {} round(s) with the locks alternating, {} CPUs; work = 100 × \
          (foo *= 2; foo /= 2) outside the lock; ns/op: median of the untimed runs, shares from \
-         that run; vs pthread: ns/op / pthread's",
+         that run; vs pthread: median of the per-round ratios to pthread's ns/op (runs of one round \
+         are seconds apart, so they share the vCPU placement)",
         cfg.duration.as_millis(),
         cfg.rounds,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -1045,10 +1081,11 @@ fn print_table(cfg: &Config, rows: &[Row]) {
     for r in rows {
         let med = r.median();
         let (min, max) = med.share();
+        let ns = |row: &Row| row.plain.iter().map(Run::ns_per_op).collect::<Vec<_>>();
         let pthread = rows
             .iter()
             .find(|p| p.lock == "pthread" && p.procs == r.procs && p.work == r.work)
-            .map(|p| med.ns_per_op() / p.median().ns_per_op());
+            .map(|p| paired_ratio(&ns(r), &ns(p)));
         println!(
             "| {} | {} | {} | {:.1} | {} | {:.1}% / {:.1}% | {} | {} |",
             r.lock,
@@ -1137,6 +1174,13 @@ fn main() {
         contender("sysv-sem", SysvSem::new),
         contender("flock", Flock::new),
         contender("fcntl", Fcntl::new),
+        Contender {
+            name: "floor",
+            run: Box::new(|cfg, procs, work, timing| {
+                (work == Workload::Work)
+                    .then(|| run_one("floor", &mut Floor::default(), cfg, procs, work, timing))
+            }),
+        },
     ];
     let mut rows = Vec::new();
     bench_all(&locks, &cfg, &mut rows);

@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     allowed_cpus, env_or, fmt_round_trips, go_work, line_round_trip_ns, local_array, median,
-    pin_nth, procs, stride4_increment, target_dir, Lock, Padded,
+    paired_ratio, pin_nth, procs, stride4_increment, target_dir, Lock, Padded,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -328,6 +328,78 @@ fn run_workload<L: Lock<Guarded>>(name: &str, kind: Kind, threads: usize, cfg: &
     wall.as_nanos() as f64 / ops as f64
 }
 
+/// A thread's state in a floor run: a lock of its own and the workload's local data.
+struct Alone {
+    mu: Box<Padded<StdMutex<Guarded>>>,
+    foo: i64,
+    i: u64,
+    locked: u64,
+    data: Box<[u64]>,
+}
+
+/// The floor of a workload with work outside the lock (`MutexWork`, `MutexWorkSlack`,
+/// `MutexNoSpin`, `MutexSpin`; `None` for the others): the same threads and loop body, but every
+/// thread locks a `std` mutex of its own, so nobody ever waits. It is how fast this machine
+/// runs the work right now (it moves with vCPU placement as the locks do), and no lock can beat
+/// it by more than the cost of one uncontended lock and unlock: where the locks sit on it, the
+/// work sets the pace and their ratios say nothing about the locks.
+fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config) -> Option<f64> {
+    /// Runs `body` on every thread's own state; checks each own lock's count against `locked`.
+    fn alone(
+        name: &str,
+        threads: usize,
+        cfg: &Config,
+        array: usize,
+        body: impl Fn(&mut Alone) + Sync,
+    ) -> f64 {
+        let (wall, res) = steady(
+            threads,
+            cfg.duration,
+            cfg.min_ops,
+            |_| Alone {
+                mu: Box::new(Padded(StdMutex::new(Guarded::default()))),
+                foo: 0,
+                i: 0,
+                locked: 0,
+                data: local_array(array),
+            },
+            body,
+        );
+        for (_, a) in &res {
+            assert_eq!(
+                a.mu.0.with(|g| g.count),
+                a.locked,
+                "{name} floor: lost updates"
+            );
+        }
+        let ops: u64 = res.iter().map(|r| r.0).sum();
+        wall.as_nanos() as f64 / ops as f64
+    }
+    Some(match kind {
+        Kind::Shared { work: true, .. } => alone(name, threads, cfg, 0, |a| {
+            a.mu.0.with(count);
+            a.locked += 1;
+            a.foo = go_work(a.foo);
+        }),
+        Kind::NoSpin => alone(name, threads, cfg, 4 << 10, |a| {
+            if a.i % 4 == 0 {
+                a.mu.0.with(count_acc);
+                a.locked += 1;
+            } else {
+                stride4_increment(&mut a.data);
+                thread::yield_now();
+            }
+            a.i += 1;
+        }),
+        Kind::Spin => alone(name, threads, cfg, 16 << 10, |a| {
+            a.mu.0.with(count_acc);
+            a.locked += 1;
+            stride4_increment(&mut a.data);
+        }),
+        Kind::Uncontended | Kind::Shared { work: false, .. } => return None,
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Condvar producer/consumer queue
 
@@ -580,33 +652,45 @@ struct Row {
     name: String,
     threads: String,
     samples: [Vec<f64>; 3],
+    /// The floor's samples ([`run_floor`]; empty where the workload has none).
+    floor: Vec<f64>,
     /// `common::line_round_trip_ns` probed before each round.
     round_trip_ns: Vec<f64>,
 }
 
-/// Runs `run(lock index)` `rounds` times per lock, alternating the locks.
-fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> f64) -> Row {
+/// Runs `run(lock index)` `rounds` times per lock, alternating the locks, and `floor` (if the
+/// case has one) once per round in the rotation as a fourth entry.
+fn rounds(
+    cfg: &Config,
+    name: String,
+    threads: String,
+    run: impl Fn(usize) -> f64,
+    floor: impl Fn() -> Option<f64>,
+) -> Row {
     let mut samples: [Vec<f64>; 3] = Default::default();
+    let mut floor_ns = Vec::new();
     let mut round_trip_ns = Vec::new();
     for r in 0..cfg.rounds {
         if !cfg.test {
             // Only where figures count: the probe spins two pinned threads for a few ms.
             round_trip_ns.extend(line_round_trip_ns());
         }
-        for k in 0..LOCKS.len() {
-            let lock = (r + k) % LOCKS.len();
-            let ns = run(lock);
-            samples[lock].push(ns);
+        for k in 0..=LOCKS.len() {
+            match (r + k) % (LOCKS.len() + 1) {
+                lock if lock < LOCKS.len() => samples[lock].push(run(lock)),
+                _ => floor_ns.extend(floor()),
+            }
         }
     }
     let row = Row {
         name,
         threads,
         samples,
+        floor: floor_ns,
         round_trip_ns,
     };
     eprintln!(
-        "{}: {}; line round trip {} ns",
+        "{}: {}{}; line round trip {} ns",
         row.name,
         LOCKS
             .iter()
@@ -614,6 +698,11 @@ fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> f6
             .map(|(l, s)| format!("{l} {:.1}", median(s)))
             .collect::<Vec<_>>()
             .join(", "),
+        if row.floor.is_empty() {
+            String::new()
+        } else {
+            format!(", floor {:.1}", median(&row.floor))
+        },
         fmt_round_trips(&row.round_trip_ns)
     );
     row
@@ -641,23 +730,40 @@ fn print_table(cfg: &Config, rows: &[Row]) {
         "line RT: cache-line round trip between the first two CPUs, probed before each round \
          (min–max; it moves on a VM, and contended figures move with it)"
     );
+    println!(
+        "ratios: median of the per-round ratios (runs of one round are seconds apart, so they \
+         share the vCPU placement)"
+    );
+    println!(
+        "floor: the same threads and loop with a lock per thread (nobody waits), in the same \
+         rotation; no lock beats it by more than an uncontended lock/unlock, so where the \
+         locks sit on it the work sets the pace, not the lock"
+    );
     println!();
     println!(
-        "| case | threads | gomutex | std | parking_lot | gomutex/parking_lot | gomutex/std | \
-         line RT ns |"
+        "| case | threads | gomutex | std | parking_lot | floor | gomutex/parking_lot | \
+         gomutex/std | gomutex/floor | line RT ns |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let [g, s, p] = [0, 1, 2].map(|i| median(&r.samples[i]));
+        let ratio = |other: &[f64]| paired_ratio(&r.samples[0], other);
+        let (floor, over_floor) = if r.floor.is_empty() {
+            ("–".to_string(), "–".to_string())
+        } else {
+            (fmt_ns(median(&r.floor)), format!("{:.2}", ratio(&r.floor)))
+        };
         println!(
-            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
             r.name,
             r.threads,
             fmt_ns(g),
             fmt_ns(s),
             fmt_ns(p),
-            g / p,
-            g / s,
+            floor,
+            ratio(&r.samples[2]),
+            ratio(&r.samples[1]),
+            over_floor,
             fmt_round_trips(&r.round_trip_ns)
         );
     }
@@ -681,12 +787,14 @@ fn write_json(cfg: &Config, rows: &[Row], path: &std::path::Path) -> std::io::Re
             })
             .collect();
         let rt: Vec<String> = r.round_trip_ns.iter().map(|x| format!("{x:.1}")).collect();
+        let floor: Vec<String> = r.floor.iter().map(|x| format!("{x:.3}")).collect();
         out += &format!(
-            "    {{\"name\": \"{}\", \"threads\": \"{}\", \"line_round_trip_ns\": [{}], {}}}{}\n",
+            "    {{\"name\": \"{}\", \"threads\": \"{}\", \"line_round_trip_ns\": [{}], {}, \"floor\": [{}]}}{}\n",
             r.name,
             r.threads,
             rt.join(", "),
             locks.join(", "),
+            floor.join(", "),
             if i + 1 < rows.len() { "," } else { "" }
         );
     }
@@ -717,6 +825,7 @@ fn main() {
                 1 => run_workload::<StdMutex<Guarded>>(name, kind, threads, &cfg),
                 _ => run_workload::<PlMutex<Guarded>>(name, kind, threads, &cfg),
             },
+            || run_floor(name, kind, threads, &cfg),
         ));
     }
     for c in &CV_CASES {
@@ -725,11 +834,17 @@ fn main() {
             continue;
         }
         let threads = format!("{}+{}", c.producers, c.consumers);
-        rows.push(rounds(&cfg, name, threads, |lock| match lock {
-            0 => run_queue::<GoQueue>(c, cfg.items),
-            1 => run_queue::<StdQueue>(c, cfg.items),
-            _ => run_queue::<PlQueue>(c, cfg.items),
-        }));
+        rows.push(rounds(
+            &cfg,
+            name,
+            threads,
+            |lock| match lock {
+                0 => run_queue::<GoQueue>(c, cfg.items),
+                1 => run_queue::<StdQueue>(c, cfg.items),
+                _ => run_queue::<PlQueue>(c, cfg.items),
+            },
+            || None,
+        ));
     }
     assert!(!rows.is_empty() || !cfg.filters.is_empty(), "no case ran");
     print_table(&cfg, &rows);

@@ -105,13 +105,28 @@ def rt_range(samples) -> str:
     return f"{min(samples):.0f}–{max(samples):.0f}"
 
 
+def paired(a, b) -> str:
+    """The median of the per-round ratios a[r] / b[r] (samples in round order), formatted: runs
+    of one round are seconds apart and share the vCPU placement, which can flip within a
+    sitting and move every contended figure; a ratio of two medians could pair one lock's
+    near-placement runs with another's far ones."""
+    if not a or not b:
+        return "—"
+    return f"{statistics.median(x / y for x, y in zip(a, b) if y):.2f}"
+
+
 def steady_medians(data) -> dict:
-    """{case name: (threads, {lock: median}, line round trips)} from steady.json."""
+    """{case name: (threads, {lock: median}, line round trips, {other: gomutex/other})} from
+    steady.json; the floor (every thread on a lock of its own: the work alone) is under the key
+    "floor", and the ratios are medians of per-round ratios (`paired`)."""
     out = {}
     for case in (data or {}).get("cases", []):
         meds = {lock: statistics.median(case[lock]) if case.get(lock) else None
-                for lock in LOCKS}
-        out[case["name"]] = (case.get("threads", ""), meds, case.get("line_round_trip_ns"))
+                for lock in LOCKS + ["floor"]}
+        ratios = {other: paired(case.get("gomutex"), case.get(other))
+                  for other in ("std", "parking_lot", "floor")}
+        out[case["name"]] = (case.get("threads", ""), meds, case.get("line_round_trip_ns"),
+                             ratios)
     return out
 
 
@@ -122,12 +137,16 @@ def print_inprocess(steady, steady_meta, crit_root, go):
     if steady_meta:
         print(f"steady: threads loop until a stop flag, {steady_meta['duration_ms']} ms per run, "
               f"median of {steady_meta['rounds']} alternating rounds; "
-              "grain: criterion, Go's RunParallel iteration budget in ~100 µs grains.")
+              "grain: criterion, Go's RunParallel iteration budget in ~100 µs grains; "
+              "floor: the steady loop with a lock per thread (nobody waits), for the workloads "
+              "with work outside the lock: no lock beats it by more than an uncontended "
+              "lock/unlock; steady ratios: medians of per-round ratios.")
         print()
     head = ["workload", "threads"]
     if go is not None:
         head += ["Go"]
-    head += ["steady gomutex", "std", "parking_lot", "gomutex/parking_lot", "gomutex/std"]
+    head += ["steady gomutex", "std", "parking_lot", "floor", "gomutex/parking_lot", "gomutex/std",
+             "gomutex/floor"]
     if go is not None:
         head += ["gomutex/Go"]
     head += ["grain gomutex", "std", "parking_lot", "gomutex/parking_lot", "gomutex/std"]
@@ -135,7 +154,7 @@ def print_inprocess(steady, steady_meta, crit_root, go):
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|")
     for w in WORKLOADS:
-        threads, s, rt = steady.get(w, ("", {}, None))
+        threads, s, rt, rat = steady.get(w, ("", {}, None, {}))
         sg, ss, sp = (s.get(lock) for lock in LOCKS)
         if have_crit:
             cg, cs, cp = (criterion_mean(crit_root, w, lock) for lock in LOCKS)
@@ -145,7 +164,9 @@ def print_inprocess(steady, steady_meta, crit_root, go):
         g = go.get(w) if go is not None else None
         if go is not None:
             row += [fmt(g)]
-        row += [fmt(sg), fmt(ss), fmt(sp), ratio(sg, sp), ratio(sg, ss)]
+        sf = s.get("floor")
+        row += [fmt(sg), fmt(ss), fmt(sp), fmt(sf)]
+        row += [rat.get(other, "—") for other in ("parking_lot", "std", "floor")]
         if go is not None:
             row += [ratio(sg, g)]
         row += [fmt(cg), fmt(cs), fmt(cp), ratio(cg, cp), ratio(cg, cs), rt_range(rt)]
@@ -162,10 +183,10 @@ def print_inprocess(steady, steady_meta, crit_root, go):
         print("| case | threads | gomutex | std | parking_lot | gomutex/parking_lot "
               "| gomutex/std | line RT ns |")
         print("|---|---|---:|---:|---:|---:|---:|---:|")
-        for name, (threads, s, rt) in cv:
+        for name, (threads, s, rt, rat) in cv:
             g, st, p = (s.get(lock) for lock in LOCKS)
             print(f"| {name.removeprefix('condvar/')} | {threads} | {fmt(g)} | {fmt(st)} | "
-                  f"{fmt(p)} | {ratio(g, p)} | {ratio(g, st)} | {rt_range(rt)} |")
+                  f"{fmt(p)} | {rat['parking_lot']} | {rat['std']} | {rt_range(rt)} |")
 
 
 def print_shm(data):
@@ -181,6 +202,13 @@ def print_shm(data):
         samples = r.get("untimed_ns_per_op")
         return statistics.median(samples) if samples else r["untimed"]["ns_per_op"]
 
+    def samples(lock, procs, work):
+        r = by.get((lock, procs, work))
+        return r and r.get("untimed_ns_per_op")
+
+    def vs(lock, other, procs, work):
+        return paired(samples(lock, procs, work), samples(other, procs, work))
+
     def rt(procs, work):
         r = by.get((cols[0], procs, work))
         return rt_range(r and r.get("line_round_trip_ns"))
@@ -194,16 +222,21 @@ def print_shm(data):
     print("## Across processes: forked processes on one MAP_SHARED mapping (ns/op)")
     print()
     print(f"{data.get('duration_ms')} ms per run, median of {data.get('rounds', 1)} alternating "
-          "rounds; work = Go's MutexWork loop outside the lock; worst wait from one timed run.")
+          "rounds; work = Go's MutexWork loop outside the lock; worst wait from one timed run; "
+          "floor (with work): the same loop with a private lock per process, nobody waits; "
+          "ratios: medians of per-round ratios.")
     print()
-    print("| procs | work | ShmMutex | pthread | pthread robust | ShmMutex/pthread "
-          "| ShmMutex/pthread robust | worst wait µs ShmMutex | pthread | line RT ns |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| procs | work | ShmMutex | pthread | pthread robust | floor | ShmMutex/pthread "
+          "| ShmMutex/pthread robust | ShmMutex/floor | worst wait µs ShmMutex | pthread "
+          "| line RT ns |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for procs, work in configs:
-        g, p, pr = (ns(lock, procs, work) for lock in cols)
-        print(f"| {procs} | {work} | {fmt(g)} | {fmt(p)} | {fmt(pr)} | {ratio(g, p)} | "
-              f"{ratio(g, pr)} | {fmt(worst(cols[0], procs, work))} | "
-              f"{fmt(worst(cols[1], procs, work))} | {rt(procs, work)} |")
+        g, p, pr, f = (ns(lock, procs, work) for lock in cols + ["floor"])
+        print(f"| {procs} | {work} | {fmt(g)} | {fmt(p)} | {fmt(pr)} | {fmt(f)} | "
+              f"{vs(cols[0], cols[1], procs, work)} | {vs(cols[0], cols[2], procs, work)} | "
+              f"{vs(cols[0], 'floor', procs, work)} | "
+              f"{fmt(worst(cols[0], procs, work))} | {fmt(worst(cols[1], procs, work))} | "
+              f"{rt(procs, work)} |")
 
 
 def print_fairness(rows):
