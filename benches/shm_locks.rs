@@ -8,10 +8,12 @@
 //! wall time (the steady-contention method of `steady.rs`): take the lock, increment a shared
 //! non-atomic counter, release, then optionally do Go's `MutexWork` work (100 ×
 //! `foo *= 2; foo /= 2`) outside the lock. At the end the counter must equal the sum of the
-//! per-process op counts: a lock that loses updates fails the run. With work, a `floor` row
-//! runs the same loop with a private lock per process (nobody waits): no shared lock can beat
-//! it by more than an uncontended lock/unlock, so where the locks sit on it, the work outside
-//! the lock sets the pace and their ratios say nothing about the locks.
+//! per-process op counts: a lock that loses updates fails the run. With work, two floors run
+//! in the same rotation: `floor`, the same loop with a private lock per process (nobody waits),
+//! which no shared lock can beat by more than an uncontended lock/unlock, and `atomic`, one
+//! `fetch_add` on the shared counter per op in place of the lock (its line crosses CPUs as a
+//! lock word's does, nobody waits). Where the locks sit on a floor, the work or the line sets
+//! the pace and their ratios say nothing about the locks.
 //!
 //! Each configuration (process count, workload) runs every lock `rounds` times untimed, the
 //! locks alternating within a round (the first one rotating from round to round, so load on a
@@ -107,10 +109,9 @@ fn mono_ns() -> u64 {
 /// before `fork`; `attach` runs in each child after `fork` (for locks whose state is per open
 /// file description or per process, or that register on first use).
 trait ProcLock {
-    /// Whether the processes share this lock and the counter. `false` only for [`Floor`]:
-    /// each process counts in its own memory and adds its count to the shared counter once,
-    /// at the end.
-    const SHARED: bool = true;
+    /// How a process counts its ops: under this lock in the shared counter (every real lock),
+    /// or as one of the floors.
+    const COUNT: Count = Count::Locked;
     fn attach(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -469,6 +470,17 @@ impl ProcLock for GoShm {
     }
 }
 
+/// How the child loop counts an op ([`ProcLock::COUNT`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Count {
+    /// `counter += 1` under the lock under test.
+    Locked,
+    /// Under a private lock, in the process's own memory; added to the counter at the end.
+    Private,
+    /// One `fetch_add` on the shared counter, no lock.
+    Atomic,
+}
+
 /// Not a shared lock: the floor. Each process locks a process-private `std` mutex of its own
 /// (created before fork, so every child has its own copy; never contended) and counts in its
 /// own memory: the same loop with nobody to wait for, i.e. how fast this machine runs the
@@ -478,10 +490,24 @@ impl ProcLock for GoShm {
 struct Floor(std::sync::Mutex<()>);
 
 impl ProcLock for Floor {
-    const SHARED: bool = false;
+    const COUNT: Count = Count::Private;
     #[inline]
     fn with_lock(&self, f: impl FnOnce()) {
         let _own = self.0.lock().expect("floor: private mutex poisoned");
+        f();
+    }
+}
+
+/// Not a lock: the other floor. Every op is one `fetch_add` on the shared counter, whose cache
+/// line then crosses CPUs as a lock word's does, but nobody waits for a holder. Any lock needs
+/// at least this one read-modify-write of a shared line per acquisition; where the locks sit on
+/// it, moving the line sets the pace. With work only.
+struct AtomicFloor;
+
+impl ProcLock for AtomicFloor {
+    const COUNT: Count = Count::Atomic;
+    /// Never called: the child loop counts with a `fetch_add` instead.
+    fn with_lock(&self, f: impl FnOnce()) {
         f();
     }
 }
@@ -688,14 +714,18 @@ fn child<L: ProcLock>(
         let mut t0 = timing.then(Instant::now);
         let mut own = 0u64;
         loop {
-            if L::SHARED {
-                lock.with_lock(|| {
+            match L::COUNT {
+                Count::Locked => lock.with_lock(|| {
                     // SAFETY: the lock under test serialises every access to the counter (that
                     // is what the final count checks); the mapping outlives the child.
                     unsafe { *counter += 1 };
-                });
-            } else {
-                lock.with_lock(|| own += 1);
+                }),
+                Count::Private => lock.with_lock(|| own += 1),
+                // SAFETY: the counter is an aligned u64 in the mapping, which outlives the
+                // child; in an atomic-floor run every process only ever adds to it atomically.
+                Count::Atomic => {
+                    _ = unsafe { AtomicU64::from_ptr(counter) }.fetch_add(1, Ordering::Relaxed)
+                }
             }
             ops += 1;
             if let Some(start) = t0 {
@@ -716,7 +746,7 @@ fn child<L: ProcLock>(
             }
         }
         black_box(x);
-        if !L::SHARED {
+        if L::COUNT == Count::Private {
             // SAFETY: the counter is an aligned u64 in the mapping, which outlives the child;
             // in a floor run every process only ever adds to it atomically, here.
             unsafe { AtomicU64::from_ptr(counter) }.fetch_add(own, Ordering::Relaxed);
@@ -1179,6 +1209,13 @@ fn main() {
             run: Box::new(|cfg, procs, work, timing| {
                 (work == Workload::Work)
                     .then(|| run_one("floor", &mut Floor::default(), cfg, procs, work, timing))
+            }),
+        },
+        Contender {
+            name: "atomic",
+            run: Box::new(|cfg, procs, work, timing| {
+                (work == Workload::Work)
+                    .then(|| run_one("atomic", &mut AtomicFloor, cfg, procs, work, timing))
             }),
         },
     ];

@@ -49,7 +49,7 @@ mod common;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -128,8 +128,13 @@ type PlMutex<T> = parking_lot::Mutex<T>;
 
 /// Runs `threads` threads, each with its own state from `make_state(index)` (built before the
 /// clock starts), looping `op` until the stop flag (set `duration` after the start) and at
-/// least `min_ops` times. Returns the wall time (start to the last thread's last op) and each
-/// thread's (ops, state).
+/// least `min_ops` times. Returns the wall time (the first thread's first op to the last
+/// thread's last op) and each thread's (ops, state).
+///
+/// Each thread reads the clock itself, after the barrier: the main thread may get its CPU back
+/// only after the workers have run for a while (20 runnable threads on 2 CPUs), and a start
+/// taken there once made 10 ms test runs of `MutexWorkSlack` come out at 1.4 ns/op, below what
+/// the work alone allows.
 fn steady<S, MS, OP>(
     threads: usize,
     duration: Duration,
@@ -151,29 +156,30 @@ where
                 s.spawn(move || {
                     let mut state = make_state(i);
                     barrier.wait();
+                    let start = Instant::now();
                     let mut ops = 0u64;
                     while ops < min_ops || !stop.load(Ordering::Relaxed) {
                         op(&mut state);
                         ops += 1;
                     }
-                    (Instant::now(), ops, state)
+                    (start, Instant::now(), ops, state)
                 })
             })
             .collect();
         barrier.wait();
-        let start = Instant::now();
         thread::sleep(duration);
         stop.store(true, Ordering::Relaxed);
-        let mut end = start;
+        let mut span: Option<(Instant, Instant)> = None;
         let results = handles
             .into_iter()
             .map(|h| {
-                let (t, ops, state) = h.join().expect("bench thread panicked");
-                end = end.max(t);
+                let (t0, t1, ops, state) = h.join().expect("bench thread panicked");
+                span = Some(span.map_or((t0, t1), |(a, b)| (a.min(t0), b.max(t1))));
                 (ops, state)
             })
             .collect();
-        (end - start, results)
+        let (first, last) = span.expect("at least one thread");
+        (last - first, results)
     })
 }
 
@@ -337,67 +343,80 @@ struct Alone {
     data: Box<[u64]>,
 }
 
-/// The floor of a workload with work outside the lock (`MutexWork`, `MutexWorkSlack`,
-/// `MutexNoSpin`, `MutexSpin`; `None` for the others): the same threads and loop body, but every
-/// thread locks a `std` mutex of its own, so nobody ever waits. It is how fast this machine
-/// runs the work right now (it moves with vCPU placement as the locks do), and no lock can beat
-/// it by more than the cost of one uncontended lock and unlock: where the locks sit on it, the
-/// work sets the pace and their ratios say nothing about the locks.
-fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config) -> Option<f64> {
-    /// Runs `body` on every thread's own state; checks each own lock's count against `locked`.
-    fn alone(
-        name: &str,
-        threads: usize,
-        cfg: &Config,
-        array: usize,
-        body: impl Fn(&mut Alone) + Sync,
-    ) -> f64 {
-        let (wall, res) = steady(
-            threads,
-            cfg.duration,
-            cfg.min_ops,
-            |_| Alone {
-                mu: Box::new(Padded(StdMutex::new(Guarded::default()))),
-                foo: 0,
-                i: 0,
-                locked: 0,
-                data: local_array(array),
-            },
-            body,
-        );
-        for (_, a) in &res {
-            assert_eq!(
-                a.mu.0.with(|g| g.count),
-                a.locked,
-                "{name} floor: lost updates"
-            );
-        }
-        let ops: u64 = res.iter().map(|r| r.0).sum();
-        wall.as_nanos() as f64 / ops as f64
-    }
-    Some(match kind {
-        Kind::Shared { work: true, .. } => alone(name, threads, cfg, 0, |a| {
-            a.mu.0.with(count);
-            a.locked += 1;
-            a.foo = go_work(a.foo);
-        }),
-        Kind::NoSpin => alone(name, threads, cfg, 4 << 10, |a| {
-            if a.i % 4 == 0 {
-                a.mu.0.with(count_acc);
-                a.locked += 1;
-            } else {
-                stride4_increment(&mut a.data);
-                thread::yield_now();
-            }
-            a.i += 1;
-        }),
-        Kind::Spin => alone(name, threads, cfg, 16 << 10, |a| {
-            a.mu.0.with(count_acc);
-            a.locked += 1;
-            stride4_increment(&mut a.data);
-        }),
+/// The two lower bounds a lock is measured against ([`run_floor`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Floor {
+    /// Every thread locks a `std` mutex of its own: nobody waits and no cache line moves
+    /// between CPUs. How fast this machine runs the work right now.
+    Private,
+    /// One shared atomic counter, one `fetch_add` per op in place of lock/unlock: its cache
+    /// line crosses CPUs as a lock word's does, but nobody waits for a holder. Any lock needs
+    /// at least this one read-modify-write of a shared line per acquisition.
+    Atomic,
+}
+
+/// A floor of a workload with work outside the lock (`MutexWork`, `MutexWorkSlack`,
+/// `MutexNoSpin`, `MutexSpin`; `None` for the others): the same threads and loop body, with
+/// the lock replaced as [`Floor`] says. It moves with the vCPU placement as the locks do (the
+/// same rotation measures all of them). No lock beats `Private` by more than one uncontended
+/// lock/unlock, nor `Atomic` by more than it gains from keeping the line on one CPU for a few
+/// ops in a row: where the locks sit on a floor, the work or the line sets the pace and their
+/// ratios say nothing about the locks.
+fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config, floor: Floor) -> Option<f64> {
+    let array = match kind {
+        Kind::Shared { work: true, .. } => 0,
+        Kind::NoSpin => 4 << 10,
+        Kind::Spin => 16 << 10,
         Kind::Uncontended | Kind::Shared { work: false, .. } => return None,
-    })
+    };
+    let shared = Padded(AtomicU64::new(0));
+    let tick = |a: &mut Alone| {
+        match floor {
+            Floor::Private => a.mu.0.with(count),
+            Floor::Atomic => _ = shared.0.fetch_add(1, Ordering::Relaxed),
+        }
+        a.locked += 1;
+    };
+    let (wall, res) = steady(
+        threads,
+        cfg.duration,
+        cfg.min_ops,
+        |_| Alone {
+            mu: Box::new(Padded(StdMutex::new(Guarded::default()))),
+            foo: 0,
+            i: 0,
+            locked: 0,
+            data: local_array(array),
+        },
+        // The workload's body (`run_workload`'s), `kind` a constant the branch predictor learns.
+        |a| match kind {
+            Kind::NoSpin => {
+                if a.i % 4 == 0 {
+                    tick(a);
+                } else {
+                    stride4_increment(&mut a.data);
+                    thread::yield_now();
+                }
+                a.i += 1;
+            }
+            Kind::Spin => {
+                tick(a);
+                stride4_increment(&mut a.data);
+            }
+            _ => {
+                tick(a);
+                a.foo = go_work(a.foo);
+            }
+        },
+    );
+    let locked: u64 = res.iter().map(|r| r.1.locked).sum();
+    let counted = match floor {
+        Floor::Private => res.iter().map(|r| r.1.mu.0.with(|g| g.count)).sum(),
+        Floor::Atomic => shared.0.load(Ordering::Relaxed),
+    };
+    assert_eq!(counted, locked, "{name} floor: lost updates");
+    let ops: u64 = res.iter().map(|r| r.0).sum();
+    Some(wall.as_nanos() as f64 / ops as f64)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -647,62 +666,51 @@ fn run_queue<Q: CondLock>(c: &CvCase, items: usize) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // Rounds, table, JSON
 
-/// All samples (ns per op or item) of one case: one vector per lock, in `LOCKS` order.
+/// The floors measured beside the locks, in [`Row::samples`] after the locks.
+const FLOORS: [(&str, Floor); 2] = [("floor", Floor::Private), ("atomic", Floor::Atomic)];
+
+/// All samples (ns per op or item) of one case, in round order: one vector per lock in `LOCKS`
+/// order, then one per floor in `FLOORS` order (empty where the case has none).
 struct Row {
     name: String,
     threads: String,
-    samples: [Vec<f64>; 3],
-    /// The floor's samples ([`run_floor`]; empty where the workload has none).
-    floor: Vec<f64>,
+    samples: [Vec<f64>; LOCKS.len() + FLOORS.len()],
     /// `common::line_round_trip_ns` probed before each round.
     round_trip_ns: Vec<f64>,
 }
 
-/// Runs `run(lock index)` `rounds` times per lock, alternating the locks, and `floor` (if the
-/// case has one) once per round in the rotation as a fourth entry.
-fn rounds(
-    cfg: &Config,
-    name: String,
-    threads: String,
-    run: impl Fn(usize) -> f64,
-    floor: impl Fn() -> Option<f64>,
-) -> Row {
-    let mut samples: [Vec<f64>; 3] = Default::default();
-    let mut floor_ns = Vec::new();
+/// Runs `run(entry)` `rounds` times for every lock and floor (entries as in [`Row::samples`];
+/// `None`: the case has no such floor), rotating the order from round to round.
+fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> Option<f64>) -> Row {
+    let mut samples: [Vec<f64>; LOCKS.len() + FLOORS.len()] = Default::default();
     let mut round_trip_ns = Vec::new();
     for r in 0..cfg.rounds {
         if !cfg.test {
             // Only where figures count: the probe spins two pinned threads for a few ms.
             round_trip_ns.extend(line_round_trip_ns());
         }
-        for k in 0..=LOCKS.len() {
-            match (r + k) % (LOCKS.len() + 1) {
-                lock if lock < LOCKS.len() => samples[lock].push(run(lock)),
-                _ => floor_ns.extend(floor()),
-            }
+        for k in 0..samples.len() {
+            let entry = (r + k) % samples.len();
+            samples[entry].extend(run(entry));
         }
     }
     let row = Row {
         name,
         threads,
         samples,
-        floor: floor_ns,
         round_trip_ns,
     };
     eprintln!(
-        "{}: {}{}; line round trip {} ns",
+        "{}: {}; line round trip {} ns",
         row.name,
         LOCKS
             .iter()
+            .chain(FLOORS.iter().map(|f| &f.0))
             .zip(&row.samples)
+            .filter(|(_, s)| !s.is_empty())
             .map(|(l, s)| format!("{l} {:.1}", median(s)))
             .collect::<Vec<_>>()
             .join(", "),
-        if row.floor.is_empty() {
-            String::new()
-        } else {
-            format!(", floor {:.1}", median(&row.floor))
-        },
         fmt_round_trips(&row.round_trip_ns)
     );
     row
@@ -735,35 +743,46 @@ fn print_table(cfg: &Config, rows: &[Row]) {
          share the vCPU placement)"
     );
     println!(
-        "floor: the same threads and loop with a lock per thread (nobody waits), in the same \
-         rotation; no lock beats it by more than an uncontended lock/unlock, so where the \
-         locks sit on it the work sets the pace, not the lock"
+        "floor: the same threads and loop with a lock per thread (nobody waits); atomic: with \
+         one shared fetch_add per op in place of the lock (the line moves, nobody waits); both \
+         in the same rotation, for the workloads with work outside the lock. No lock beats \
+         floor by more than an uncontended lock/unlock; where the locks sit on atomic, moving \
+         the line sets the pace, not the lock"
     );
     println!();
     println!(
-        "| case | threads | gomutex | std | parking_lot | floor | gomutex/parking_lot | \
-         gomutex/std | gomutex/floor | line RT ns |"
+        "| case | threads | gomutex | std | parking_lot | floor | atomic | gomutex/parking_lot | \
+         gomutex/std | gomutex/floor | gomutex/atomic | line RT ns |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        let [g, s, p] = [0, 1, 2].map(|i| median(&r.samples[i]));
-        let ratio = |other: &[f64]| paired_ratio(&r.samples[0], other);
-        let (floor, over_floor) = if r.floor.is_empty() {
-            ("–".to_string(), "–".to_string())
-        } else {
-            (fmt_ns(median(&r.floor)), format!("{:.2}", ratio(&r.floor)))
+        let value = |i: usize| {
+            if r.samples[i].is_empty() {
+                "–".to_string()
+            } else {
+                fmt_ns(median(&r.samples[i]))
+            }
+        };
+        let ratio = |i: usize| {
+            if r.samples[i].is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.2}", paired_ratio(&r.samples[0], &r.samples[i]))
+            }
         };
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             r.threads,
-            fmt_ns(g),
-            fmt_ns(s),
-            fmt_ns(p),
-            floor,
-            ratio(&r.samples[2]),
-            ratio(&r.samples[1]),
-            over_floor,
+            value(0),
+            value(1),
+            value(2),
+            value(3),
+            value(4),
+            ratio(2),
+            ratio(1),
+            ratio(3),
+            ratio(4),
             fmt_round_trips(&r.round_trip_ns)
         );
     }
@@ -780,6 +799,7 @@ fn write_json(cfg: &Config, rows: &[Row], path: &std::path::Path) -> std::io::Re
     for (i, r) in rows.iter().enumerate() {
         let locks: Vec<String> = LOCKS
             .iter()
+            .chain(FLOORS.iter().map(|f| &f.0))
             .zip(&r.samples)
             .map(|(l, s)| {
                 let v: Vec<String> = s.iter().map(|x| format!("{x:.3}")).collect();
@@ -787,14 +807,12 @@ fn write_json(cfg: &Config, rows: &[Row], path: &std::path::Path) -> std::io::Re
             })
             .collect();
         let rt: Vec<String> = r.round_trip_ns.iter().map(|x| format!("{x:.1}")).collect();
-        let floor: Vec<String> = r.floor.iter().map(|x| format!("{x:.3}")).collect();
         out += &format!(
-            "    {{\"name\": \"{}\", \"threads\": \"{}\", \"line_round_trip_ns\": [{}], {}, \"floor\": [{}]}}{}\n",
+            "    {{\"name\": \"{}\", \"threads\": \"{}\", \"line_round_trip_ns\": [{}], {}}}{}\n",
             r.name,
             r.threads,
             rt.join(", "),
             locks.join(", "),
-            floor.join(", "),
             if i + 1 < rows.len() { "," } else { "" }
         );
     }
@@ -820,12 +838,12 @@ fn main() {
             &cfg,
             name.into(),
             threads.to_string(),
-            |lock| match lock {
-                0 => run_workload::<GoMutex<Guarded>>(name, kind, threads, &cfg),
-                1 => run_workload::<StdMutex<Guarded>>(name, kind, threads, &cfg),
-                _ => run_workload::<PlMutex<Guarded>>(name, kind, threads, &cfg),
+            |entry| match entry {
+                0 => Some(run_workload::<GoMutex<Guarded>>(name, kind, threads, &cfg)),
+                1 => Some(run_workload::<StdMutex<Guarded>>(name, kind, threads, &cfg)),
+                2 => Some(run_workload::<PlMutex<Guarded>>(name, kind, threads, &cfg)),
+                f => run_floor(name, kind, threads, &cfg, FLOORS[f - LOCKS.len()].1),
             },
-            || run_floor(name, kind, threads, &cfg),
         ));
     }
     for c in &CV_CASES {
@@ -834,17 +852,12 @@ fn main() {
             continue;
         }
         let threads = format!("{}+{}", c.producers, c.consumers);
-        rows.push(rounds(
-            &cfg,
-            name,
-            threads,
-            |lock| match lock {
-                0 => run_queue::<GoQueue>(c, cfg.items),
-                1 => run_queue::<StdQueue>(c, cfg.items),
-                _ => run_queue::<PlQueue>(c, cfg.items),
-            },
-            || None,
-        ));
+        rows.push(rounds(&cfg, name, threads, |entry| match entry {
+            0 => Some(run_queue::<GoQueue>(c, cfg.items)),
+            1 => Some(run_queue::<StdQueue>(c, cfg.items)),
+            2 => Some(run_queue::<PlQueue>(c, cfg.items)),
+            _ => None, // no floors here
+        }));
     }
     assert!(!rows.is_empty() || !cfg.filters.is_empty(), "no case ran");
     print_table(&cfg, &rows);

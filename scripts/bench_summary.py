@@ -47,6 +47,9 @@ WORKLOADS = [
     "MutexPinned",  # not Go's: Mutex with each thread pinned to its own CPU
 ]
 LOCKS = ["gomutex", "std", "parking_lot"]
+# Measured beside the locks where there is work outside the lock: a private lock per thread or
+# process (nobody waits), and one shared fetch_add per op in place of the lock.
+FLOORS = ["floor", "atomic"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -117,14 +120,14 @@ def paired(a, b) -> str:
 
 def steady_medians(data) -> dict:
     """{case name: (threads, {lock: median}, line round trips, {other: gomutex/other})} from
-    steady.json; the floor (every thread on a lock of its own: the work alone) is under the key
-    "floor", and the ratios are medians of per-round ratios (`paired`)."""
+    steady.json; the floors (`FLOORS`) are among the locks, and the ratios are medians of
+    per-round ratios (`paired`)."""
     out = {}
     for case in (data or {}).get("cases", []):
         meds = {lock: statistics.median(case[lock]) if case.get(lock) else None
-                for lock in LOCKS + ["floor"]}
+                for lock in LOCKS + FLOORS}
         ratios = {other: paired(case.get("gomutex"), case.get(other))
-                  for other in ("std", "parking_lot", "floor")}
+                  for other in ["std", "parking_lot"] + FLOORS}
         out[case["name"]] = (case.get("threads", ""), meds, case.get("line_round_trip_ns"),
                              ratios)
     return out
@@ -138,15 +141,16 @@ def print_inprocess(steady, steady_meta, crit_root, go):
         print(f"steady: threads loop until a stop flag, {steady_meta['duration_ms']} ms per run, "
               f"median of {steady_meta['rounds']} alternating rounds; "
               "grain: criterion, Go's RunParallel iteration budget in ~100 µs grains; "
-              "floor: the steady loop with a lock per thread (nobody waits), for the workloads "
-              "with work outside the lock: no lock beats it by more than an uncontended "
-              "lock/unlock; steady ratios: medians of per-round ratios.")
+              "floor: the steady loop with a lock per thread (nobody waits), atomic: with one shared "
+              "fetch_add per op in place of the lock (the line moves, nobody waits), for the "
+              "workloads with work outside the lock; steady ratios: medians of per-round "
+              "ratios.")
         print()
     head = ["workload", "threads"]
     if go is not None:
         head += ["Go"]
-    head += ["steady gomutex", "std", "parking_lot", "floor", "gomutex/parking_lot", "gomutex/std",
-             "gomutex/floor"]
+    head += ["steady gomutex", "std", "parking_lot", "floor", "atomic", "gomutex/parking_lot",
+             "gomutex/std", "gomutex/floor", "gomutex/atomic"]
     if go is not None:
         head += ["gomutex/Go"]
     head += ["grain gomutex", "std", "parking_lot", "gomutex/parking_lot", "gomutex/std"]
@@ -164,9 +168,8 @@ def print_inprocess(steady, steady_meta, crit_root, go):
         g = go.get(w) if go is not None else None
         if go is not None:
             row += [fmt(g)]
-        sf = s.get("floor")
-        row += [fmt(sg), fmt(ss), fmt(sp), fmt(sf)]
-        row += [rat.get(other, "—") for other in ("parking_lot", "std", "floor")]
+        row += [fmt(sg), fmt(ss), fmt(sp)] + [fmt(s.get(f)) for f in FLOORS]
+        row += [rat.get(other, "—") for other in ["parking_lot", "std"] + FLOORS]
         if go is not None:
             row += [ratio(sg, g)]
         row += [fmt(cg), fmt(cs), fmt(cp), ratio(cg, cp), ratio(cg, cs), rt_range(rt)]
@@ -223,18 +226,18 @@ def print_shm(data):
     print()
     print(f"{data.get('duration_ms')} ms per run, median of {data.get('rounds', 1)} alternating "
           "rounds; work = Go's MutexWork loop outside the lock; worst wait from one timed run; "
-          "floor (with work): the same loop with a private lock per process, nobody waits; "
-          "ratios: medians of per-round ratios.")
+          "floor / atomic (with work): the same loop with a private lock per process / one shared "
+          "fetch_add per op instead of a lock; ratios: medians of per-round ratios.")
     print()
-    print("| procs | work | ShmMutex | pthread | pthread robust | floor | ShmMutex/pthread "
-          "| ShmMutex/pthread robust | ShmMutex/floor | worst wait µs ShmMutex | pthread "
-          "| line RT ns |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| procs | work | ShmMutex | pthread | pthread robust | floor | atomic "
+          "| ShmMutex/pthread | ShmMutex/pthread robust | ShmMutex/floor | ShmMutex/atomic "
+          "| worst wait µs ShmMutex | pthread | line RT ns |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for procs, work in configs:
-        g, p, pr, f = (ns(lock, procs, work) for lock in cols + ["floor"])
-        print(f"| {procs} | {work} | {fmt(g)} | {fmt(p)} | {fmt(pr)} | {fmt(f)} | "
+        g, p, pr, f, a = (ns(lock, procs, work) for lock in cols + FLOORS)
+        print(f"| {procs} | {work} | {fmt(g)} | {fmt(p)} | {fmt(pr)} | {fmt(f)} | {fmt(a)} | "
               f"{vs(cols[0], cols[1], procs, work)} | {vs(cols[0], cols[2], procs, work)} | "
-              f"{vs(cols[0], 'floor', procs, work)} | "
+              f"{vs(cols[0], 'floor', procs, work)} | {vs(cols[0], 'atomic', procs, work)} | "
               f"{fmt(worst(cols[0], procs, work))} | {fmt(worst(cols[1], procs, work))} | "
               f"{rt(procs, work)} |")
 
