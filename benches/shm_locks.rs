@@ -972,6 +972,19 @@ fn contender<L: ProcLock>(
     }
 }
 
+/// `c`, run only with work outside the lock (the floors: without work they measure nothing).
+fn with_work_only(c: Contender) -> Contender {
+    let run = c.run;
+    Contender {
+        name: c.name,
+        run: Box::new(move |cfg, procs, work, timing| {
+            (work == Workload::Work)
+                .then(|| run(cfg, procs, work, timing))
+                .flatten()
+        }),
+    }
+}
+
 /// Every selected (procs, workload) configuration: `cfg.rounds` untimed runs per lock, the
 /// locks alternating within a round (the first one rotating from round to round) so that load
 /// on a shared machine hits all of them alike, then one timed run per lock.
@@ -1204,20 +1217,8 @@ fn main() {
         contender("sysv-sem", SysvSem::new),
         contender("flock", Flock::new),
         contender("fcntl", Fcntl::new),
-        Contender {
-            name: "floor",
-            run: Box::new(|cfg, procs, work, timing| {
-                (work == Workload::Work)
-                    .then(|| run_one("floor", &mut Floor::default(), cfg, procs, work, timing))
-            }),
-        },
-        Contender {
-            name: "atomic",
-            run: Box::new(|cfg, procs, work, timing| {
-                (work == Workload::Work)
-                    .then(|| run_one("atomic", &mut AtomicFloor, cfg, procs, work, timing))
-            }),
-        },
+        with_work_only(contender("floor", || Ok(Floor::default()))),
+        with_work_only(contender("atomic", || Ok(AtomicFloor))),
     ];
     let mut rows = Vec::new();
     bench_all(&locks, &cfg, &mut rows);

@@ -198,16 +198,16 @@ def print_shm(data):
     configs = sorted({(r["procs"], r["work"]) for r in runs}, key=lambda c: (c[1], c[0]))
     cols = ["gomutex-shm", "pthread", "pthread-robust"]
 
+    def samples(lock, procs, work):
+        r = by.get((lock, procs, work))
+        return r and r.get("untimed_ns_per_op")
+
     def ns(lock, procs, work):
         r = by.get((lock, procs, work))
         if not r:
             return None
-        samples = r.get("untimed_ns_per_op")
-        return statistics.median(samples) if samples else r["untimed"]["ns_per_op"]
-
-    def samples(lock, procs, work):
-        r = by.get((lock, procs, work))
-        return r and r.get("untimed_ns_per_op")
+        s = samples(lock, procs, work)
+        return statistics.median(s) if s else r["untimed"]["ns_per_op"]
 
     def vs(lock, other, procs, work):
         return paired(samples(lock, procs, work), samples(other, procs, work))
