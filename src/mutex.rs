@@ -140,12 +140,7 @@ impl<T: ?Sized> Mutex<T> {
     /// ```
     #[inline]
     pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
-        if self.raw.try_lock() {
-            // SAFETY: we just locked.
-            Ok(unsafe { MutexGuard::new(self) }?)
-        } else {
-            Err(TryLockError::WouldBlock)
-        }
+        self.guard_if(RawMutex::try_lock)
     }
 
     /// Acquire the lock, waiting at most `timeout` (not in std: parking_lot's name). Errors as
@@ -161,20 +156,26 @@ impl<T: ?Sized> Mutex<T> {
     /// ```
     #[inline]
     pub fn try_lock_for(&self, timeout: Duration) -> TryLockResult<MutexGuard<'_, T>> {
-        if self.raw.try_lock_for(timeout) {
-            // SAFETY: we just locked.
-            Ok(unsafe { MutexGuard::new(self) }?)
-        } else {
-            Err(TryLockError::WouldBlock)
-        }
+        self.guard_if(|raw| raw.try_lock_for(timeout))
     }
 
     /// Acquire the lock, waiting at most until `deadline`. Errors as
     /// [`try_lock`](Self::try_lock).
     #[inline]
     pub fn try_lock_until(&self, deadline: Instant) -> TryLockResult<MutexGuard<'_, T>> {
-        if self.raw.try_lock_until(deadline) {
-            // SAFETY: we just locked.
+        self.guard_if(|raw| raw.try_lock_until(deadline))
+    }
+
+    /// The one body of the `try_lock*` methods: a guard if `acquire` (one of [`RawMutex`]'s
+    /// `try_lock*`, which return whether they took the lock) took it, else `WouldBlock`.
+    #[inline]
+    fn guard_if(
+        &self,
+        acquire: impl FnOnce(&RawMutex) -> bool,
+    ) -> TryLockResult<MutexGuard<'_, T>> {
+        if acquire(&self.raw) {
+            // SAFETY: `acquire` returned true, so it locked `self.raw`; the guard takes over
+            // that ownership.
             Ok(unsafe { MutexGuard::new(self) }?)
         } else {
             Err(TryLockError::WouldBlock)
