@@ -721,9 +721,9 @@ fn child<L: ProcLock>(
                     unsafe { *counter += 1 };
                 }),
                 Count::Private => lock.with_lock(|| own += 1),
-                // SAFETY: the counter is an aligned u64 in the mapping, which outlives the
-                // child; in an atomic-floor run every process only ever adds to it atomically.
                 Count::Atomic => {
+                    // SAFETY: the counter is an aligned u64 in the mapping, which outlives the
+                    // child; in an atomic-floor run every process only adds to it atomically.
                     _ = unsafe { AtomicU64::from_ptr(counter) }.fetch_add(1, Ordering::Relaxed)
                 }
             }

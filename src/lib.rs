@@ -32,7 +32,11 @@
 //! `parking_lot_core`: they work wherever both do (Linux, macOS, Windows, the BSDs, …). The
 //! shared-memory lock (`shm`) and the shared-memory parts of [`accept`] use futexes, `mmap` and
 //! `/proc`, and are compiled on Linux only.
-#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    missing_docs,
+    clippy::undocumented_unsafe_blocks
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(all(gomutex_loom, not(feature = "__loom")))]

@@ -1234,6 +1234,11 @@ impl<Q: WaitQueue + Introspect> Harness<Q> {
 
     /// Read-modify-write of the protected cell (loom checks happens-before).
     pub fn critical_section(&self) {
+        // SAFETY: `p` points to the cell's live `u64`. Callers have just acquired the lock
+        // under test, so no other access overlaps this one if the lock is correct; if it is
+        // not, loom's causality check fails the model at this access (the negative controls
+        // rely on that), and loom runs one thread at a time, so the accesses never overlap
+        // physically either.
         self.cell.with_mut(|p| unsafe { *p += 1 });
     }
 
@@ -1244,6 +1249,8 @@ impl<Q: WaitQueue + Introspect> Harness<Q> {
         self.g().assert_quiescent();
         assert_eq!(self.queue.stored(), 0, "leftover tokens");
         assert_eq!(self.queue.sleeping(), 0, "threads still parked");
+        // SAFETY: every thread of the model has been joined, so this read is the cell's only
+        // access (loom checks that the writes happen-before it).
         let n = self.cell.with(|p| unsafe { *p });
         assert_eq!(n, critical_sections, "critical sections lost");
     }

@@ -31,6 +31,7 @@ fn cfg_reaches_gomutex() {
         let m = RawMutex::new();
         m.lock();
         assert!(!m.try_lock());
+        // SAFETY: this thread locked `m` two lines up and has not unlocked it.
         unsafe { m.unlock() };
         assert_eq!((m.state(), m.stored_tokens(), m.parked()), (0, 0, 0));
     });
@@ -48,13 +49,19 @@ impl Shared {
             cell: UnsafeCell::new(0),
         })
     }
+    /// The critical section; callers hold `m`.
     fn cs(&self) {
+        // SAFETY: `p` points to the cell's live `u64`, and callers hold `m`, so no other
+        // access overlaps this one if the lock is correct; if it is not, loom's causality
+        // check fails the model here (and loom runs one thread at a time, so the accesses
+        // never overlap physically).
         self.cell.with_mut(|p| unsafe { *p += 1 });
     }
     fn assert_quiescent(&self, n: u64) {
         assert_eq!(self.m.state(), 0, "state not 0");
         assert_eq!(self.m.stored_tokens(), 0, "leftover tokens");
         assert_eq!(self.m.parked(), 0, "threads still parked");
+        // SAFETY: called after every thread of the model has been joined: the only access.
         assert_eq!(self.cell.with(|p| unsafe { *p }), n);
     }
 }
@@ -71,6 +78,7 @@ fn raw_mutex_lock_lock_trylock() {
                 thread::spawn(move || {
                     s.m.lock();
                     s.cs();
+                    // SAFETY: this thread holds `s.m` (locked two lines up).
                     unsafe { s.m.unlock() };
                 })
             })
@@ -78,6 +86,7 @@ fn raw_mutex_lock_lock_trylock() {
         let ok = s.m.try_lock();
         if ok {
             s.cs();
+            // SAFETY: `try_lock` returned true: this thread holds `s.m`.
             unsafe { s.m.unlock() };
         }
         join_all(ts);
@@ -109,6 +118,7 @@ fn raw_mutex_starvation_handoff() {
                 } else if s1.m.state() & STARVING != 0 {
                     seen.fetch_add(1, Relaxed);
                 }
+                // SAFETY: A holds `s1.m`, locked at the top of this round.
                 unsafe { s1.m.unlock() };
             }
         });
@@ -116,6 +126,7 @@ fn raw_mutex_starvation_handoff() {
         let b = thread::spawn(move || {
             s2.m.lock();
             s2.cs();
+            // SAFETY: B holds `s2.m` (locked two lines up).
             unsafe { s2.m.unlock() };
             d2.store(true, SeqCst);
         });
@@ -152,6 +163,7 @@ fn raw_mutex_unlock_fair_handoff() {
             }
             let st = s1.m.state();
             let hands_off = waiters(st) != 0 && st & (WOKEN | STARVING) == 0;
+            // SAFETY: A holds `s1.m`, locked at the top of this thread.
             unsafe { s1.m.unlock_fair() };
             if hands_off {
                 s1.m.lock();
@@ -161,6 +173,7 @@ fn raw_mutex_unlock_fair_handoff() {
                     "the fix-up kept starvation mode"
                 );
                 s1.cs();
+                // SAFETY: A relocked `s1.m` above (the hand-off's receiver released it).
                 unsafe { s1.m.unlock() };
             }
             hands_off
@@ -175,6 +188,7 @@ fn raw_mutex_unlock_fair_handoff() {
                 0,
                 "B's fix-up kept starvation mode"
             );
+            // SAFETY: B holds `s2.m`, locked at the top of this thread.
             unsafe { s2.m.unlock() };
         });
         let handed_off = a.join().unwrap();

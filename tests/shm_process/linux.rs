@@ -567,11 +567,9 @@ fn bad_attach_writes_nothing() {
     );
     assert!(t.elapsed() >= Duration::from_millis(50));
     let garbage = vec![0x5au8; size];
-    // SAFETY: writing our buffer to our fd.
-    assert_eq!(
-        unsafe { libc::pwrite(fd, garbage.as_ptr().cast(), size, 0) },
-        size as isize
-    );
+    // SAFETY: writing `size` bytes of our own buffer to our fd.
+    let written = unsafe { libc::pwrite(fd, garbage.as_ptr().cast(), size, 0) };
+    assert_eq!(written, size as isize);
     let r = ShmMutex::<u64>::open_timeout(&name, Duration::from_millis(50));
     assert!(
         matches!(
@@ -885,10 +883,8 @@ fn leaked_guard() {
     });
     assert!(!m.is_locked());
     // SAFETY: no guard of `m` is alive or leaked: a no-op.
-    assert!(
-        !unsafe { m.unlock_leaked() },
-        "not held: nothing to release"
-    );
+    let released = unsafe { m.unlock_leaked() };
+    assert!(!released, "not held: nothing to release");
     assert_eq!(*ok(m.lock()), [1, 1]);
     assert!(!m.owner_died() && !m.is_poisoned());
     m.recover();
