@@ -233,6 +233,14 @@ pub struct ShmAcceptMutex<'a, T: ShmSafe = ()> {
 #[cfg(target_os = "linux")]
 impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
     /// A worker's handle on `m`.
+    ///
+    /// ```
+    /// use gomutex::accept::{AcceptMutex, ShmAcceptMutex};
+    /// let shared = gomutex::shm::ShmMutex::anonymous(())?; // create before fork()
+    /// let worker = ShmAcceptMutex::new(&shared);
+    /// assert!(worker.try_lock().is_some());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn new(m: &'a ShmMutex<T>) -> Self {
         Self {
             m,
@@ -359,6 +367,12 @@ impl Default for Config {
 
 impl Config {
     /// nginx's settings ([`LockMode::TryLock`], 500 ms).
+    ///
+    /// ```
+    /// use gomutex::accept::{Config, LockMode};
+    /// let c = Config::nginx();
+    /// assert_eq!((c.mode, c.delay.as_millis(), c.spread), (LockMode::TryLock, 500, None));
+    /// ```
     pub const fn nginx() -> Self {
         Self {
             mode: LockMode::TryLock,
@@ -368,6 +382,12 @@ impl Config {
     }
 
     /// [`LockMode::Blocking`] with a 500 ms wait slice.
+    ///
+    /// ```
+    /// use gomutex::accept::{Config, LockMode, Spread};
+    /// let c = Config::blocking().with_spread(Some(Spread::DEFAULT));
+    /// assert_eq!(c.mode, LockMode::Blocking);
+    /// ```
     pub const fn blocking() -> Self {
         Self::nginx().with_mode(LockMode::Blocking)
     }
@@ -422,6 +442,12 @@ pub struct Load {
 
 impl Load {
     /// `own` connections here, `others` in all of the `other_workers` other live workers.
+    ///
+    /// ```
+    /// use gomutex::accept::{Load, Share, Spread};
+    /// // 10 connections here, 2 in the one other worker: more than the mean, skip the lock.
+    /// assert_eq!(Spread::new(0, 4).decide(Load::new(10, 2, 1)), Share::Skip);
+    /// ```
     pub const fn new(own: usize, others: usize, other_workers: usize) -> Self {
         Self {
             own,
@@ -515,6 +541,13 @@ impl Spread {
     pub const DEFAULT: Spread = Spread::new(0, 4);
 
     /// The rule with these knobs (and a 2 ms `retry`, a 20 % `rate_slack`).
+    ///
+    /// ```
+    /// use gomutex::accept::{Load, Share, Spread};
+    /// let s = Spread::new(1, 8); // 1 connection of slack over the mean, batches of 8
+    /// // None here, 30 in the 3 other workers: far below the mean, a full batch.
+    /// assert_eq!(s.decide(Load::new(0, 30, 3)), Share::Accept(8));
+    /// ```
     pub const fn new(margin: usize, batch: usize) -> Self {
         Self {
             margin,
@@ -687,6 +720,19 @@ impl<M: AcceptMutex> fmt::Debug for AcceptLock<M> {
 
 impl<M: AcceptMutex> AcceptLock<M> {
     /// A worker's accept lock over `mutex` (shared with the other workers), not armed.
+    ///
+    /// ```
+    /// use gomutex::accept::{AcceptLock, Config};
+    /// use gomutex::RawMutex;
+    /// // Two workers that are threads of one process share a `RawMutex` (`&RawMutex` is an
+    /// // `AcceptMutex` too); forked workers use a `ShmAcceptMutex`.
+    /// let lock = RawMutex::new();
+    /// let mut a = AcceptLock::new(&lock, Config::nginx());
+    /// let mut b = AcceptLock::new(&lock, Config::nginx());
+    /// assert!(a.begin_iteration(false).armed);  // a holds the lock: it arms its listeners
+    /// assert!(!b.begin_iteration(false).armed); // b lost the race
+    /// a.end_accept_phase();
+    /// ```
     pub fn new(mutex: M, config: Config) -> Self {
         Self {
             mutex,

@@ -55,6 +55,13 @@ impl WaitTimeoutResult {
 impl Condvar {
     const_new! {
         /// A new condition variable.
+        ///
+        /// ```
+        /// use gomutex::{Condvar, Mutex};
+        /// static READY: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+        /// *READY.0.lock().unwrap() = true;
+        /// READY.1.notify_all();
+        /// ```
         #[must_use]
         pub fn new() -> Self {
             Self {

@@ -32,6 +32,13 @@ pub struct RawMutex {
 impl RawMutex {
     const_new! {
         /// An unlocked lock.
+        ///
+        /// ```
+        /// static LOCK: gomutex::RawMutex = gomutex::RawMutex::new();
+        /// LOCK.lock();
+        /// // SAFETY: locked on the line above.
+        /// unsafe { LOCK.unlock() };
+        /// ```
         pub fn new() -> Self {
             Self {
                 state: AtomicU32::new(0),

@@ -168,6 +168,17 @@ impl Mapping {
     /// (for an object whose size is known, or to map only its start). The object must be at
     /// least `len` bytes long: touching a page past its end raises `SIGBUS`. `len` 0 is
     /// [`ShmError::InvalidConfig`].
+    ///
+    /// ```
+    /// use gomutex::shm::Mapping;
+    /// let path = std::env::temp_dir().join(format!("gomutex-doc-from-fd-len-{}", std::process::id()));
+    /// let file = std::fs::OpenOptions::new().read(true).write(true).create(true).open(&path)?;
+    /// file.set_len(8192)?;
+    /// let m = Mapping::from_fd_len(&file, 4096)?; // only the first page
+    /// std::fs::remove_file(&path)?;
+    /// assert_eq!(m.len(), 4096);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn from_fd_len(fd: impl AsFd, len: usize) -> Result<Self, ShmError> {
         if len == 0 {
             return Err(ShmError::InvalidConfig("a mapping must not be empty"));
@@ -388,6 +399,15 @@ pub struct MappingLayout {
 
 impl MappingLayout {
     /// An empty layout.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, MappingLayout};
+    /// let mut plan = MappingLayout::new();
+    /// assert_eq!(plan.len(), 0);
+    /// let lock = plan.mutex::<u64>(Config::default())?;
+    /// assert_eq!(lock, 0);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub const fn new() -> Self {
         Self { len: 0 }
     }
@@ -469,6 +489,17 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// another thread is inside `init_in`/`attach_in` or dropping a handle placed in a
     /// [`Mapping`] (the child would find that lock held for good), as with any lock and
     /// `fork()`.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, MappingLayout, ShmMutex};
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.mutex::<u64>(Config::default())?;
+    /// let map = Mapping::anonymous(plan.len())?;
+    /// let m = ShmMutex::init_in(&map, at, 3u64, Config::default())?;
+    /// assert_eq!(*m.lock().unwrap(), 3);
+    /// assert!(ShmMutex::init_in(&map, at, 0u64, Config::default()).is_err()); // in use
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn init_in(map: &Mapping, offset: usize, value: T, cfg: Config) -> Result<Self, ShmError> {
         let len = Self::required_size(cfg)?;
         let base = map.range(offset, len)?;

@@ -248,6 +248,13 @@ impl Default for OpenOptions {
 impl OpenOptions {
     /// The defaults: wait 1 s, refuse an object owned by another user, create with mode
     /// `0o600`.
+    ///
+    /// ```
+    /// use gomutex::shm::OpenOptions;
+    /// use std::time::Duration;
+    /// let opts = OpenOptions::new().timeout(Duration::from_millis(100)).mode(0o660);
+    /// assert_eq!(opts.timeout, Duration::from_millis(100));
+    /// ```
     pub const fn new() -> Self {
         Self {
             timeout: Duration::from_secs(1),
@@ -351,11 +358,24 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// A new region in an anonymous shared mapping (`MAP_SHARED | MAP_ANONYMOUS`) holding
     /// `value`, with the default [`Config`]. Children created with `fork()` afterwards share
     /// it.
+    ///
+    /// ```
+    /// let m = gomutex::shm::ShmMutex::anonymous(0u64)?; // share it: fork() after this
+    /// *m.lock().unwrap() += 1;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn anonymous(value: T) -> Result<Self, ShmError> {
         Self::anonymous_with(value, Config::default())
     }
 
     /// [`anonymous`](Self::anonymous) with explicit sizes.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmMutex};
+    /// let m = ShmMutex::anonymous_with([0u32; 4], Config::new().participants(4).waiter_slots(4))?;
+    /// m.lock().unwrap()[1] = 7;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn anonymous_with(value: T, cfg: Config) -> Result<Self, ShmError> {
         let len = layout_for::<T>(cfg)?.total_size;
         let p = map_shared(-1, len)?;
@@ -371,6 +391,15 @@ impl<T: ShmSafe> ShmMutex<T> {
 
     /// Create a named region (`shm_open(name, O_CREAT | O_EXCL)`, mode 0600) holding `value`.
     /// Fails with `Io(AlreadyExists)` if the name exists. `name` may omit the leading `/`.
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, ShmMutex};
+    /// let name = format!("/gomutex-doc-create-{}", std::process::id());
+    /// let m = ShmMutex::create(&name, 0u64, Config::default())?;
+    /// assert!(ShmMutex::create(&name, 0u64, Config::default()).is_err()); // the name exists
+    /// shm::unlink(&name)?; // the region lives on in `m` until it is dropped
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
         Self::create_with(name, value, cfg, OpenOptions::new())
     }
@@ -450,11 +479,29 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Open an existing named region, waiting up to 1 s for its creator to finish
     /// initialising it. Refuses an object owned by another user ([`ShmError::NotOwner`]; see
     /// [`open_with`](Self::open_with)).
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, ShmMutex};
+    /// let name = format!("/gomutex-doc-open-{}", std::process::id());
+    /// let created = ShmMutex::create(&name, 1u64, Config::default())?;
+    /// let opened = ShmMutex::<u64>::open(&name)?; // as another process would
+    /// *opened.lock().unwrap() += 1;
+    /// assert_eq!(*created.lock().unwrap(), 2);
+    /// shm::unlink(&name)?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn open(name: &str) -> Result<Self, ShmError> {
         Self::open_with(name, OpenOptions::new())
     }
 
     /// [`open`](Self::open) with an explicit wait for initialisation.
+    ///
+    /// ```
+    /// use gomutex::shm::ShmMutex;
+    /// use std::time::Duration;
+    /// let r = ShmMutex::<u64>::open_timeout("/gomutex-doc-no-such-name", Duration::from_millis(10));
+    /// assert!(r.is_err()); // NotFound: no object of that name
+    /// ```
     pub fn open_timeout(name: &str, timeout: Duration) -> Result<Self, ShmError> {
         Self::open_with(name, OpenOptions::new().timeout(timeout))
     }
@@ -464,6 +511,16 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// [`OpenOptions::allow_other_owner`]), [`ShmError::TooSmall`] if it is smaller than a
     /// header, [`ShmError::InitTimeout`] if it is not initialised within
     /// [`OpenOptions::timeout`], or a validation error (nothing is written then).
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, OpenOptions, ShmMutex};
+    /// let name = format!("/gomutex-doc-open-with-{}", std::process::id());
+    /// let _created = ShmMutex::create(&name, 0u64, Config::default())?;
+    /// let opened = ShmMutex::<u64>::open_with(&name, OpenOptions::new().allow_other_owner(true))?;
+    /// assert_eq!(*opened.lock().unwrap(), 0);
+    /// shm::unlink(&name)?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn open_with(name: &str, opts: OpenOptions) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
         Self::open_c(&cname, opts).map_err(|e| about(&cname, e))
@@ -525,12 +582,34 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Open the named region, or create it with `value` if it does not exist; `true` if this
     /// call created it. Race-free: exactly one of several concurrent callers creates. An
     /// existing object owned by another user is refused ([`ShmError::NotOwner`]).
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, ShmMutex};
+    /// let name = format!("/gomutex-doc-ooc-{}", std::process::id());
+    /// let (a, created) = ShmMutex::open_or_create(&name, 0u64, Config::default())?;
+    /// let (b, again) = ShmMutex::open_or_create(&name, 99u64, Config::default())?;
+    /// assert!(created && !again);
+    /// assert_eq!(*b.lock().unwrap(), 0); // the existing value, not 99
+    /// shm::unlink(&name)?;
+    /// # drop(a);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn open_or_create(name: &str, value: T, cfg: Config) -> Result<(Self, bool), ShmError> {
         Self::open_or_create_with(name, value, cfg, OpenOptions::new())
     }
 
     /// [`open_or_create`](Self::open_or_create), opening an existing object as
     /// [`open_with`](Self::open_with) does, or creating one with [`OpenOptions::mode`].
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, OpenOptions, ShmMutex};
+    /// let name = format!("/gomutex-doc-oocw-{}", std::process::id());
+    /// let opts = OpenOptions::new().mode(0o660);
+    /// let (_m, created) = ShmMutex::open_or_create_with(&name, 0u64, Config::default(), opts)?;
+    /// assert!(created);
+    /// shm::unlink(&name)?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn open_or_create_with(
         name: &str,
         value: T,
@@ -571,6 +650,17 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Checks (and returns an error for, without writing) a misaligned `ptr` (it must be
     /// [`REGION_ALIGN`]-aligned, or `align_of::<T>()`-aligned if that is more; `mmap` results
     /// are) and a `len` below [`required_size`](Self::required_size).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, ShmMutex};
+    /// let cfg = Config::default();
+    /// let map = Mapping::anonymous(ShmMutex::<u64>::required_size(cfg)?)?;
+    /// // SAFETY: `map` is MAP_SHARED, unused by anyone else, and outlives `m` (dropped first).
+    /// let m = unsafe { ShmMutex::init_in_place(map.as_ptr(), map.len(), 5u64, cfg)? };
+    /// assert_eq!(*m.lock().unwrap(), 5);
+    /// # drop(m);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub unsafe fn init_in_place(
         ptr: *mut u8,
         len: usize,

@@ -277,6 +277,13 @@ impl Default for Config {
 
 impl Config {
     /// The defaults: 64 participants, 64 waiter slots.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmMutex};
+    /// let small = Config::new().participants(4).waiter_slots(4);
+    /// assert!(ShmMutex::<u64>::required_size(small)? < ShmMutex::<u64>::required_size(Config::new())?);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub const fn new() -> Self {
         Self {
             participants: 64,

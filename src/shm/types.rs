@@ -106,6 +106,11 @@ pub struct ShmBool(u8);
 
 impl ShmBool {
     /// `b` as a byte (1 or 0).
+    ///
+    /// ```
+    /// use gomutex::shm::ShmBool;
+    /// assert!(bool::from(ShmBool::new(true)));
+    /// ```
     pub const fn new(b: bool) -> Self {
         Self(b as u8)
     }
