@@ -1,7 +1,7 @@
 //! Go's mutex in memory shared between processes, robust against process death.
 //!
-//! [`ShmMutex<T>`] is the same algorithm as [`crate::Mutex`] (the code in [`crate::algo`] is
-//! shared, not copied): barging with bounded spinning in normal mode, re-queued waiters served
+//! [`ShmMutex<T>`] is the same algorithm as [`crate::Mutex`] (the same code, shared, not
+//! copied): barging with bounded spinning in normal mode, re-queued waiters served
 //! first, a switch to FIFO hand-off once a waiter has waited more than 1 ms. Its state word,
 //! its waiter queue (one 32-bit futex word per sleeping thread, in fixed slots addressed by
 //! index) and the protected value `T` all live in one `MAP_SHARED` region, and waiters sleep
