@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 /// the park queue is locked), so a notify between the release and the sleep is never lost.
 /// Before it sleeps, a waiter yields its CPU once (`sched_yield`) and re-reads the number: with
 /// more producers and consumers than cores, the thread that will notify is often just waiting
-/// for a CPU, and a wait that ends there saves a sleep and a wake-up (on 2 cores this makes the
-/// bounded-queue benchmarks 2–5× faster, ahead of std). Spurious wake-ups are possible, as with std's: wait in a loop or use
-/// [`wait_while`](Self::wait_while).
+/// for a CPU, and a wait that ends there saves a sleep and a wake-up (figures and the
+/// alternatives tried: docs/benchmarks.md, "Condvar"). Spurious wake-ups are possible, as with
+/// std's: wait in a loop or use [`wait_while`](Self::wait_while).
 ///
 /// ```
 /// use gomutex::{Condvar, Mutex};
