@@ -27,6 +27,9 @@ pub enum ShmError {
         addr: usize,
         /// The alignment required.
         required: usize,
+        /// Its offset in the [`Mapping`](super::Mapping), for the calls that take one
+        /// (`None` for a raw pointer).
+        offset: Option<usize>,
     },
     /// No region was initialised here (the magic number is 0), or the creator has not finished.
     Uninitialised,
@@ -41,6 +44,25 @@ pub enum ShmError {
         found: u32,
         /// [`LAYOUT_VERSION`].
         expected: u32,
+    },
+    /// The region holds a value of another type than `T`, with the same size and alignment
+    /// (e.g. `f32` where a `u32` is expected). Types are told apart by their name without
+    /// module paths ([`core::any::type_name`], whose text the compiler does not promise to
+    /// keep: processes built by different compiler releases may disagree on a generic type's
+    /// name), its size and its alignment.
+    TypeMismatch {
+        /// The name of `T` (module paths left out).
+        expected: String,
+        /// The start of the name the creator recorded (at most 24 bytes).
+        found: String,
+        /// The creator's type hash (of its full name, size and alignment).
+        found_hash: u64,
+    },
+    /// `init_in` found a lock in use there: its header is valid and a live process is
+    /// registered with it (and may hold it). Overwriting it would break mutual exclusion.
+    RegionInUse {
+        /// A live participant's pid.
+        pid: u32,
     },
     /// The region holds a value of another size or alignment than `T`.
     ValueMismatch {
@@ -57,7 +79,9 @@ pub enum ShmError {
     Corrupt(&'static str),
     /// The configuration is out of range.
     InvalidConfig(&'static str),
-    /// A shared-memory name must be 1..=250 bytes, without NUL or `/` after the leading `/`.
+    /// A shared-memory name must be 1..=250 bytes, without NUL or `/` after the leading `/`,
+    /// and not `.` or `..`. The `Display` of the [`Object`](Self::Object) it comes in says
+    /// which rule the name breaks.
     InvalidName,
     /// A named region's creator did not finish initialising it in time.
     InitTimeout,
@@ -106,9 +130,22 @@ impl fmt::Display for ShmError {
                 f,
                 "shared region too small: {actual} bytes, {needed} needed"
             ),
-            ShmError::Misaligned { addr, required } => write!(
+            ShmError::Misaligned {
+                addr,
+                required,
+                offset: None,
+            } => write!(
                 f,
                 "shared region at {addr:#x} is not aligned to {required} bytes"
+            ),
+            ShmError::Misaligned {
+                required,
+                offset: Some(offset),
+                ..
+            } => write!(
+                f,
+                "offset {offset} in the mapping is not aligned to {required} bytes (not a \
+                 multiple of {required})"
             ),
             ShmError::Uninitialised => write!(f, "shared region is not initialised"),
             ShmError::BadMagic { found } => write!(
@@ -129,6 +166,28 @@ impl fmt::Display for ShmError {
                 "shared region holds a value of size {found_size} / align {found_align}, \
                  expected size {expected_size} / align {expected_align}"
             ),
+            ShmError::TypeMismatch {
+                expected,
+                found,
+                found_hash,
+            } => {
+                write!(f, "shared region holds ")?;
+                if found.is_empty() {
+                    write!(f, "a value of another type")?;
+                } else {
+                    write!(f, "a `{found}`")?;
+                }
+                write!(
+                    f,
+                    " (type hash {found_hash:#018x}), expected a `{expected}` (of the same size \
+                     and alignment)"
+                )
+            }
+            ShmError::RegionInUse { pid } => write!(
+                f,
+                "a shared region in use is there (process {pid} is registered with its lock): \
+                 initialising it again would break the lock"
+            ),
             ShmError::Corrupt(what) => write!(f, "shared region header is corrupt: {what}"),
             ShmError::InvalidConfig(what) => write!(f, "invalid shared mutex config: {what}"),
             ShmError::InvalidName => write!(f, "invalid shared memory name"),
@@ -147,6 +206,11 @@ impl fmt::Display for ShmError {
             ShmError::Object { name, error } => match &**error {
                 // "shared memory object "/x": shared memory: …" would say it twice.
                 ShmError::Io(e) => write!(f, "shared memory object {name:?}: {e}"),
+                ShmError::InvalidName => write!(
+                    f,
+                    "shared memory object {name:?}: invalid shared memory name: {}",
+                    super::mapping::name_rule_broken(name).unwrap_or("refused by the system")
+                ),
                 e => write!(f, "shared memory object {name:?}: {e}"),
             },
             ShmError::NotOwner {

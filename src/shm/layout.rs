@@ -4,7 +4,8 @@
 //! offset 0      Header (448 bytes, 64-aligned): identity (magic, version, sizes) and flags;
 //!               the lock's 64-bit state word alone on its cache line (offset 64); the
 //!               internal journal lock, token counters, probe timestamps, the condition
-//!               variable's words (offset 128); the recovery log (offset 192)
+//!               variable's words (offset 128); the recovery log (offset 192); the value's
+//!               type (hash and name, offset 416)
 //! 448           participants × ProcSlot (64 bytes each): identity + accounting of each process
 //! ...           waiter_slots × WaiterSlot (64 bytes each): one futex word per sleeping thread
 //! value_offset  T (aligned to max(64, align_of::<T>()))
@@ -23,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// the initialiser, so a region with this magic is fully initialised.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
 /// The layout version. Bumped on any change of the bytes below.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// Required alignment of a region's first byte.
 pub const REGION_ALIGN: usize = 64;
 /// Most participants or waiter slots a region may have.
@@ -145,6 +146,12 @@ pub(crate) struct Header {
     pub _pad2: u32,
     // --- offset 192 ---
     pub log: Log,
+    // --- offset 416: the value's type, written once by the initialiser ---
+    /// FNV-1a hash of the value type's name (module paths left out), size and alignment.
+    pub type_hash: AtomicU64,
+    /// The first 24 bytes of that name, zero-padded (little-endian words): what an error
+    /// about another type shows.
+    pub type_name: [AtomicU64; 3],
 }
 
 /// One participating process.
@@ -224,12 +231,67 @@ const _: () = {
     assert!(core::mem::offset_of!(Header, cv_all) == 180);
     assert!(core::mem::offset_of!(Header, cv_sleepers) == 184);
     assert!(core::mem::offset_of!(Header, log) == 192);
+    assert!(core::mem::offset_of!(Header, type_hash) == 416);
+    assert!(core::mem::offset_of!(Header, type_name) == 424);
     assert!(core::mem::offset_of!(ProcSlot, pidfs_ino) == 32);
     assert!(core::mem::offset_of!(ProcSlot, cv_waiting) == 52);
     assert!(core::mem::offset_of!(WaiterSlot, token_at) == 24);
     assert!(size_of::<Log>() == 32 + 16 * LOG_ENTRIES);
     assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
 };
+
+/// Bytes of a type's name the header keeps.
+pub(crate) const TYPE_NAME_BYTES: usize = 24;
+
+/// `name` without module paths: `alloc::vec::Vec<core::option::Option<u8>>` is
+/// `Vec<Option<u8>>`, so a type keeps its identity when its module (or the compiler's choice of
+/// path) changes.
+fn strip_paths(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    // Where the identifier being copied began in `out`.
+    let mut ident = 0;
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            out.truncate(ident);
+            continue;
+        }
+        out.push(c);
+        if !(c.is_alphanumeric() || c == '_') {
+            ident = out.len();
+        }
+    }
+    out
+}
+
+/// The identity of the value type `T` a region records: its name without module paths and a
+/// hash of that name, its size and its alignment (64-bit FNV-1a, the same in every build).
+pub(crate) fn type_ident<T>() -> (String, u64) {
+    let name = strip_paths(core::any::type_name::<T>());
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let size = (size_of::<T>() as u64).to_le_bytes();
+    let align = (align_of::<T>() as u64).to_le_bytes();
+    for &b in name.as_bytes().iter().chain(&size).chain(&align) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (name, h)
+}
+
+/// `name`'s first [`TYPE_NAME_BYTES`] as the header's words.
+pub(crate) fn pack_name(name: &str) -> [u64; 3] {
+    let mut bytes = [0u8; TYPE_NAME_BYTES];
+    let n = name.len().min(TYPE_NAME_BYTES);
+    bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+    core::array::from_fn(|i| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap()))
+}
+
+/// The name [`pack_name`] stored (cut at the first NUL; invalid UTF-8 replaced).
+pub(crate) fn unpack_name(words: [u64; 3]) -> String {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
 
 /// Where everything sits for given slot counts and value layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,5 +341,35 @@ impl Layout {
             value_align,
             total_size,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_identity() {
+        assert_eq!(
+            strip_paths("alloc::vec::Vec<core::option::Option<u8>>"),
+            "Vec<Option<u8>>"
+        );
+        assert_eq!(strip_paths("[my_crate::a::Stats; 4]"), "[Stats; 4]");
+        assert_eq!(type_ident::<u32>().0, "u32");
+        let ids = [
+            type_ident::<u32>().1,
+            type_ident::<i32>().1,
+            type_ident::<f32>().1,
+            type_ident::<[u16; 2]>().1,
+            type_ident::<u64>().1,
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            assert!(ids[i + 1..].iter().all(|b| a != b), "{ids:x?}");
+        }
+        // The same in every build: a fixed function of the name, size and alignment.
+        assert_eq!(type_ident::<u32>().1, type_ident::<u32>().1);
+        let long = "VeryLongTypeNameThatDoesNotFit<u8>";
+        assert_eq!(unpack_name(pack_name(long)), &long[..TYPE_NAME_BYTES]);
+        assert_eq!(unpack_name(pack_name("f32")), "f32");
     }
 }

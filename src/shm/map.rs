@@ -4,14 +4,14 @@
 //! counterparts of `init_in_place` / `attach` that keep the mapping alive.
 
 use super::layout::HEADER_SIZE;
-use super::mapping::{init_region, map_shared, region_align, unmap, validate};
+use super::mapping::{check_not_in_use, init_region, map_shared, region_align, unmap, validate};
 use super::region::Region;
 use super::{Backing, Config, ShmError, ShmMutex, ShmSafe, ShmShared};
 use core::any::TypeId;
 use core::fmt;
 use core::ptr::NonNull;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A `MAP_SHARED`, read-write mapping, unmapped when the last handle to it (this value, its
@@ -122,7 +122,8 @@ impl Mapping {
     /// truncates it kills every process mapping it with `SIGBUS`; seal a memfd with
     /// `F_SEAL_SHRINK` to rule that out. The overlap checks of [`ShmMutex::init_in`] and
     /// [`Mapping::shared`] are per `Mapping`: two mappings of one object in a process are
-    /// like two processes, which must follow the same layout.
+    /// like two processes, which must follow the same layout. What is per object is the check
+    /// that `init_in` overwrites no lock in use (it reads the region's header).
     ///
     /// ```
     /// use gomutex::shm::{Config, Mapping, ShmMutex};
@@ -147,14 +148,7 @@ impl Mapping {
     /// ```
     pub fn from_fd(fd: impl AsFd) -> Result<Self, ShmError> {
         let fd = fd.as_fd();
-        // SAFETY: a zeroed stat buffer for fstat to fill.
-        let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: a descriptor borrowed for this call, a valid buffer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        let len = usize::try_from(st.st_size)
-            .map_err(|_| ShmError::InvalidConfig("the object is larger than the address space"))?;
+        let len = object_size(fd)?;
         if len == 0 {
             return Err(ShmError::TooSmall {
                 needed: 1,
@@ -165,25 +159,42 @@ impl Mapping {
     }
 
     /// Map the first `len` bytes of a file, memfd or `shm_open` object shared and read-write
-    /// (for an object whose size is known, or to map only its start). The object must be at
-    /// least `len` bytes long: touching a page past its end raises `SIGBUS`. `len` 0 is
-    /// [`ShmError::InvalidConfig`].
+    /// (for an object whose size is known, or to map only its start). `len` 0 is
+    /// [`ShmError::InvalidConfig`]; a `len` past the object's size (`fstat`; 0 for what is not
+    /// a file, e.g. `/dev/zero`: use [`anonymous`](Self::anonymous)) is
+    /// [`ShmError::TooSmall`], refused before anything is mapped: touching a page past the
+    /// end would raise `SIGBUS`.
     ///
     /// ```
-    /// use gomutex::shm::Mapping;
-    /// let path = std::env::temp_dir().join(format!("gomutex-doc-from-fd-len-{}", std::process::id()));
-    /// let file = std::fs::OpenOptions::new().read(true).write(true).create(true).open(&path)?;
-    /// file.set_len(8192)?;
-    /// let m = Mapping::from_fd_len(&file, 4096)?; // only the first page
-    /// std::fs::remove_file(&path)?;
-    /// assert_eq!(m.len(), 4096);
+    /// use gomutex::shm::{Mapping, ShmError};
+    /// let f = tempfile_of(8192)?;
+    /// assert_eq!(Mapping::from_fd_len(&f, 4096)?.len(), 4096); // the first page only
+    /// assert!(matches!(
+    ///     Mapping::from_fd_len(&f, 3 * 4096),
+    ///     Err(ShmError::TooSmall { needed: 12288, actual: 8192 })
+    /// ));
+    /// # fn tempfile_of(len: u64) -> std::io::Result<std::fs::File> {
+    /// #     let path = std::env::temp_dir().join(format!("gomutex-doc-fdlen-{}", std::process::id()));
+    /// #     let f = std::fs::OpenOptions::new().read(true).write(true).create(true).open(&path)?;
+    /// #     std::fs::remove_file(&path)?;
+    /// #     f.set_len(len)?;
+    /// #     Ok(f)
+    /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_fd_len(fd: impl AsFd, len: usize) -> Result<Self, ShmError> {
         if len == 0 {
             return Err(ShmError::InvalidConfig("a mapping must not be empty"));
         }
-        let p = map_shared(fd.as_fd().as_raw_fd(), len)?;
+        let fd = fd.as_fd();
+        let size = object_size(fd)?;
+        if len > size {
+            return Err(ShmError::TooSmall {
+                needed: len,
+                actual: size,
+            });
+        }
+        let p = map_shared(fd.as_raw_fd(), len)?;
         Ok(Self::wrap(p, len))
     }
 
@@ -295,6 +306,7 @@ impl Mapping {
             return Err(ShmError::Misaligned {
                 addr: p as usize,
                 required: align_of::<T>(),
+                offset: Some(offset),
             });
         }
         let (end, ty) = (offset + len, TypeId::of::<T>());
@@ -328,6 +340,20 @@ impl Mapping {
         self.inner.claims.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// [`ShmError::Misaligned`] if `offset` lies in the mapping but is not a multiple of
+    /// `required` (checked before the range: a misaligned region near the end is not "too
+    /// small"); an offset past the end is left to [`range`](Self::range).
+    fn check_offset(&self, offset: usize, required: usize) -> Result<(), ShmError> {
+        if offset < self.len() && !offset.is_multiple_of(required) {
+            return Err(ShmError::Misaligned {
+                addr: (self.as_ptr() as usize).wrapping_add(offset),
+                required,
+                offset: Some(offset),
+            });
+        }
+        Ok(())
+    }
+
     /// The address at `offset`, if `offset..offset + len` lies in the mapping.
     fn range(&self, offset: usize, len: usize) -> Result<*mut u8, ShmError> {
         match offset.checked_add(len) {
@@ -341,6 +367,18 @@ impl Mapping {
             }),
         }
     }
+}
+
+/// The size of the object `fd` refers to (`fstat`'s `st_size`).
+fn object_size(fd: BorrowedFd<'_>) -> Result<usize, ShmError> {
+    // SAFETY: a zeroed stat buffer for fstat to fill.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: a descriptor borrowed for this call, a valid buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    usize::try_from(st.st_size)
+        .map_err(|_| ShmError::InvalidConfig("the object is larger than the address space"))
 }
 
 /// A region's share of a [`Mapping`], held by the [`ShmMutex`] placed there: keeps the mapping
@@ -476,8 +514,14 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// keeps the mapping alive. Safe: the range must lie in the mapping, be aligned to
     /// [`REGION_ALIGN`](super::REGION_ALIGN) (or `align_of::<T>()` if more) and be
     /// [`required_size`](Self::required_size) long ([`ShmError::Misaligned`],
-    /// [`ShmError::TooSmall`] otherwise), and overlap no region a handle in this process
-    /// uses ([`ShmError::InvalidConfig`]); it is overwritten.
+    /// [`ShmError::TooSmall`] otherwise), and overlap no region a handle placed through this
+    /// `Mapping` uses ([`ShmError::InvalidConfig`]); it is overwritten, unless it holds a lock
+    /// in use: a region whose header names a live participant, a process registered with it
+    /// (it locked through any handle, in any mapping of the object, and has not dropped that
+    /// handle), is refused with [`ShmError::RegionInUse`], and one whose header this build
+    /// cannot read (another [`LAYOUT_VERSION`](super::LAYOUT_VERSION), corrupt) with that
+    /// error. The first check is per `Mapping` (a table in this process), the second per
+    /// object (the memory's header).
     ///
     /// Other processes sharing the mapping must place the same things at the same offsets
     /// (as with any shared memory, the library cannot check what they do) and must not use
@@ -502,15 +546,20 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     pub fn init_in(map: &Mapping, offset: usize, value: T, cfg: Config) -> Result<Self, ShmError> {
         let len = Self::required_size(cfg)?;
+        map.check_offset(offset, region_align::<T>())?;
         let base = map.range(offset, len)?;
         let mut claims = map.claims();
         if overlaps(&claims, offset, offset + len, None) {
             return Err(IN_USE);
         }
+        // Per object: not over a live lock, whatever mapping (or process) uses it. Aligned
+        // (`check_offset`) and a header long (`len`): what it reads lies in the mapping.
+        check_not_in_use(base, map.len() - offset)?;
         // SAFETY: in the mapping (checked), which lives as long as the returned handle (its
-        // `Claim`); no handle in this process uses these bytes (checked, under the claim
-        // lock, held until the new handle's claim is recorded). Peers follow the documented
-        // contract: the same layout, no use before the region is published.
+        // `Claim`); no handle placed through this mapping uses these bytes (checked, under
+        // the claim lock, held until the new handle's claim is recorded), and no process is
+        // registered with a lock there (checked). Peers follow the documented contract: the
+        // same layout, no use before the region is published.
         let r = unsafe { init_region(base, len, value, cfg, false) }?;
         claims.push(Claimed {
             start: offset,
@@ -544,6 +593,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// # Ok::<(), ShmError>(())
     /// ```
     pub fn attach_in(map: &Mapping, offset: usize) -> Result<Self, ShmError> {
+        map.check_offset(offset, region_align::<T>())?;
         if offset >= map.len() {
             return Err(ShmError::TooSmall {
                 needed: offset.saturating_add(HEADER_SIZE),
@@ -599,6 +649,7 @@ impl<T: ShmSafe> ShmMutex<T> {
 mod tests {
     use super::*;
     use crate::shm::REGION_ALIGN;
+    use core::sync::atomic::Ordering::SeqCst;
 
     #[test]
     fn placement_is_checked() {
@@ -748,6 +799,143 @@ mod tests {
         assert!(map.shared_slice::<AtomicU64>(at, 0).unwrap().is_empty());
         drop(m);
         assert!(ShmMutex::init_in(&map, lock, 2u64, cfg).is_ok());
+    }
+
+    impl Mapping {
+        /// A copy of the mapping's bytes.
+        fn shared_bytes(&self) -> Vec<u8> {
+            // SAFETY: our mapping, for `len` bytes; nobody writes it during these tests.
+            unsafe { core::slice::from_raw_parts(self.as_ptr(), self.len()) }.to_vec()
+        }
+    }
+
+    /// A memfd of `len` bytes.
+    fn memfd(len: usize) -> std::fs::File {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a NUL-terminated name; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"gomutex-unit".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "memfd_create: {}", io::Error::last_os_error());
+        // SAFETY: a fresh descriptor nobody else owns.
+        let f = unsafe { std::fs::File::from_raw_fd(fd) };
+        f.set_len(len as u64).unwrap();
+        f
+    }
+
+    /// Two mappings of one memfd in one process: `init_in` through the second must not
+    /// overwrite the lock a handle placed through the first holds, or is registered with.
+    #[test]
+    fn init_in_refuses_a_live_lock_through_another_mapping() {
+        let cfg = Config::new().participants(2).waiter_slots(2);
+        let len = ShmMutex::<u64>::required_size(cfg).unwrap();
+        let f = memfd(len);
+        let (m1, m2) = (Mapping::from_fd(&f).unwrap(), Mapping::from_fd(&f).unwrap());
+        let a = ShmMutex::init_in(&m1, 0, 1u64, cfg).unwrap();
+        let g = a.lock().unwrap();
+        let me = std::process::id();
+        let r = ShmMutex::init_in(&m2, 0, 2u64, cfg);
+        assert!(
+            matches!(r, Err(ShmError::RegionInUse { pid }) if pid == me),
+            "init_in over a held lock: {r:?}"
+        );
+        drop(g);
+        // Registered (it locked once), not holding: still in use.
+        let before = m2.shared_bytes();
+        let r = ShmMutex::init_in(&m2, 0, 2u64, cfg);
+        assert!(
+            matches!(r, Err(ShmError::RegionInUse { pid }) if pid == me),
+            "init_in over a lock in use: {r:?}"
+        );
+        assert!(m2.shared_bytes() == before, "a refused init_in wrote");
+        // Another layout version: it cannot tell, so it refuses too.
+        let f2 = memfd(len);
+        let m3 = Mapping::from_fd(&f2).unwrap();
+        drop(ShmMutex::init_in(&m3, 0, 0u64, cfg).unwrap());
+        // SAFETY: the version field of a region nobody uses, in our mapping.
+        unsafe { (*m3.as_ptr().add(8).cast::<core::sync::atomic::AtomicU32>()).store(1, SeqCst) };
+        let r = ShmMutex::init_in(&m3, 0, 0u64, cfg);
+        assert!(
+            matches!(r, Err(ShmError::VersionMismatch { found: 1, .. })),
+            "{r:?}"
+        );
+        assert_eq!(*a.lock().unwrap(), 1);
+        drop(a);
+        // Nobody uses it any more: it may be initialised anew.
+        let b = ShmMutex::init_in(&m2, 0, 3u64, cfg).unwrap();
+        assert_eq!(*b.lock().unwrap(), 3);
+    }
+
+    /// A length past the object's end is refused before anything is mapped (touching it would
+    /// raise `SIGBUS`).
+    #[test]
+    fn from_fd_len_past_the_end_is_refused() {
+        let f = memfd(4096);
+        match Mapping::from_fd_len(&f, 8192) {
+            Err(ShmError::TooSmall {
+                needed: 8192,
+                actual: 4096,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Mapping::from_fd_len(&f, 4096).unwrap().len(), 4096);
+        assert_eq!(Mapping::from_fd_len(&f, 100).unwrap().len(), 100);
+    }
+
+    /// A region of `u32` is not a region of `f32` or `i32`, though they have its layout.
+    #[test]
+    fn another_type_of_the_same_layout_is_refused() {
+        let cfg = Config::new().participants(2).waiter_slots(2);
+        let map = Mapping::anonymous(ShmMutex::<u32>::required_size(cfg).unwrap()).unwrap();
+        let a = ShmMutex::init_in(&map, 0, 7u32, cfg).unwrap();
+        /// A `u32` by another name.
+        #[derive(Clone, Copy)]
+        #[repr(transparent)]
+        struct W(#[allow(dead_code)] u32);
+        // SAFETY: a `u32`.
+        unsafe impl ShmSafe for W {}
+        for (e, other) in [
+            (ShmMutex::<f32>::attach_in(&map, 0).err(), "f32"),
+            (ShmMutex::<i32>::attach_in(&map, 0).err(), "i32"),
+            (ShmMutex::<[W; 1]>::attach_in(&map, 0).err(), "[W; 1]"),
+        ] {
+            let e = e.unwrap_or_else(|| panic!("attached as {other}"));
+            let msg = e.to_string();
+            assert!(
+                msg.contains("`u32`") && msg.contains(&format!("`{other}`")),
+                "{msg}"
+            );
+            assert!(
+                matches!(&e, ShmError::TypeMismatch { expected, found, .. }
+                    if expected == other && found == "u32"),
+                "{e:?}"
+            );
+        }
+        assert_eq!(
+            *ShmMutex::<u32>::attach_in(&map, 0).unwrap().lock().unwrap(),
+            7
+        );
+        drop(a);
+    }
+
+    /// A misaligned offset is reported as misaligned (with the offset and the alignment),
+    /// also where the region would not fit either.
+    #[test]
+    fn misaligned_offset_says_so() {
+        let cfg = Config::new().participants(2).waiter_slots(2);
+        let mut plan = MappingLayout::new();
+        plan.mutex::<u64>(cfg).unwrap();
+        let map = Mapping::anonymous(plan.len()).unwrap();
+        let e = ShmMutex::init_in(&map, 8, 0u64, cfg).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("offset 8") && msg.contains("64 bytes"),
+            "{msg}"
+        );
+        let e = ShmMutex::<u64>::attach_in(&map, 8).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("offset 8") && msg.contains("64 bytes"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! (`shm_open`), or memory the caller mapped; the checks every attach makes before it trusts a
 //! header, and the initialisation that publishes one.
 
-use super::layout::{self, Header, Layout, HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
+use super::layout::{
+    self, Header, Layout, ProcSlot, HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN,
+};
 use super::region::Region;
 use super::{Backing, Config, ShmError, ShmMutex, ShmSafe};
 use core::marker::PhantomData;
@@ -26,6 +28,7 @@ fn check_base<T>(base: *const u8) -> Result<(), ShmError> {
         return Err(ShmError::Misaligned {
             addr: base as usize,
             required,
+            offset: None,
         });
     }
     Ok(())
@@ -67,6 +70,15 @@ pub(super) fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmErro
             found_align: va,
         });
     }
+    let (name, hash) = layout::type_ident::<T>();
+    let found_hash = h.type_hash.load(Relaxed);
+    if found_hash != hash {
+        return Err(ShmError::TypeMismatch {
+            expected: name,
+            found: layout::unpack_name(h.type_name.each_ref().map(|w| w.load(Relaxed))),
+            found_hash,
+        });
+    }
     let layout = Layout::new(
         h.participants.load(Relaxed),
         h.waiter_slots.load(Relaxed),
@@ -91,6 +103,50 @@ pub(super) fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmErro
         });
     }
     Ok(layout)
+}
+
+/// Refuse to initialise a region over one in use: `base` (aligned, `avail` bytes of it mapped,
+/// at least a header) holds a header and a live process is registered in its participant
+/// table ([`ShmError::RegionInUse`]), or a header this build cannot read the table of
+/// (another layout version, a corrupt header: it may be in use). Zeroed memory, garbage, and
+/// a region whose participants are all gone may be overwritten. Loads only: writes nothing.
+///
+/// A process registers on its first lock call and leaves when its handle is dropped: a handle
+/// that never locked is not seen.
+pub(super) fn check_not_in_use(base: *const u8, avail: usize) -> Result<(), ShmError> {
+    debug_assert!(avail >= HEADER_SIZE && (base as usize).is_multiple_of(REGION_ALIGN));
+    // SAFETY: aligned and at least a header long (the caller's checks); atomics only.
+    let h = unsafe { &*(base as *const Header) };
+    if h.magic.load(Acquire) != MAGIC {
+        return Ok(());
+    }
+    let version = h.version.load(Relaxed);
+    if version != LAYOUT_VERSION {
+        return Err(ShmError::VersionMismatch {
+            found: version,
+            expected: LAYOUT_VERSION,
+        });
+    }
+    if h.header_size.load(Relaxed) as usize != HEADER_SIZE {
+        return Err(ShmError::Corrupt("header size"));
+    }
+    let n = h.participants.load(Relaxed) as usize;
+    if n == 0 || n > layout::MAX_SLOTS as usize || HEADER_SIZE + n * layout::PROC_SIZE > avail {
+        return Err(ShmError::Corrupt(
+            "participant table (not within the mapping)",
+        ));
+    }
+    for i in 0..n {
+        // SAFETY: slot `i` lies in the mapping (checked) at a 64-aligned offset; atomics only.
+        let p = unsafe { &*(base.add(HEADER_SIZE + i * layout::PROC_SIZE) as *const ProcSlot) };
+        let ident = p.ident.load(SeqCst);
+        if ident != 0 && !p.dead(ident) {
+            return Err(ShmError::RegionInUse {
+                pid: super::sys::ident_pid(ident),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
@@ -151,6 +207,11 @@ pub(super) unsafe fn init_region<T: ShmSafe>(
     h.value_offset.store(layout.value_offset as u64, Relaxed);
     h.value_size.store(size_of::<T>() as u64, Relaxed);
     h.value_align.store(align_of::<T>() as u32, Relaxed);
+    let (name, hash) = layout::type_ident::<T>();
+    h.type_hash.store(hash, Relaxed);
+    for (w, v) in h.type_name.iter().zip(layout::pack_name(&name)) {
+        w.store(v, Relaxed);
+    }
     // SAFETY: the value offset is in bounds (layout) and aligned for T: it is a multiple of
     // `align_of::<T>()` from a base aligned to it (`check_base`).
     unsafe { core::ptr::write(base.add(layout.value_offset).cast::<T>(), value) };
@@ -160,17 +221,31 @@ pub(super) unsafe fn init_region<T: ShmSafe>(
     Ok(unsafe { Region::new(NonNull::new_unchecked(base), layout) })
 }
 
-fn shm_name(name: &str) -> Result<CString, ShmError> {
-    let n = if name.starts_with('/') {
-        name.to_owned()
+/// The rule of shared-memory names `name` breaks, if any (`name` may omit the leading `/`).
+pub(super) fn name_rule_broken(name: &str) -> Option<&'static str> {
+    let bare = name.strip_prefix('/').unwrap_or(name);
+    Some(if bare.is_empty() {
+        "it is empty (a name has 1 to 250 bytes after the leading '/')"
+    } else if bare.len() > 250 {
+        "it is longer than 250 bytes (without the leading '/')"
+    } else if bare.contains('/') {
+        "it contains a '/' after the leading one"
+    } else if bare.contains('\0') {
+        "it contains a NUL byte"
+    } else if bare == "." || bare == ".." {
+        // They name the directory `shm_open` works in (or its parent), never an object.
+        "\".\" and \"..\" name a directory, not an object"
     } else {
-        format!("/{name}")
-    };
-    // "/." and "/.." name the directory `shm_open` works in (or its parent), never an object.
-    if n.len() < 2 || n.len() > 251 || n[1..].contains('/') || n == "/." || n == "/.." {
+        return None;
+    })
+}
+
+fn shm_name(name: &str) -> Result<CString, ShmError> {
+    if name_rule_broken(name).is_some() {
         return Err(ShmError::InvalidName.about(name));
     }
-    CString::new(n).map_err(|_| ShmError::InvalidName.about(name))
+    let bare = name.strip_prefix('/').unwrap_or(name);
+    CString::new(format!("/{bare}")).map_err(|_| ShmError::InvalidName.about(name))
 }
 
 pub(super) fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
@@ -811,13 +886,42 @@ mod tests {
                 assert_eq!(e.object_name(), Some(n));
                 assert_eq!(
                     e.to_string(),
-                    format!("shared memory object {n:?}: invalid shared memory name")
+                    format!(
+                        "shared memory object {n:?}: invalid shared memory name: \".\" and \
+                         \"..\" name a directory, not an object"
+                    )
                 );
             }
         }
         // Names that merely contain dots stay valid.
         assert!(shm_name("...").is_ok());
         assert!(shm_name(".a").is_ok());
+    }
+
+    /// Every invalid name says which rule it breaks.
+    #[test]
+    fn invalid_names_say_which_rule() {
+        let long = "a".repeat(251);
+        for (name, rule) in [
+            ("", "empty"),
+            ("/", "empty"),
+            ("a/b", "'/'"),
+            ("/a/b", "'/'"),
+            (long.as_str(), "250 bytes"),
+            ("a\0b", "NUL"),
+            (".", "directory"),
+            ("/..", "directory"),
+        ] {
+            let e = ShmMutex::<u32>::open(name).unwrap_err();
+            assert!(
+                matches!(e.cause(), ShmError::InvalidName),
+                "{name:?}: {e:?}"
+            );
+            assert_eq!(e.object_name(), Some(name));
+            let msg = e.to_string();
+            assert!(msg.contains(rule), "{name:?}: {msg}");
+        }
+        assert!(shm_name(&"a".repeat(250)).is_ok());
     }
 
     #[test]

@@ -478,6 +478,13 @@ fn bad_attach_writes_nothing() {
             }
         )
     });
+    attach_fails::<i64>(
+        &raw,
+        0,
+        size,
+        "wrong T, same size and align",
+        |e| matches!(e, ShmError::TypeMismatch { expected, found, .. } if expected == "i64" && found == "u64"),
+    );
     raw.put_u64(0, MAGIC ^ 1);
     attach_fails::<u64>(&raw, 0, size, "wrong magic", |e| {
         matches!(e, ShmError::BadMagic { .. })
