@@ -1,7 +1,7 @@
 //! The errors of the shared-memory lock: why a region could not be set up ([`ShmError`]), and
 //! why a lock call returned its guard inside an error ([`LockError`], [`TryLockError`]).
 
-use super::layout::MAGIC;
+use super::layout::{MAGIC, MAP_MAGIC};
 #[cfg(doc)]
 use super::{ShmMutex, ShmMutexGuard, LAYOUT_VERSION, REGION_ALIGN};
 use core::fmt;
@@ -33,7 +33,8 @@ pub enum ShmError {
     },
     /// No region was initialised here (the magic number is 0), or the creator has not finished.
     Uninitialised,
-    /// Something else lives here: the first 8 bytes are not [`MAGIC`].
+    /// Something else lives here: the first 8 bytes are not [`MAGIC`] (or, for a named
+    /// [`Mapping`](super::Mapping), [`MAP_MAGIC`](super::MAP_MAGIC)).
     BadMagic {
         /// What was found.
         found: u64,
@@ -150,7 +151,8 @@ impl fmt::Display for ShmError {
             ShmError::Uninitialised => write!(f, "shared region is not initialised"),
             ShmError::BadMagic { found } => write!(
                 f,
-                "not a gomutex shared region (magic {found:#018x}, expected {MAGIC:#018x})"
+                "not a gomutex shared region (magic {found:#018x}, expected {MAGIC:#018x}; \
+                 a named Mapping starts with {MAP_MAGIC:#018x})"
             ),
             ShmError::VersionMismatch { found, expected } => write!(
                 f,

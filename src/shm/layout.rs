@@ -25,6 +25,27 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
 /// The layout version. Bumped on any change of the bytes below.
 pub const LAYOUT_VERSION: u32 = 5;
+/// `b"GoMutMap"`: the first 8 bytes of a named [`Mapping`](super::Mapping)'s object once its
+/// creator has initialised what it holds. Written last.
+pub const MAP_MAGIC: u64 = u64::from_le_bytes(*b"GoMutMap");
+/// The bytes before a named mapping's contents: its header, padded to a page so the contents
+/// keep the alignment of a fresh mapping.
+pub(crate) const MAP_HEADER_SIZE: usize = 4096;
+
+/// The header of a named mapping's object (offset 0; its contents start at
+/// [`MAP_HEADER_SIZE`]).
+#[repr(C)]
+pub(crate) struct MapHeader {
+    /// [`MAP_MAGIC`] once published (stored last, with release ordering).
+    pub magic: AtomicU64,
+    /// [`LAYOUT_VERSION`].
+    pub version: AtomicU32,
+    /// [`MAP_HEADER_SIZE`].
+    pub header_size: AtomicU32,
+    /// The length of the contents (the [`MappingLayout`](super::MappingLayout)'s).
+    pub len: AtomicU64,
+}
+
 /// Required alignment of a region's first byte.
 pub const REGION_ALIGN: usize = 64;
 /// Most participants or waiter slots a region may have.

@@ -3,13 +3,18 @@
 //! several locks in one; and [`ShmMutex::init_in`] / [`ShmMutex::attach_in`], the safe
 //! counterparts of `init_in_place` / `attach` that keep the mapping alive.
 
-use super::layout::HEADER_SIZE;
-use super::mapping::{check_not_in_use, init_region, map_shared, region_align, unmap, validate};
+use super::layout::{MapHeader, HEADER_SIZE, LAYOUT_VERSION, MAP_HEADER_SIZE, MAP_MAGIC};
+use super::mapping::{
+    about, check_not_in_use, check_version, create_object, init_region, map_shared, open_object,
+    open_or_create_by, region_align, shm_name, unmap, validate, OpenOptions,
+};
 use super::region::Region;
 use super::{Backing, Config, ShmError, ShmMutex, ShmSafe, ShmShared};
 use core::any::TypeId;
 use core::fmt;
 use core::ptr::NonNull;
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -53,8 +58,12 @@ pub struct Mapping {
 }
 
 struct Inner {
+    /// The contents: all of the mapping, or what follows a named mapping's header.
     ptr: NonNull<u8>,
     len: usize,
+    /// What `mmap` returned, to unmap.
+    whole: NonNull<u8>,
+    whole_len: usize,
     /// The byte ranges `[start, end)` of the regions handles in this process use, with how
     /// many handles use each: `init_in` may only overwrite bytes nobody here uses, and
     /// `attach_in` may not read a region overlapping another one.
@@ -80,7 +89,7 @@ unsafe impl Sync for Inner {}
 impl Drop for Inner {
     fn drop(&mut self) {
         // The last handle is gone: no `ShmMutex` uses the memory any more.
-        unmap(self.ptr.as_ptr(), self.len);
+        unmap(self.whole.as_ptr(), self.whole_len);
     }
 }
 
@@ -199,14 +208,285 @@ impl Mapping {
     }
 
     fn wrap(p: *mut u8, len: usize) -> Self {
+        Self::wrap_at(p, len, 0, len)
+    }
+
+    /// The mapping `p..p + whole_len`, whose contents are the `len` bytes from `at`.
+    fn wrap_at(p: *mut u8, whole_len: usize, at: usize, len: usize) -> Self {
+        debug_assert!(at + len <= whole_len && len > 0);
+        // `mmap` never returns a null mapping for a null hint.
+        let whole = NonNull::new(p).expect("mmap returned null");
         Self {
             inner: Arc::new(Inner {
-                // `mmap` never returns a null mapping for a null hint.
-                ptr: NonNull::new(p).expect("mmap returned null"),
+                // SAFETY: `at + len <= whole_len`: inside the mapping.
+                ptr: unsafe { whole.add(at) },
                 len,
+                whole,
+                whole_len,
                 claims: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// Create the named shared-memory object `name` (`shm_open(O_CREAT | O_EXCL)`, mode 0600)
+    /// for the contents `layout` describes, map it, let `init` place what it holds (the locks,
+    /// with [`ShmMutex::init_in`], and any shared data), and publish it: processes that
+    /// [`open`](Self::open) the name wait until `init` has returned. Fails with `Io(AlreadyExists)`
+    /// if the name exists; if `init` fails (or panics) the name is removed and its error
+    /// returned. `name` may omit the leading `/`; errors name the object
+    /// ([`ShmError::Object`]).
+    ///
+    /// The contents start page-aligned after a one-page header (magic, version, length) that
+    /// is not part of the mapping's [`len`](Self::len): offsets are those of `layout`.
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, Mapping, MappingLayout, ShmMutex};
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    ///
+    /// let cfg = Config::new().participants(8).waiter_slots(8);
+    /// let mut plan = MappingLayout::new();
+    /// let (jobs, stats) = (plan.mutex::<u64>(cfg)?, plan.mutex::<[u32; 4]>(cfg)?);
+    /// let hits = plan.shared::<AtomicU64>();
+    ///
+    /// let name = format!("/gomutex-doc-map-create-{}", std::process::id());
+    /// let map = Mapping::create(&name, &plan, |map| {
+    ///     ShmMutex::init_in(map, jobs, 0u64, cfg)?;
+    ///     ShmMutex::init_in(map, stats, [0u32; 4], cfg)?;
+    ///     Ok(())
+    /// })?;
+    /// // Here or in any process that opens the name:
+    /// let jobs = ShmMutex::<u64>::attach_in(&map, jobs)?;
+    /// *jobs.lock().unwrap() += 1;
+    /// map.shared::<AtomicU64>(hits)?.fetch_add(1, Relaxed);
+    /// shm::unlink(&name)?;
+    /// # Ok::<(), shm::ShmError>(())
+    /// ```
+    pub fn create(
+        name: &str,
+        layout: &MappingLayout,
+        init: impl FnOnce(&Mapping) -> Result<(), ShmError>,
+    ) -> Result<Self, ShmError> {
+        Self::create_with(name, layout, OpenOptions::new(), init)
+    }
+
+    /// [`create`](Self::create) with the object's permissions from [`OpenOptions::mode`]
+    /// (set exactly, whatever the umask; its other options concern opening).
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, Mapping, MappingLayout, OpenOptions, ShmMutex};
+    /// use std::os::unix::fs::PermissionsExt;
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.mutex::<u32>(Config::default())?;
+    /// let name = format!("/gomutex-doc-map-mode-{}", std::process::id());
+    /// let opts = OpenOptions::new().mode(0o660);
+    /// let map = Mapping::create_with(&name, &plan, opts, |map| {
+    ///     ShmMutex::init_in(map, at, 0u32, Config::default()).map(drop)
+    /// })?;
+    /// let mode = std::fs::metadata(format!("/dev/shm{name}"))?.permissions().mode();
+    /// shm::unlink(&name)?;
+    /// assert_eq!(mode & 0o777, 0o660);
+    /// # drop(map);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_with(
+        name: &str,
+        layout: &MappingLayout,
+        opts: OpenOptions,
+        init: impl FnOnce(&Mapping) -> Result<(), ShmError>,
+    ) -> Result<Self, ShmError> {
+        let cname = shm_name(name)?;
+        Self::create_c(&cname, layout.len(), opts.mode, init).map_err(|e| about(&cname, e))
+    }
+
+    fn create_c(
+        cname: &CStr,
+        len: usize,
+        mode: u32,
+        init: impl FnOnce(&Mapping) -> Result<(), ShmError>,
+    ) -> Result<Self, ShmError> {
+        if len == 0 {
+            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
+        }
+        let whole = MAP_HEADER_SIZE
+            .checked_add(len)
+            .ok_or(ShmError::InvalidConfig("the object would be too large"))?;
+        create_object(cname, whole, mode, |p| {
+            // Dropped (unmapped) if `init` fails; handles `init` made keep it mapped.
+            let map = Self::wrap_at(p, whole, MAP_HEADER_SIZE, len);
+            init(&map)?;
+            // SAFETY: the start of the mapping, page-aligned, a header long; atomics only.
+            let h = unsafe { &*p.cast::<MapHeader>() };
+            h.version.store(LAYOUT_VERSION, Relaxed);
+            h.header_size.store(MAP_HEADER_SIZE as u32, Relaxed);
+            h.len.store(len as u64, Relaxed);
+            // Publish: everything `init` wrote happens-before any open that sees the magic.
+            h.magic.store(MAP_MAGIC, Release);
+            Ok(map)
+        })
+    }
+
+    /// Open the named mapping `name` made by [`create`](Self::create) (in any process),
+    /// waiting up to 1 s for its creator to publish it. Then [`ShmMutex::attach_in`] and
+    /// [`shared`](Self::shared) at the creator's offsets (the same [`MappingLayout`]).
+    /// Refuses an object owned by another user ([`ShmError::NotOwner`], see
+    /// [`OpenOptions::allow_other_owner`]) and anything that is not a published mapping of
+    /// this layout version, writing nothing.
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, Mapping, MappingLayout, ShmError, ShmMutex};
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.mutex::<u64>(Config::default())?;
+    /// let name = format!("/gomutex-doc-map-open-{}", std::process::id());
+    /// let made = Mapping::create(&name, &plan, |map| {
+    ///     ShmMutex::init_in(map, at, 41u64, Config::default()).map(drop)
+    /// })?;
+    /// let map = Mapping::open(&name)?; // e.g. in an unrelated process
+    /// assert_eq!(map.len(), plan.len());
+    /// let m = ShmMutex::<u64>::attach_in(&map, at)?;
+    /// *m.lock().unwrap() += 1;
+    /// assert_eq!(*ShmMutex::<u64>::attach_in(&made, at)?.lock().unwrap(), 42);
+    /// shm::unlink(&name)?;
+    /// assert!(matches!(Mapping::open(&name).unwrap_err().cause(), ShmError::Io(_)));
+    /// # Ok::<(), ShmError>(())
+    /// ```
+    pub fn open(name: &str) -> Result<Self, ShmError> {
+        Self::open_with(name, OpenOptions::new())
+    }
+
+    /// [`open`](Self::open) with explicit [`OpenOptions`] (the wait for the creator, whose
+    /// objects to accept).
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Mapping, OpenOptions, ShmError};
+    /// use std::time::Duration;
+    ///
+    /// // An object nobody publishes as a mapping: not waited for past the timeout.
+    /// let name = format!("/gomutex-doc-map-open-with-{}", std::process::id());
+    /// let plain = gomutex::shm::ShmMutex::create(&name, 0u32, Default::default())?;
+    /// let e = Mapping::open_with(&name, OpenOptions::new().timeout(Duration::from_millis(10)))
+    ///     .unwrap_err();
+    /// assert!(matches!(e.cause(), ShmError::BadMagic { .. }), "{e}");
+    /// shm::unlink(&name)?;
+    /// # drop(plain);
+    /// # Ok::<(), ShmError>(())
+    /// ```
+    pub fn open_with(name: &str, opts: OpenOptions) -> Result<Self, ShmError> {
+        let cname = shm_name(name)?;
+        open_object(
+            &cname,
+            &opts,
+            size_of::<MapHeader>(),
+            |p, whole| match Self::published_len(p, whole) {
+                Ok(len) => Ok(Self::wrap_at(p, whole, MAP_HEADER_SIZE, len)),
+                Err(e) => {
+                    unmap(p, whole);
+                    Err(e)
+                }
+            },
+        )
+        .map_err(|e| about(&cname, e))
+    }
+
+    /// The contents' length a published mapping header at `p` (mapped for `whole` bytes, at
+    /// least a header) records; loads only.
+    fn published_len(p: *const u8, whole: usize) -> Result<usize, ShmError> {
+        // SAFETY: page-aligned, mapped for at least a header (the caller's); atomics only.
+        let h = unsafe { &*p.cast::<MapHeader>() };
+        let too_small = ShmError::TooSmall {
+            needed: MAP_HEADER_SIZE + 1,
+            actual: whole,
+        };
+        match h.magic.load(Acquire) {
+            // The creator sizes the object in one `ftruncate`: this size is final.
+            0 if whole <= MAP_HEADER_SIZE => return Err(too_small),
+            0 => return Err(ShmError::Uninitialised),
+            MAP_MAGIC => {}
+            found => return Err(ShmError::BadMagic { found }),
+        }
+        check_version(
+            &h.version,
+            &h.header_size,
+            MAP_HEADER_SIZE,
+            "mapping header size",
+        )?;
+        let len = usize::try_from(h.len.load(Relaxed)).unwrap_or(usize::MAX);
+        if len == 0 {
+            return Err(ShmError::Corrupt("empty mapping"));
+        }
+        if whole <= MAP_HEADER_SIZE || len > whole - MAP_HEADER_SIZE {
+            return Err(ShmError::TooSmall {
+                needed: MAP_HEADER_SIZE.saturating_add(len),
+                actual: whole,
+            });
+        }
+        Ok(len)
+    }
+
+    /// Open the named mapping, or create it for `layout` with `init` if it does not exist;
+    /// `true` if this call created it. Race-free: exactly one of several concurrent callers
+    /// creates (and runs `init`), the others wait for it to publish. An existing mapping
+    /// shorter than `layout` is [`ShmError::TooSmall`].
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Config, Mapping, MappingLayout, ShmMutex};
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.mutex::<u64>(Config::default())?;
+    /// let init = |map: &Mapping| ShmMutex::init_in(map, at, 0u64, Config::default()).map(drop);
+    /// let name = format!("/gomutex-doc-map-ooc-{}", std::process::id());
+    /// // Every process runs the same line; one of them creates.
+    /// let (a, created) = Mapping::open_or_create(&name, &plan, init)?;
+    /// let (b, again) = Mapping::open_or_create(&name, &plan, init)?;
+    /// assert!(created && !again);
+    /// *ShmMutex::<u64>::attach_in(&a, at)?.lock().unwrap() += 1;
+    /// assert_eq!(*ShmMutex::<u64>::attach_in(&b, at)?.lock().unwrap(), 1);
+    /// shm::unlink(&name)?;
+    /// # Ok::<(), shm::ShmError>(())
+    /// ```
+    pub fn open_or_create(
+        name: &str,
+        layout: &MappingLayout,
+        init: impl FnMut(&Mapping) -> Result<(), ShmError>,
+    ) -> Result<(Self, bool), ShmError> {
+        Self::open_or_create_with(name, layout, OpenOptions::new(), init)
+    }
+
+    /// [`open_or_create`](Self::open_or_create), opening an existing object as
+    /// [`open_with`](Self::open_with) does, or creating one with [`OpenOptions::mode`].
+    ///
+    /// ```
+    /// use gomutex::shm::{self, Mapping, MappingLayout, OpenOptions};
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.shared::<AtomicU64>(); // lock-free data only: nothing to initialise
+    /// let name = format!("/gomutex-doc-map-ooc-with-{}", std::process::id());
+    /// let opts = OpenOptions::new().mode(0o640);
+    /// let (map, _) = Mapping::open_or_create_with(&name, &plan, opts, |_| Ok(()))?;
+    /// map.shared::<AtomicU64>(at)?.fetch_add(1, Relaxed);
+    /// shm::unlink(&name)?;
+    /// # Ok::<(), shm::ShmError>(())
+    /// ```
+    pub fn open_or_create_with(
+        name: &str,
+        layout: &MappingLayout,
+        opts: OpenOptions,
+        mut init: impl FnMut(&Mapping) -> Result<(), ShmError>,
+    ) -> Result<(Self, bool), ShmError> {
+        let (map, created) = open_or_create_by(
+            || Self::create_with(name, layout, opts, &mut init),
+            || Self::open_with(name, opts),
+        )?;
+        if map.len() < layout.len() {
+            let e = ShmError::TooSmall {
+                needed: layout.len(),
+                actual: map.len(),
+            };
+            return Err(about(&shm_name(name)?, e));
+        }
+        Ok((map, created))
     }
 
     /// The first byte of the mapping (page-aligned). Valid for [`len`](Self::len) bytes
@@ -936,6 +1216,190 @@ mod tests {
             msg.contains("offset 8") && msg.contains("64 bytes"),
             "{msg}"
         );
+    }
+
+    fn uniq(tag: &str) -> String {
+        format!("/gomutex-unit-map-{tag}-{}", std::process::id())
+    }
+
+    fn is_kind(e: &ShmError, kind: io::ErrorKind) -> bool {
+        matches!(e.cause(), ShmError::Io(io) if io.kind() == kind)
+    }
+
+    /// A named mapping is published once `init` has returned: an opener that starts while
+    /// `init` runs waits for it, then finds the locks initialised.
+    #[test]
+    fn named_mapping_is_published_after_init() {
+        let cfg = Config::new().participants(4).waiter_slots(4);
+        let mut plan = MappingLayout::new();
+        let (a, b) = (
+            plan.mutex::<u64>(cfg).unwrap(),
+            plan.mutex::<u32>(cfg).unwrap(),
+        );
+        let name = uniq("publish");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let opener = std::thread::spawn({
+            let name = name.clone();
+            move || {
+                rx.recv().unwrap();
+                let map = Mapping::open(&name).unwrap();
+                let m = ShmMutex::<u32>::attach_in(&map, b).unwrap();
+                let v = *m.lock().unwrap();
+                v
+            }
+        });
+        let map = Mapping::create(&name, &plan, |map| {
+            ShmMutex::init_in(map, a, 1u64, cfg)?;
+            tx.send(()).unwrap();
+            // The opener is polling meanwhile (it maps the object, sees no magic, retries).
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            ShmMutex::init_in(map, b, 2u32, cfg)?;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(opener.join().unwrap(), 2);
+        assert_eq!((map.len(), map.as_ptr() as usize % 4096), (plan.len(), 0));
+        let e = Mapping::create(&name, &plan, |_| Ok(())).unwrap_err();
+        assert!(is_kind(&e, io::ErrorKind::AlreadyExists), "{e:?}");
+        assert_eq!(e.object_name(), Some(name.as_str()));
+        // Not a lock region: ShmMutex::open refuses it, as Mapping::open refuses a region.
+        let e = ShmMutex::<u64>::open(&name).unwrap_err();
+        assert!(
+            matches!(e.cause(), ShmError::BadMagic { found: MAP_MAGIC }),
+            "{e:?}"
+        );
+        crate::shm::unlink(&name).unwrap();
+        let m = ShmMutex::create(&name, 0u64, cfg).unwrap();
+        let e = Mapping::open(&name).unwrap_err();
+        assert!(matches!(e.cause(), ShmError::BadMagic { .. }), "{e:?}");
+        crate::shm::unlink(&name).unwrap();
+        drop(m);
+    }
+
+    /// A failing or panicking `init` leaves no name behind; an empty layout is refused.
+    #[test]
+    fn named_mapping_init_failure_removes_the_name() {
+        let cfg = Config::new().participants(2).waiter_slots(2);
+        let mut plan = MappingLayout::new();
+        let at = plan.mutex::<u64>(cfg).unwrap();
+        let name = uniq("fail");
+        let e = Mapping::create(&name, &plan, |map| {
+            ShmMutex::init_in(map, at + 8, 0u64, cfg).map(drop) // misaligned
+        })
+        .unwrap_err();
+        assert!(matches!(e.cause(), ShmError::Misaligned { .. }), "{e:?}");
+        assert_eq!(e.object_name(), Some(name.as_str()));
+        let r = std::panic::catch_unwind(|| Mapping::create(&name, &plan, |_| panic!("in init")));
+        assert!(r.is_err());
+        let e = Mapping::open(&name).unwrap_err();
+        assert!(is_kind(&e, io::ErrorKind::NotFound), "{e:?}");
+        let e = Mapping::create(&name, &MappingLayout::new(), |_| Ok(())).unwrap_err();
+        assert!(matches!(e.cause(), ShmError::InvalidConfig(_)), "{e:?}");
+        let e = Mapping::open(&name).unwrap_err();
+        assert!(is_kind(&e, io::ErrorKind::NotFound), "{e:?}");
+    }
+
+    /// Racing `open_or_create`: exactly one creator runs `init`, everybody shares its lock;
+    /// an existing mapping smaller than the caller's layout is refused.
+    #[test]
+    fn named_mapping_open_or_create_race() {
+        let cfg = Config::new().participants(8).waiter_slots(8);
+        let mut plan = MappingLayout::new();
+        let at = plan.mutex::<u64>(cfg).unwrap();
+        let name = uniq("race");
+        let inits = core::sync::atomic::AtomicU32::new(0);
+        let created: usize = std::thread::scope(|s| {
+            let ts: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let (map, created) = Mapping::open_or_create(&name, &plan, |map| {
+                            inits.fetch_add(1, SeqCst);
+                            ShmMutex::init_in(map, at, 0u64, cfg).map(drop)
+                        })
+                        .unwrap();
+                        let m = ShmMutex::<u64>::attach_in(&map, at).unwrap();
+                        for _ in 0..100 {
+                            *m.lock().unwrap() += 1;
+                        }
+                        usize::from(created)
+                    })
+                })
+                .collect();
+            ts.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        assert_eq!((created, inits.load(SeqCst)), (1, 1));
+        let map = Mapping::open(&name).unwrap();
+        assert_eq!(
+            *ShmMutex::<u64>::attach_in(&map, at)
+                .unwrap()
+                .lock()
+                .unwrap(),
+            400
+        );
+        let mut bigger = plan.clone();
+        bigger.reserve(64, 64);
+        let e = Mapping::open_or_create(&name, &bigger, |_| Ok(())).unwrap_err();
+        assert!(matches!(e.cause(), ShmError::TooSmall { .. }), "{e:?}");
+        crate::shm::unlink(&name).unwrap();
+    }
+
+    /// An object that is not a published mapping: too small for the header at once, never
+    /// published within the timeout, or another user's: errors, nothing written.
+    #[test]
+    fn named_mapping_open_checks() {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let name = uniq("raw");
+        let cname = std::ffi::CString::new(name.clone()).unwrap();
+        // SAFETY: a NUL-terminated name; the result is checked.
+        let fd = unsafe {
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        assert!(fd >= 0);
+        // SAFETY: a fresh descriptor nobody else owns.
+        let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        f.set_len(100).unwrap();
+        let e = Mapping::open(&name).unwrap_err();
+        assert!(
+            matches!(
+                e.cause(),
+                ShmError::TooSmall {
+                    needed: 4097,
+                    actual: 100
+                }
+            ),
+            "{e:?}"
+        );
+        f.set_len(8192).unwrap();
+        let opts = OpenOptions::new().timeout(std::time::Duration::from_millis(20));
+        let e = Mapping::open_with(&name, opts).unwrap_err();
+        assert!(matches!(e.cause(), ShmError::InitTimeout), "{e:?}");
+        // Another user's object (needs CAP_CHOWN: skipped without it).
+        // SAFETY: our descriptor.
+        if unsafe { libc::fchown(fd, 65534, 65534) } == 0 {
+            let e = Mapping::open(&name).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    ShmError::NotOwner {
+                        owner_uid: 65534,
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
+            let opts = opts.allow_other_owner(true);
+            let e = Mapping::open_with(&name, opts).unwrap_err();
+            assert!(matches!(e.cause(), ShmError::InitTimeout), "{e:?}");
+        }
+        let mut back = vec![1u8; 8192];
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut back, 0).unwrap();
+        assert!(back.iter().all(|&b| b == 0), "open wrote");
+        crate::shm::unlink(&name).unwrap();
     }
 
     #[test]

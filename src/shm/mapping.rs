@@ -10,7 +10,7 @@ use super::{Backing, Config, ShmError, ShmMutex, ShmSafe};
 use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, Ordering::*};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::ffi::{CStr, CString};
 use std::io;
 use std::time::{Duration, Instant};
@@ -34,6 +34,27 @@ fn check_base<T>(base: *const u8) -> Result<(), ShmError> {
     Ok(())
 }
 
+/// [`ShmError::VersionMismatch`] unless a header's `version` is [`LAYOUT_VERSION`], then
+/// [`ShmError::Corrupt`]`(what)` unless its `header_size` is `expected`.
+pub(super) fn check_version(
+    version: &AtomicU32,
+    header_size: &AtomicU32,
+    expected: usize,
+    what: &'static str,
+) -> Result<(), ShmError> {
+    let found = version.load(Relaxed);
+    if found != LAYOUT_VERSION {
+        return Err(ShmError::VersionMismatch {
+            found,
+            expected: LAYOUT_VERSION,
+        });
+    }
+    if header_size.load(Relaxed) as usize != expected {
+        return Err(ShmError::Corrupt(what));
+    }
+    Ok(())
+}
+
 pub(super) fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
     check_base::<T>(base)?;
     if len < HEADER_SIZE {
@@ -51,16 +72,7 @@ pub(super) fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmErro
     if magic != MAGIC {
         return Err(ShmError::BadMagic { found: magic });
     }
-    let version = h.version.load(Relaxed);
-    if version != LAYOUT_VERSION {
-        return Err(ShmError::VersionMismatch {
-            found: version,
-            expected: LAYOUT_VERSION,
-        });
-    }
-    if h.header_size.load(Relaxed) as usize != HEADER_SIZE {
-        return Err(ShmError::Corrupt("header size"));
-    }
+    check_version(&h.version, &h.header_size, HEADER_SIZE, "header size")?;
     let (vs, va) = (h.value_size.load(Relaxed), h.value_align.load(Relaxed));
     if vs != size_of::<T>() as u64 || va as usize != align_of::<T>() {
         return Err(ShmError::ValueMismatch {
@@ -120,16 +132,7 @@ pub(super) fn check_not_in_use(base: *const u8, avail: usize) -> Result<(), ShmE
     if h.magic.load(Acquire) != MAGIC {
         return Ok(());
     }
-    let version = h.version.load(Relaxed);
-    if version != LAYOUT_VERSION {
-        return Err(ShmError::VersionMismatch {
-            found: version,
-            expected: LAYOUT_VERSION,
-        });
-    }
-    if h.header_size.load(Relaxed) as usize != HEADER_SIZE {
-        return Err(ShmError::Corrupt("header size"));
-    }
+    check_version(&h.version, &h.header_size, HEADER_SIZE, "header size")?;
     let n = h.participants.load(Relaxed) as usize;
     if n == 0 || n > layout::MAX_SLOTS as usize || HEADER_SIZE + n * layout::PROC_SIZE > avail {
         return Err(ShmError::Corrupt(
@@ -240,7 +243,7 @@ pub(super) fn name_rule_broken(name: &str) -> Option<&'static str> {
     })
 }
 
-fn shm_name(name: &str) -> Result<CString, ShmError> {
+pub(super) fn shm_name(name: &str) -> Result<CString, ShmError> {
     if name_rule_broken(name).is_some() {
         return Err(ShmError::InvalidName.about(name));
     }
@@ -397,8 +400,141 @@ pub fn unlink(name: &str) -> Result<(), ShmError> {
     Ok(())
 }
 
+/// Create the named object `cname` of `len` bytes (`shm_open(O_CREAT | O_EXCL)`, permissions
+/// exactly `mode`), map it whole and hand the mapping, zero-filled and page aligned, to
+/// `init`, which initialises it, **publishes it last** (a magic number stored with release
+/// ordering: openers poll for it with [`open_object`]) and owns it from then on (unmapping it
+/// if it fails). The name is removed again if anything fails, `init` panicking included.
+pub(super) fn create_object<R>(
+    cname: &CStr,
+    len: usize,
+    mode: u32,
+    init: impl FnOnce(*mut u8) -> Result<R, ShmError>,
+) -> Result<R, ShmError> {
+    if mode & !0o777 != 0 {
+        return Err(ShmError::InvalidConfig(
+            "mode must be permission bits (at most 0o777)",
+        ));
+    }
+    let size = libc::off_t::try_from(len)
+        .map_err(|_| ShmError::InvalidConfig("the object would be too large"))?;
+    // SAFETY: a NUL-terminated name; creates a new object, owner-only until the fchmod.
+    let fd = unsafe {
+        libc::shm_open(
+            cname.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    let fd = Fd(fd);
+    /// Removes the name we created unless disarmed (on every failure, also an unwind).
+    struct Unlink<'a>(Option<&'a CStr>);
+    impl Drop for Unlink<'_> {
+        fn drop(&mut self) {
+            if let Some(n) = self.0 {
+                // SAFETY: removing the name we just created.
+                unsafe { libc::shm_unlink(n.as_ptr()) };
+            }
+        }
+    }
+    let mut unlink = Unlink(Some(cname));
+    // The exact mode, not masked by the umask as `shm_open`'s would be.
+    // SAFETY: our descriptor.
+    if unsafe { libc::fchmod(fd.0, mode) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    // SAFETY: our descriptor.
+    if unsafe { libc::ftruncate(fd.0, size) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    let r = init(map_shared(fd.0, len)?)?;
+    unlink.0 = None;
+    Ok(r)
+}
+
+/// Open the existing named object `cname` (refused unless we own it or `opts` allow another
+/// owner, before anything is mapped), map it whole once it is at least `min_len` bytes, and
+/// hand the mapping and its length to `attach`, which validates it and owns it from then on
+/// (unmapping it if it fails). While `attach` says [`ShmError::Uninitialised`] (the creator
+/// has not published it) this is retried every millisecond until `opts.timeout`
+/// ([`ShmError::InitTimeout`]). An object of 1 to `min_len - 1` bytes is
+/// [`ShmError::TooSmall`] at once: creators size it in one `ftruncate`.
+pub(super) fn open_object<R>(
+    cname: &CStr,
+    opts: &OpenOptions,
+    min_len: usize,
+    mut attach: impl FnMut(*mut u8, usize) -> Result<R, ShmError>,
+) -> Result<R, ShmError> {
+    // SAFETY: a NUL-terminated name.
+    let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    let fd = Fd(fd);
+    // `None` (wait as long as it takes) if the timeout overflows `Instant`.
+    let deadline = crate::park::deadline_after(opts.timeout);
+    let mut owner_checked = false;
+    loop {
+        // SAFETY: a zeroed stat buffer for fstat to fill.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: our descriptor, a valid buffer.
+        if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        if !owner_checked {
+            // Before mapping anything: a squatter's object is not even read.
+            check_owner(cname, &st, opts)?;
+            owner_checked = true;
+        }
+        let len = st.st_size as usize;
+        if (1..min_len).contains(&len) {
+            // The creator sets the full size in one `ftruncate` (an object between its
+            // `shm_open` and that call is empty): this size is final, and too small.
+            return Err(ShmError::TooSmall {
+                needed: min_len,
+                actual: len,
+            });
+        }
+        if len >= min_len {
+            match attach(map_shared(fd.0, len)?, len) {
+                Err(ShmError::Uninitialised) => {}
+                r => return r,
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(ShmError::InitTimeout);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Race-free open-or-create of a named object: `create` (failing with `AlreadyExists` if the
+/// name exists), else `open` (failing with `NotFound` if it was unlinked meanwhile: then again
+/// from the start). `true` if this call created it.
+pub(super) fn open_or_create_by<R>(
+    mut create: impl FnMut() -> Result<R, ShmError>,
+    mut open: impl FnMut() -> Result<R, ShmError>,
+) -> Result<(R, bool), ShmError> {
+    loop {
+        match create() {
+            Ok(m) => return Ok((m, true)),
+            Err(e) if is_io(&e, io::ErrorKind::AlreadyExists) => {}
+            Err(e) => return Err(e),
+        }
+        match open() {
+            Ok(m) => return Ok((m, false)),
+            // Unlinked between our two calls: try again.
+            Err(e) if is_io(&e, io::ErrorKind::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `e`, about the object `cname`.
-fn about(cname: &CStr, e: ShmError) -> ShmError {
+pub(super) fn about(cname: &CStr, e: ShmError) -> ShmError {
     e.about(&cname.to_string_lossy())
 }
 
@@ -507,48 +643,19 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     fn create_c(cname: &CStr, value: T, cfg: Config, mode: u32) -> Result<Self, ShmError> {
-        if mode & !0o777 != 0 {
-            return Err(ShmError::InvalidConfig(
-                "mode must be permission bits (at most 0o777)",
-            ));
-        }
         let len = layout_for::<T>(cfg)?.total_size;
-        // SAFETY: a NUL-terminated name; creates a new object, owner-only until the fchmod.
-        let fd = unsafe {
-            libc::shm_open(
-                cname.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        let fd = Fd(fd);
-        let fail = |e: ShmError| {
-            // SAFETY: removing the name we just created.
-            unsafe { libc::shm_unlink(cname.as_ptr()) };
-            e
-        };
-        // The exact mode, not masked by the umask as `shm_open`'s would be.
-        // SAFETY: our descriptor.
-        if unsafe { libc::fchmod(fd.0, mode) } != 0 {
-            return Err(fail(io::Error::last_os_error().into()));
-        }
-        // SAFETY: our descriptor.
-        if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
-            return Err(fail(io::Error::last_os_error().into()));
-        }
-        let p = map_shared(fd.0, len).map_err(fail)?;
-        // SAFETY: a fresh mapping of the new (O_EXCL), just-extended, so zero-filled object,
-        // page aligned; openers only load its magic atomically until it is written, last.
-        match unsafe { init_region(p, len, value, cfg, true) } {
-            Ok(r) => Self::from_region(r, Backing::Mapped, len).checked(),
-            Err(e) => {
-                unmap(p, len);
-                Err(fail(e))
+        create_object(cname, len, mode, |p| {
+            // SAFETY: a fresh mapping of the new (O_EXCL), just-extended, so zero-filled
+            // object, page aligned; openers only load its magic atomically until it is
+            // written, last.
+            match unsafe { init_region(p, len, value, cfg, true) } {
+                Ok(r) => Self::from_region(r, Backing::Mapped, len).checked(),
+                Err(e) => {
+                    unmap(p, len);
+                    Err(e)
+                }
             }
-        }
+        })
     }
 
     /// Open an existing named region, waiting up to 1 s for its creator to finish
@@ -602,56 +709,19 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     fn open_c(cname: &CStr, opts: OpenOptions) -> Result<Self, ShmError> {
-        // SAFETY: a NUL-terminated name.
-        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        let fd = Fd(fd);
-        // `None` (wait as long as it takes) if the timeout overflows `Instant`.
-        let deadline = crate::park::deadline_after(opts.timeout);
-        let mut owner_checked = false;
-        loop {
-            // SAFETY: a zeroed stat buffer for fstat to fill.
-            let mut st: libc::stat = unsafe { core::mem::zeroed() };
-            // SAFETY: our descriptor, a valid buffer.
-            if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
-                return Err(io::Error::last_os_error().into());
-            }
-            if !owner_checked {
-                // Before mapping anything: a squatter's object is not even read.
-                check_owner(cname, &st, &opts)?;
-                owner_checked = true;
-            }
-            let len = st.st_size as usize;
-            if (1..HEADER_SIZE).contains(&len) {
-                // The creator sets the full size in one `ftruncate` (an object between its
-                // `shm_open` and that call is empty): this size is final, and no region.
-                return Err(ShmError::TooSmall {
-                    needed: HEADER_SIZE,
-                    actual: len,
-                });
-            }
-            if len >= HEADER_SIZE {
-                let p = map_shared(fd.0, len)?;
-                match validate::<T>(p, len) {
-                    Ok(layout) => {
-                        // SAFETY: validated; mapped for `len >= total_size` bytes until drop.
-                        let r = unsafe { Region::new(NonNull::new_unchecked(p), layout) };
-                        return Self::from_region(r, Backing::Mapped, len).checked();
-                    }
-                    Err(ShmError::Uninitialised) => unmap(p, len),
-                    Err(e) => {
-                        unmap(p, len);
-                        return Err(e);
-                    }
+        open_object(cname, &opts, HEADER_SIZE, |p, len| {
+            match validate::<T>(p, len) {
+                Ok(layout) => {
+                    // SAFETY: validated; mapped for `len >= total_size` bytes until drop.
+                    let r = unsafe { Region::new(NonNull::new_unchecked(p), layout) };
+                    Self::from_region(r, Backing::Mapped, len).checked()
+                }
+                Err(e) => {
+                    unmap(p, len);
+                    Err(e)
                 }
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(ShmError::InitTimeout);
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        })
     }
 
     /// Open the named region, or create it with `value` if it does not exist; `true` if this
@@ -691,19 +761,10 @@ impl<T: ShmSafe> ShmMutex<T> {
         cfg: Config,
         opts: OpenOptions,
     ) -> Result<(Self, bool), ShmError> {
-        loop {
-            match Self::create_with(name, value, cfg, opts) {
-                Ok(m) => return Ok((m, true)),
-                Err(e) if is_io(&e, io::ErrorKind::AlreadyExists) => {}
-                Err(e) => return Err(e),
-            }
-            match Self::open_with(name, opts) {
-                Ok(m) => return Ok((m, false)),
-                // Unlinked between our two calls: try again.
-                Err(e) if is_io(&e, io::ErrorKind::NotFound) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        open_or_create_by(
+            || Self::create_with(name, value, cfg, opts),
+            || Self::open_with(name, opts),
+        )
     }
 
     /// Remove a name: the same as the free function [`shm::unlink`](super::unlink), which

@@ -155,7 +155,7 @@ mod types;
 pub use condvar::ShmCondvar;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
-pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN};
+pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use map::{Mapping, MappingLayout};
 pub use mapping::{unlink, OpenOptions};
 pub use types::{ShmBool, ShmShared};
