@@ -33,11 +33,15 @@
 //!   [`MappingLayout`] computes; safe, and the handle keeps the mapping alive. Lock-free data
 //!   next to the locks (counters, flags: atomics, [`ShmShared`]) is lent out by
 //!   [`Mapping::shared`] / [`Mapping::shared_slice`], also checked.
+//!   [`Mapping::create`] / [`Mapping::open`] / [`Mapping::open_or_create`] name such a mapping
+//!   for unrelated processes, published (like `create`'s region) once its creator has
+//!   initialised what it holds.
 //! * [`ShmMutex::init_in_place`] / [`ShmMutex::attach`] (`unsafe`): memory you mapped
 //!   yourself.
 //!
-//! Every attach validates the header (magic, layout version, sizes, slot counts, size and
-//! alignment of `T`) and returns a [`ShmError`] without writing a byte if anything is off.
+//! Every attach validates the header (magic, layout version, sizes, slot counts, size,
+//! alignment and type of `T`: a `u32` region does not open as `f32`) and returns a
+//! [`ShmError`] without writing a byte if anything is off.
 //! Errors of the calls that take a name name the object ([`ShmError::Object`]).
 //!
 //! The value type implements [`ShmSafe`] (plain data valid for every bit pattern); with the
