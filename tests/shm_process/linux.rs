@@ -489,6 +489,34 @@ fn several_locks_in_one_mapping() {
     assert_quiescent(&c);
 }
 
+/// `init_in` reads the header it would overwrite: a lock another process holds is refused
+/// through any mapping of the object (naming that process), and may be initialised anew once
+/// that process is dead.
+fn init_in_refuses_a_lock_another_process_uses() {
+    let cfg = Config::new().participants(4).waiter_slots(4);
+    // SAFETY: a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"gomutex-test-live".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor nobody else owns.
+    let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    file.set_len(ShmMutex::<u64>::required_size(cfg).unwrap() as u64)
+        .unwrap();
+    let m = ShmMutex::init_in(&Mapping::from_fd(&file).unwrap(), 0, 5u64, cfg).unwrap();
+    let holder = fork_holder(&m, false, |v| *v += 1);
+    drop(m);
+    let r = ShmMutex::init_in(&Mapping::from_fd(&file).unwrap(), 0, 0u64, cfg);
+    assert!(
+        matches!(r, Err(ShmError::RegionInUse { pid }) if pid == holder as u32),
+        "{r:?}"
+    );
+    println!("    {}", r.unwrap_err());
+    kill9(holder);
+    assert_eq!(wait(holder), 128 + libc::SIGKILL);
+    let m = ShmMutex::init_in(&Mapping::from_fd(&file).unwrap(), 0, 9u64, cfg).unwrap();
+    assert_eq!(*ok(m.lock()), 9);
+    assert!(!m.owner_died());
+}
+
 /// Every bad attach is a clear error and writes nothing.
 fn bad_attach_writes_nothing() {
     let cfg = Config::default();
@@ -1242,6 +1270,10 @@ pub fn main() {
         ),
         ("bad_attach_writes_nothing", bad_attach_writes_nothing),
         ("several_locks_in_one_mapping", several_locks_in_one_mapping),
+        (
+            "init_in_refuses_a_lock_another_process_uses",
+            init_in_refuses_a_lock_another_process_uses,
+        ),
         (
             "owner_death_detected_by_waiter",
             owner_death_detected_by_waiter,
