@@ -145,8 +145,7 @@ impl fmt::Display for ShmError {
                 ..
             } => write!(
                 f,
-                "offset {offset} in the mapping is not aligned to {required} bytes (not a \
-                 multiple of {required})"
+                "offset {offset} in the mapping is not aligned to {required} bytes"
             ),
             ShmError::Uninitialised => write!(f, "shared region is not initialised"),
             ShmError::BadMagic { found } => write!(
