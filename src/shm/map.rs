@@ -799,7 +799,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// in use: a region whose header names a live participant, a process registered with it
     /// (it locked through any handle, in any mapping of the object, and has not dropped that
     /// handle), is refused with [`ShmError::RegionInUse`], and one whose header this build
-    /// cannot read (another [`LAYOUT_VERSION`](super::LAYOUT_VERSION), corrupt) with that
+    /// cannot read (another [`LAYOUT_VERSION`], corrupt) with that
     /// error. The first check is per `Mapping` (a table in this process), the second per
     /// object (the memory's header).
     ///
