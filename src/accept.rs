@@ -224,9 +224,10 @@ impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub struct ShmAcceptMutex<'a, T: ShmSafe = ()> {
     m: &'a ShmMutex<T>,
-    /// The pid of the process that holds the lock through this handle (a leaked guard); 0:
-    /// none. A copy inherited across `fork()` holds nothing in the child (whose pid differs),
-    /// as an inherited guard does not.
+    /// The fork generation (`shm::fork_generation`) of the process that holds the lock
+    /// through this handle (a leaked guard); 0: none. A copy inherited across `fork()` holds
+    /// nothing in the child or any later descendant (whose generations differ, whatever their
+    /// pids), as an inherited guard does not.
     held: Cell<u32>,
 }
 
@@ -266,12 +267,11 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
                 (g, Acquired::Clean)
             }
         };
-        // The cached pid (no syscall), as the guard's own check uses.
-        let me = crate::shm::current_pid();
-        assert!(
-            self.held.replace(me) != me,
-            "accept lock acquired twice through one handle"
-        );
+        // As the guard's own check (no syscall). If this handle already held the lock, only a
+        // peer that cleared the lock word can have let this acquisition succeed: the earlier
+        // hold is gone (there is nothing to release twice) and this one replaces it. A
+        // corrupted region must not panic the process.
+        self.held.set(crate::shm::fork_generation());
         ShmMutexGuard::leak(g);
         Some(how)
     }
@@ -281,7 +281,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
 impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmAcceptMutex")
-            .field("held", &(self.held.get() == crate::shm::current_pid()))
+            .field("held", &(self.held.get() == crate::shm::fork_generation()))
             .finish_non_exhaustive()
     }
 }
@@ -296,7 +296,7 @@ impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
         self.keep(self.m.try_lock_for(timeout))
     }
     unsafe fn unlock(&self) {
-        if self.held.replace(0) == crate::shm::current_pid() {
+        if self.held.replace(0) == crate::shm::fork_generation() {
             // SAFETY: `held`: this handle leaked the guard of its acquisition in this process
             // (not in a parent it was copied from by `fork()`) and has not released it since;
             // the only guard it made, and nobody else holds one (the caller holds the lock

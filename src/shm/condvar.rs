@@ -267,7 +267,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         // Holding the lock, this process is a participant. Global count first, own share
         // second (and the reverse below): a death between them leaves the hint too high,
         // never too low.
-        let me = self.m.registered(sys::current_pid());
+        let me = self.m.registered(sys::fork_generation());
         let mine = me.map(|i| &self.m.region.proc(i).cv_waiting);
         h.cv_sleepers.fetch_add(1, SeqCst);
         if let Some(c) = mine {

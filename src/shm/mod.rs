@@ -122,9 +122,13 @@
 //!   wake-ups pass on to others, but its registration counts until then.
 //! * Fork while holding the lock: the child does **not** own it (the owner recorded is the
 //!   parent's participant); dropping the inherited guard in the child does nothing, and
-//!   reaching the value through it panics. Use
-//!   `fork(3)` (libc's `fork`, which runs `pthread_atfork` handlers); a raw `clone`/`SYS_fork`
-//!   child must not touch the lock.
+//!   reaching the value through it panics. What a process keeps in its own memory (a guard, a
+//!   handle's cached participant slot) is tagged with its *fork generation*, one more than its
+//!   parent's (counted by a `pthread_atfork` handler, no system call on the lock path), not
+//!   with its pid: a descendant that reuses a dead ancestor's pid is not taken for it (its
+//!   inherited guard holds nothing, its inherited handle registers anew). Use `fork(3)`
+//!   (libc's `fork`, which runs `pthread_atfork` handlers); a raw `clone`/`SYS_fork` child
+//!   must not touch the lock.
 //! * Waiter slots are fixed ([`Config::waiter_slots`]); when all are taken further waiters wait
 //!   on a shared sequence word instead (correct, not FIFO among themselves). Participants are
 //!   fixed too ([`Config::participants`], default 64). A process registers on first use: with
@@ -172,8 +176,9 @@ pub use gomutex_derive::{ShmSafe, ShmShared};
 
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
-/// This process's pid, cached (reset in `fork()`ed children): what guards compare against.
-pub(crate) use self::sys::current_pid;
+/// Which process this is to memory it may have inherited across `fork()` (no system call):
+/// what guards and handles compare against.
+pub(crate) use self::sys::fork_generation;
 use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
 use core::fmt;
@@ -331,12 +336,15 @@ enum Backing {
 ///
 /// The handle itself is per process (it is where this process caches its participant slot);
 /// the lock and the value are in the region. A handle inherited across `fork()` works in the
-/// child, which registers as a new participant on first use.
+/// child, which registers as a new participant on first use (the cache is valid only in the
+/// process that made it, also in a descendant that got that process's pid).
 pub struct ShmMutex<T: ShmSafe> {
     region: Region,
     backing: Backing,
     map_len: usize,
-    /// `(pid << 32) | (participant index + 1)` of the process that registered; 0 = none.
+    /// `(fork generation << 32) | (participant index + 1)` of the process that registered
+    /// ([`sys::fork_generation`]: a pid alone would let a descendant that reuses a dead
+    /// ancestor's pid act as that ancestor); 0 = none.
     me: AtomicU64,
     _t: PhantomData<T>,
 }
@@ -349,28 +357,29 @@ unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
 impl<T: ShmSafe> ShmMutex<T> {
     /// This process's view, registering it as a participant on first use (and again in a
-    /// forked child, whose pid differs), waiting as long as it takes for a participant slot.
+    /// forked child, whose fork generation differs), waiting as long as it takes for a
+    /// participant slot.
     ///
     /// The registered case is a few instructions on every lock and unlock; registering is out
     /// of line.
     #[inline]
     fn ctx(&self) -> Ctx<'_> {
-        self.ctx_of(sys::current_pid())
+        self.ctx_of(sys::fork_generation())
     }
 
-    /// [`ctx`](Self::ctx) for this process, whose pid the caller read: `pid`.
+    /// [`ctx`](Self::ctx) for this process, whose fork generation the caller read: `proc`.
     #[inline]
-    fn ctx_of(&self, pid: u32) -> Ctx<'_> {
-        match self.registered(pid) {
+    fn ctx_of(&self, proc: u32) -> Ctx<'_> {
+        match self.registered(proc) {
             Some(me) => Ctx::new(&self.region, me),
-            None => self.register_untimed(pid),
+            None => self.register_untimed(proc),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn register_untimed(&self, pid: u32) -> Ctx<'_> {
-        match self.register(pid, None, false) {
+    fn register_untimed(&self, proc: u32) -> Ctx<'_> {
+        match self.register(proc, None, false) {
             Some(ctx) => ctx,
             None => unreachable!("an untimed registration never gives up"),
         }
@@ -380,10 +389,10 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// live process.
     #[inline]
     fn ctx_by(&self, deadline: Option<Instant>) -> Option<Ctx<'_>> {
-        let pid = sys::current_pid();
-        match self.registered(pid) {
+        let proc = sys::fork_generation();
+        match self.registered(proc) {
             Some(me) => Some(Ctx::new(&self.region, me)),
-            None => self.register(pid, deadline, false),
+            None => self.register(proc, deadline, false),
         }
     }
 
@@ -407,13 +416,13 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn join(&self) -> Result<(), ShmError> {
-        let pid = sys::current_pid();
-        if self.registered(pid).is_some() {
+        let proc = sys::fork_generation();
+        if self.registered(proc).is_some() {
             return Ok(());
         }
         // Reclaiming dead participants may need the spare slot another newcomer is using:
         // give that a moment, but fail at once when a scan found nobody to reclaim.
-        match self.register(pid, Some(Instant::now() + Duration::from_secs(2)), true) {
+        match self.register(proc, Some(Instant::now() + Duration::from_secs(2)), true) {
             Some(_) => Ok(()),
             None => Err(ShmError::NoParticipantSlot {
                 participants: self.region.layout.participants - 1,
@@ -421,11 +430,12 @@ impl<T: ShmSafe> ShmMutex<T> {
         }
     }
 
-    /// The participant index this handle cached for process `pid`, if it registered one.
+    /// The participant index this handle cached for process `proc` (a fork generation), if
+    /// that process registered one.
     #[inline]
-    fn registered(&self, pid: u32) -> Option<u32> {
+    fn registered(&self, proc: u32) -> Option<u32> {
         let c = self.me.load(Relaxed);
-        (c != 0 && (c >> 32) as u32 == pid).then(|| (c as u32) - 1)
+        (c != 0 && (c >> 32) as u32 == proc).then(|| (c as u32) - 1)
     }
 
     /// `self`, if this process is registered or could register now: some participant slot is
@@ -434,7 +444,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub(super) fn checked(self) -> Result<Self, ShmError> {
         let r = &self.region;
         let n = r.layout.participants - 1;
-        let room = self.registered(sys::current_pid()).is_some()
+        let room = self.registered(sys::fork_generation()).is_some()
             || (0..n).any(|i| {
                 let ident = r.proc(i).ident.load(SeqCst);
                 ident == 0 || r.proc(i).dead(ident)
@@ -447,20 +457,20 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     #[cold]
-    fn register(&self, pid: u32, deadline: Option<Instant>, certain: bool) -> Option<Ctx<'_>> {
+    fn register(&self, proc: u32, deadline: Option<Instant>, certain: bool) -> Option<Ctx<'_>> {
         let r = &self.region;
         let ident = sys::self_ident();
         let guest = r.layout.participants - 1;
         loop {
-            if let Some(me) = self.registered(pid) {
+            if let Some(me) = self.registered(proc) {
                 // Another thread of this process registered (while we waited for a slot, or
                 // while we claimed one: then we gave ours back).
                 return Some(Ctx::new(r, me));
             }
             if let Some(i) = claim_participant(r, ident, guest) {
-                let mine = (u64::from(pid) << 32) | u64::from(i + 1);
+                let mine = (u64::from(proc) << 32) | u64::from(i + 1);
                 let seen = self.me.load(Relaxed);
-                if (seen >> 32) as u32 != pid
+                if (seen >> 32) as u32 != proc
                     && self
                         .me
                         .compare_exchange(seen, mine, Relaxed, Relaxed)
@@ -512,13 +522,13 @@ impl<T: ShmSafe> ShmMutex<T> {
         }
     }
 
-    /// The guard of an acquisition by `ctx` (the view of this process, `pid`) that installed
-    /// `word`.
+    /// The guard of an acquisition by `ctx` (the view of this process, fork generation
+    /// `proc`) that installed `word`.
     #[inline]
-    fn guard(&self, pid: u32, ctx: Ctx<'_>, word: u64) -> LockResult<ShmMutexGuard<'_, T>> {
+    fn guard(&self, proc: u32, ctx: Ctx<'_>, word: u64) -> LockResult<ShmMutexGuard<'_, T>> {
         let g = ShmMutexGuard {
             m: self,
-            pid,
+            proc,
             me: ctx.me,
             word,
             panicking: std::thread::panicking(),
@@ -545,13 +555,13 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     #[inline]
     pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
-        let pid = sys::current_pid();
-        let ctx = self.ctx_of(pid);
+        let proc = sys::fork_generation();
+        let ctx = self.ctx_of(proc);
         let w = ctx.acquire_fast();
         if w == 0 {
             algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, None);
         }
-        self.guard(pid, ctx, w)
+        self.guard(proc, ctx, w)
     }
 
     /// [`lock`](Self::lock), handling the owner-died path: if a previous owner died (or
@@ -620,7 +630,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
         let w = ctx.acquire_fast();
         if w != 0 {
-            return Ok(self.guard(sys::current_pid(), ctx, w)?);
+            return Ok(self.guard(sys::fork_generation(), ctx, w)?);
         }
         // The probe never waits for the journal lock here.
         ctx.until(Some(Instant::now())).probe();
@@ -654,7 +664,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         let ctx = ctx.until(deadline);
         let w = ctx.acquire_fast();
         if w != 0 || algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, deadline) {
-            Ok(self.guard(sys::current_pid(), ctx, w)?)
+            Ok(self.guard(sys::fork_generation(), ctx, w)?)
         } else {
             Err(TryLockError::WouldBlock)
         }
@@ -756,7 +766,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// state word. (Which of its threads, or whether through a live guard, is not known.)
     pub(crate) fn held_here(&self) -> bool {
         let w = self.region.hdr().state.load(Acquire);
-        self.registered(sys::current_pid())
+        self.registered(sys::fork_generation())
             .is_some_and(|me| low(w) & algo::LOCKED != 0 && region::owner_of(w) == me + 1)
     }
 
@@ -828,7 +838,7 @@ pub fn __stop_at(point: u32) {
 
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
-        if let Some(me) = self.registered(sys::current_pid()) {
+        if let Some(me) = self.registered(sys::fork_generation()) {
             Ctx::new(&self.region, me).release_self();
         }
         if let Backing::Mapped = self.backing {
@@ -863,16 +873,19 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutex<T> {
 /// The lock is held while this lives; the value is reached through `Deref`/`DerefMut`.
 /// Dropping it unlocks (and poisons the lock if the thread is panicking).
 ///
-/// `!Send`. A guard that a forked child inherited does not own the lock in the child:
-/// dropping it there does nothing, [`mark_consistent`](Self::mark_consistent) does nothing,
-/// and reaching the value through it panics (the parent, which owns the lock, may be writing
-/// it).
+/// `!Send`. A guard holds the lock only in the process that locked: a copy that a forked
+/// child (or any later descendant, also one that got the locker's pid after it died)
+/// inherited holds nothing. There [`is_owner`](Self::is_owner) is `false`, dropping it does
+/// nothing, [`mark_consistent`](Self::mark_consistent) does nothing, and reaching the value
+/// through it panics (`Deref` cannot fail otherwise; the lock's owner, the parent or whoever
+/// took the lock over from it, may be writing the value).
 #[must_use = "if unused the ShmMutex will immediately unlock"]
 #[clippy::has_significant_drop]
 pub struct ShmMutexGuard<'a, T: ShmSafe> {
     m: &'a ShmMutex<T>,
-    /// The process that locked (a child forked since holds nothing through this guard).
-    pid: u32,
+    /// The fork generation of the process that locked ([`sys::fork_generation`]): a copy
+    /// in a descendant (whose generation is larger, whatever its pid) holds nothing.
+    proc: u32,
     /// Its participant index: the unlock's view needs no second look at the registration.
     me: u32,
     /// The state word our acquisition installed (0 if it went through the slow path): the
@@ -904,10 +917,11 @@ impl<T: ShmSafe> ShmMutexGuard<'_, T> {
         h.poisoned.store(0, Release);
     }
 
-    /// Whether this guard's process owns the lock (false in a child forked while the parent
-    /// held it).
+    /// Whether this guard holds the lock: it was made in this process (false for a copy
+    /// inherited across `fork()`, in a child or any later descendant, even one with the
+    /// locker's pid).
     pub fn is_owner(&self) -> bool {
-        self.pid == sys::current_pid()
+        self.proc == sys::fork_generation()
     }
 
     /// Forget the guard and keep the lock held, for a raw lock/unlock pair: release it later
@@ -963,7 +977,7 @@ impl<T: ShmSafe> ShmMutexGuard<'_, T> {
 #[cold]
 #[inline(never)]
 fn inherited_guard() -> ! {
-    panic!("gomutex::shm: a guard inherited across fork() does not hold the lock in the child")
+    panic!("gomutex::shm: a guard inherited across fork() holds nothing in this process")
 }
 
 impl<T: ShmSafe> Deref for ShmMutexGuard<'_, T> {
@@ -992,8 +1006,8 @@ impl<T: ShmSafe> DerefMut for ShmMutexGuard<'_, T> {
 impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        if self.pid != sys::current_pid() {
-            return; // inherited across fork: the lock is the parent's
+        if !self.is_owner() {
+            return; // inherited across fork: the lock is not ours to release
         }
         // This process registered as `me` to lock, and a live participant keeps its slot.
         let ctx = Ctx::new(&self.m.region, self.me);

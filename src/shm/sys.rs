@@ -174,11 +174,48 @@ static SELF_START: AtomicU64 = AtomicU64::new(0);
 static SELF_INO: AtomicU64 = AtomicU64::new(0);
 const NO_PIDFS: u64 = u64::MAX;
 static ATFORK: Once = Once::new();
+/// This process's fork generation ([`fork_generation`]); 0 = not known yet.
+static GEN: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn after_fork_in_child() {
     PID.store(0, Ordering::Relaxed);
     SELF_START.store(0, Ordering::Relaxed);
     SELF_INO.store(0, Ordering::Relaxed);
+    // One more than the parent's (never 0, which means "not known").
+    let g = GEN.load(Ordering::Relaxed).wrapping_add(1);
+    GEN.store(g.max(1), Ordering::Relaxed);
+}
+
+/// Register [`after_fork_in_child`] (once per program; children inherit it).
+fn watch_forks() {
+    ATFORK.call_once(|| {
+        // SAFETY: registering a handler that only stores to atomics (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+}
+
+/// Which process this is, to the memory it may have inherited: one more than its parent's
+/// generation, counted by a `pthread_atfork` child handler (no system call). What a process
+/// records in its own memory (a handle's cached registration, a guard) is copied only into its
+/// descendants by `fork`, whose generations are all larger, so comparing generations tells
+/// "made by this process" from "inherited", also in a descendant that got a dead ancestor's
+/// pid (pids are reused). Never 0. (Wraps after 2^32 nested forks; a raw `clone`/`SYS_fork`
+/// child bypasses the handler and must not use the lock, see the module docs.)
+#[inline]
+pub(crate) fn fork_generation() -> u32 {
+    let g = GEN.load(Ordering::Relaxed);
+    if g != 0 {
+        return g;
+    }
+    fork_generation_slow()
+}
+
+#[cold]
+fn fork_generation_slow() -> u32 {
+    // The handler is in place before any value is returned, so every later fork counts.
+    watch_forks();
+    let _ = GEN.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
+    GEN.load(Ordering::Relaxed)
 }
 
 /// This process's pid, cached without a syscall per call. A `pthread_atfork` child handler
@@ -196,10 +233,7 @@ pub(crate) fn current_pid() -> u32 {
 
 #[cold]
 fn current_pid_slow() -> u32 {
-    ATFORK.call_once(|| {
-        // SAFETY: registering a handler that only stores to two atomics (async-signal-safe).
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-    });
+    watch_forks();
     // SAFETY: getpid has no preconditions.
     let p = unsafe { libc::getpid() } as u32;
     PID.store(p, Ordering::Relaxed);

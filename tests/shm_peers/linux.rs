@@ -415,6 +415,54 @@ fn pid_reused_within_tick_is_dead() {
     println!("    skipped: could not reuse a pid within one start-time tick in 50 attempts");
 }
 
+/// Issue 22, defect 6: a peer that clears the lock word while this process holds the lock
+/// through a `ShmAcceptMutex` does not make the process panic: its next `try_lock` takes the
+/// (now free) lock in place of the hold it lost, one `unlock` releases it, and the lock works
+/// afterwards. An `unlock` after the hold was lost to another process releases nothing.
+fn cleared_word_under_accept_mutex_does_not_panic() {
+    use gomutex::accept::{AcceptMutex, Acquired, ShmAcceptMutex};
+    let m = ShmMutex::anonymous(()).unwrap();
+    let a = ShmAcceptMutex::new(&m);
+    assert!(AcceptMutex::try_lock(&a).is_some());
+    // A peer clears the word (and, if `take`, then takes the lock and dies holding it).
+    let clear = |take: bool| {
+        let peer = fork(|| {
+            header_u32(&m, STATE_OFFSET).store(0, SeqCst);
+            header_u32(&m, STATE_OFFSET + 4).store(0, SeqCst);
+            if take {
+                std::mem::forget(ok(m.lock()));
+            }
+            0
+        });
+        assert_eq!(wait_limit(peer, Duration::from_secs(5), "peer"), 0);
+        peer
+    };
+    clear(false);
+    assert!(!m.is_locked());
+    let again =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| AcceptMutex::try_lock(&a)));
+    assert!(
+        matches!(again, Ok(Some(_))),
+        "try_lock after a peer cleared the word"
+    );
+    assert!(m.is_locked());
+    // SAFETY: `a` holds the lock (taken again just now).
+    unsafe { a.unlock() };
+    assert!(!m.is_locked());
+    // Lost to another process: the stale hold releases nothing.
+    assert!(AcceptMutex::try_lock(&a).is_some());
+    let peer = clear(true);
+    // SAFETY: `a` believes it holds the lock; the word says the peer has it.
+    unsafe { a.unlock() };
+    assert!(m.is_locked(), "the lost hold released the peer's lock");
+    assert!(m.force_unlock(peer));
+    assert_eq!(AcceptMutex::try_lock(&a), Some(Acquired::OwnerDied));
+    drop(a);
+    assert!(!m.is_locked());
+    m.recover();
+    assert_quiescent(&m);
+}
+
 // ------------------------------------------------------------------ runner
 
 pub fn main() {
@@ -444,6 +492,10 @@ pub fn main() {
         (
             "pid_reused_within_tick_is_dead",
             pid_reused_within_tick_is_dead,
+        ),
+        (
+            "cleared_word_under_accept_mutex_does_not_panic",
+            cleared_word_under_accept_mutex_does_not_panic,
         ),
     ];
     procs::run_cases("shm_peers", &args, tests);

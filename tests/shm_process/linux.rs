@@ -11,6 +11,8 @@ mod common;
 use common::anon::AnonShared;
 use common::procs::{self, fork, kill9, wait, wait_limit};
 use common::shmtest::{assert_quiescent, ok};
+#[path = "pid_reuse.rs"]
+mod pid_reuse;
 
 // ------------------------------------------------------------------ helpers
 
@@ -1301,6 +1303,14 @@ pub fn main() {
         ),
         ("timed_lock_cross_process", timed_lock_cross_process),
         ("debug_and_guard", debug_and_guard),
+        (
+            "reused_pid_does_not_inherit_registration",
+            pid_reuse::reused_pid_does_not_inherit_registration,
+        ),
+        (
+            "reused_pid_does_not_own_inherited_guard",
+            pid_reuse::reused_pid_does_not_own_inherited_guard,
+        ),
     ];
     procs::run_cases("shm_process", &args, tests);
 }
