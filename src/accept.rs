@@ -690,11 +690,18 @@ pub trait Listeners {
 
 /// One worker's side of the accept lock: nginx's per-iteration protocol over an
 /// [`AcceptMutex`]. See the [module docs](self).
+///
+/// The lock is held by the process that took it: a copy made by `fork()` inside an accept
+/// phase holds nothing in the child ([`holds_lock`](Self::holds_lock) is `false`, its next
+/// iteration tries the lock like any worker, and ending its phase or dropping it releases
+/// nothing), so two workers never accept at once.
 pub struct AcceptLock<M: AcceptMutex> {
     mutex: M,
     config: Config,
-    /// The lock word is held right now (between `begin_iteration` and `end_accept_phase`).
-    held: bool,
+    /// The process ([`this_process`]) holding the lock word through this value right now
+    /// (between `begin_iteration` and `end_accept_phase`); 0: none. A copy inherited across
+    /// `fork()` holds nothing in the child.
+    held: u32,
     /// The listening sockets are armed (nginx's `ngx_accept_mutex_held`, which persists
     /// between iterations).
     armed: bool,
@@ -710,7 +717,7 @@ impl<M: AcceptMutex> fmt::Debug for AcceptLock<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AcceptLock")
             .field("config", &self.config)
-            .field("held", &self.held)
+            .field("held", &self.holds_lock())
             .field("armed", &self.armed)
             .field("accept_disabled", &self.accept_disabled)
             .field("stats", &self.stats)
@@ -737,7 +744,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
         Self {
             mutex,
             config,
-            held: false,
+            held: 0,
             armed: false,
             accept_disabled: 0,
             batch: None,
@@ -769,9 +776,11 @@ impl<M: AcceptMutex> AcceptLock<M> {
 
     fn iterate(&mut self, idle: bool, load: Option<Load>) -> Decision {
         self.stats.iterations += 1;
-        if self.held {
+        if self.holds_lock() {
             return self.decision(true, false, None);
         }
+        // A copy forked from a holder holds nothing here: the lock is the parent's.
+        self.held = 0;
         self.batch = None;
         self.retry = None;
         if self.accept_disabled > 0 {
@@ -813,7 +822,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
         };
         match got {
             Some(how) => {
-                self.held = true;
+                self.held = this_process();
                 self.stats.acquisitions += 1;
                 if how == Acquired::OwnerDied {
                     self.stats.owner_died += 1;
@@ -890,10 +899,11 @@ impl<M: AcceptMutex> AcceptLock<M> {
     /// stay armed until an iteration that does not get the lock). Call it before processing
     /// requests.
     pub fn end_accept_phase(&mut self) {
-        if self.held {
-            self.held = false;
-            // SAFETY: `held` is set only after a successful acquisition and cleared here, the
-            // only place that releases.
+        let mine = self.holds_lock();
+        self.held = 0;
+        if mine {
+            // SAFETY: `held` names this process only after its successful acquisition (not a
+            // parent's, copied by `fork()`), and is cleared here, the only place that releases.
             unsafe { self.mutex.unlock() };
         }
     }
@@ -910,9 +920,10 @@ impl<M: AcceptMutex> AcceptLock<M> {
         was
     }
 
-    /// The lock is held right now (inside an accept phase).
+    /// The lock is held right now (inside an accept phase), by this process: `false` in a
+    /// copy forked from a holder.
     pub fn holds_lock(&self) -> bool {
-        self.held
+        self.held != 0 && self.held == this_process()
     }
 
     /// The listening sockets are armed.
@@ -938,6 +949,22 @@ impl<M: AcceptMutex> AcceptLock<M> {
     /// The underlying lock.
     pub fn mutex(&self) -> &M {
         &self.mutex
+    }
+}
+
+/// Which process this is, for [`AcceptLock`]'s `held`: the shared-memory lock's fork
+/// generation (a cached value, no system call), which a forked child does not share with its
+/// parent. Without `gomutex::shm` (not Linux) every process is 1: the locks there
+/// ([`crate::RawMutex`]) are per process anyway.
+#[inline]
+fn this_process() -> u32 {
+    #[cfg(target_os = "linux")]
+    {
+        crate::shm::fork_generation()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        1
     }
 }
 

@@ -495,6 +495,55 @@ fn shm_accept_mutex_inherited_across_fork_holds_nothing() {
     assert!(!lock.is_locked());
 }
 
+/// Issue 22, defect 3: an `AcceptLock` copied by `fork()` in the middle of an accept phase
+/// holds nothing in the child: it reports no lock, its next iteration loses to the parent
+/// (and disarms the sockets it inherited armed), and ending the phase or dropping it releases
+/// nothing. The parent still holds the lock throughout.
+#[cfg(target_os = "linux")]
+#[test]
+fn accept_lock_forked_mid_phase_holds_nothing() {
+    let lock = ShmMutex::anonymous(()).unwrap();
+    let mut a = AcceptLock::new(ShmAcceptMutex::new(&lock), Config::nginx());
+    assert!(a.begin_iteration(false).armed && a.holds_lock());
+    // SAFETY: the child only uses the lock and leaves with _exit (no allocation-heavy or
+    // lock-taking std code of other threads runs in it).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let mut code = 0;
+        if a.holds_lock() {
+            code |= 1;
+        }
+        let d = a.begin_iteration(false);
+        if d.armed || a.holds_lock() {
+            code |= 2;
+        }
+        if !d.changed || a.is_armed() {
+            code |= 4;
+        }
+        a.end_accept_phase();
+        drop(a);
+        if !lock.is_locked() {
+            code |= 8;
+        }
+        // SAFETY: leaving the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "{status:#x}");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "1: the child's copy held the lock; 2: it armed; 4: it kept the sockets armed; \
+         8: it released the parent's lock"
+    );
+    assert!(a.holds_lock() && lock.is_locked());
+    a.end_accept_phase();
+    assert!(!lock.is_locked());
+}
+
 /// The spread rule with `n` workers where this one has `own` and the others `rest` (each).
 fn rule(margin: usize, batch: usize, own: usize, rest: &[usize]) -> Share {
     Spread::new(margin, batch).decide(Load::new(own, rest.iter().sum(), rest.len()))
