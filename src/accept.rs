@@ -200,6 +200,11 @@ impl<M: ForceUnlock + ?Sized> ForceUnlock for &M {
 /// [`AcceptMutex::unlock`] the lock is held without a guard ([`ShmMutexGuard::leak`], then
 /// [`ShmMutex::unlock_leaked`]); dropping the handle while it holds the lock releases it.
 ///
+/// The lock is held by the process that took it: a copy inherited across `fork()` holds
+/// nothing in the child (nor in a later descendant with the holder's pid). A peer that
+/// corrupts the lock word cannot make the handle panic: an acquisition after the hold was lost
+/// replaces it, and [`AcceptMutex::unlock`] releases only what this process holds.
+///
 /// A dead previous owner (released by the supervisor's [`ForceUnlock::force_unlock`] or by the
 /// lock's own owner-death detection) is reported as [`Acquired::OwnerDied`]; the handle then
 /// marks the lock consistent (there is no data to repair), so the next owner is told nothing

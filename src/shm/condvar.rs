@@ -151,7 +151,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
     /// # Panics
     ///
     /// If `guard` is not a guard of the mutex this condition variable came from, or was
-    /// inherited across `fork()` (it does not hold the lock in the child).
+    /// inherited across `fork()` (it holds nothing outside the process that locked).
     pub fn wait(&self, guard: ShmMutexGuard<'a, T>) -> LockResult<ShmMutexGuard<'a, T>> {
         self.wait_until_opt(guard, None).0
     }
