@@ -143,8 +143,10 @@
 //!   truncates the object kills every process that maps it with `SIGBUS` (inherent; seal a
 //!   memfd with `F_SEAL_SHRINK` for memory you share yourself). A peer that corrupts the
 //!   region may hold the lock for good, but cannot make the library panic, hang a call with a
-//!   deadline, or stall recovery: counts are clamped, and an owner, `WOKEN` holder or queued
-//!   waiter that names no participant is treated like a dead one.
+//!   deadline, or stall recovery: counts are clamped, an owner, `WOKEN` holder or queued
+//!   waiter that names no participant is treated like a dead one, and an unlock of a lock
+//!   word this process does not hold (cleared, or naming another owner) leaves it alone
+//!   instead of aborting.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
 
 mod condvar;

@@ -262,14 +262,15 @@ impl Ctx<'_> {
     /// STARVING may have been set while we held the lock, and a starving release must be one
     /// journal transaction with the hand-off it owes (a death in between would strand the lock
     /// in starvation mode with nobody owing the hand-off). No load first either: a wrong guess
-    /// returns the current word, on a line that is then ours.
+    /// returns the current word, on a line that is then ours. A word this participant does not
+    /// hold (only a peer writing the region makes one) is left alone.
     #[inline]
     pub(crate) fn release_from(&self, guess: u64) -> u32 {
         let st = &self.r.hdr().state;
         let mut cur = guess;
         loop {
             let l = low(cur);
-            if l & (LOCKED | STARVING) != LOCKED {
+            if l & (LOCKED | STARVING) != LOCKED || owner_of(cur) != self.tag() {
                 return self.release_locked_slow();
             }
             match st.compare_exchange(cur, word(l - LOCKED, 0), Release, Relaxed) {
@@ -375,10 +376,13 @@ impl Ctx<'_> {
         let mut cur = st.load(Relaxed);
         loop {
             let l = low(cur);
-            if l & LOCKED == 0 {
-                // Unlock of an unlocked lock: leave the shared word alone; the algorithm sees
-                // the wrapped value and aborts this process.
-                return l.wrapping_sub(LOCKED);
+            if l & LOCKED == 0 || owner_of(cur) != self.tag() {
+                // Not held by us: every caller (a guard, `unlock_leaked`, a condvar wait)
+                // releases only what this participant holds, so a peer wrote the word
+                // (cleared it, or installed another owner). Leave it alone and wake nobody
+                // (0: nothing left to do): a corrupted region must not abort or panic a process
+                // (module docs), and releasing another owner's lock would break its exclusion.
+                return 0;
             }
             if l & STARVING == 0 {
                 match st.compare_exchange(cur, word(l - LOCKED, 0), Release, Relaxed) {
@@ -395,7 +399,7 @@ impl Ctx<'_> {
             loop {
                 let c = st.load(SeqCst);
                 let l = low(c);
-                if l & STARVING == 0 || l & LOCKED == 0 {
+                if l & STARVING == 0 || l & LOCKED == 0 || owner_of(c) != self.tag() {
                     cur = c;
                     break;
                 }

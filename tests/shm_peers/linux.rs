@@ -463,6 +463,57 @@ fn cleared_word_under_accept_mutex_does_not_panic() {
     assert_quiescent(&m);
 }
 
+/// Issue 22, defect 6, for a guard: a peer that clears the lock word (or then takes the lock
+/// itself) while this process holds it through a guard does not make the guard's drop abort
+/// the process ("unlock of unlocked mutex"), nor release the peer's lock: the drop leaves a
+/// word it does not hold alone, and the lock works afterwards.
+fn cleared_word_under_guard_does_not_abort() {
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    // A peer clears the word (and, if `take`, then takes the lock and dies holding it).
+    let clear = |take: bool| {
+        let peer = fork(|| {
+            header_u32(&m, STATE_OFFSET).store(0, SeqCst);
+            header_u32(&m, STATE_OFFSET + 4).store(0, SeqCst);
+            if take {
+                std::mem::forget(ok(m.lock()));
+            }
+            0
+        });
+        assert_eq!(wait_limit(peer, Duration::from_secs(5), "peer"), 0);
+        peer
+    };
+    // In a child: on main the drop aborts the process.
+    let k = fork(|| {
+        let g = ok(m.lock());
+        clear(false);
+        drop(g);
+        let mut code = i32::from(m.is_locked());
+        *ok(m.lock()) += 1;
+        let g = ok(m.lock());
+        let peer = clear(true);
+        drop(g);
+        if !m.is_locked() || m.diagnostics().owner_pid != Some(peer as u32) {
+            code |= 2; // the drop released the peer's lock
+        }
+        if !m.force_unlock(peer) {
+            code |= 4;
+        }
+        match m.lock() {
+            Err(gomutex::shm::LockError::OwnerDied(g)) => g.mark_consistent(),
+            _ => code |= 8,
+        }
+        code
+    });
+    assert_eq!(
+        wait_limit(k, Duration::from_secs(10), "guard over a cleared word"),
+        0,
+        "134: the drop aborted; 1: the lock stayed held; 2: the drop released the peer's lock"
+    );
+    assert_eq!(*ok(m.lock()), 1);
+    m.recover();
+    assert_quiescent(&m);
+}
+
 // ------------------------------------------------------------------ runner
 
 pub fn main() {
@@ -496,6 +547,10 @@ pub fn main() {
         (
             "cleared_word_under_accept_mutex_does_not_panic",
             cleared_word_under_accept_mutex_does_not_panic,
+        ),
+        (
+            "cleared_word_under_guard_does_not_abort",
+            cleared_word_under_guard_does_not_abort,
         ),
     ];
     procs::run_cases("shm_peers", &args, tests);
