@@ -69,6 +69,15 @@ pub fn signal(pid: libc::pid_t, sig: i32) {
     unsafe { libc::kill(pid, sig) };
 }
 
+/// Wait until a child has stopped (SIGSTOP, or a `__stop_at` point).
+pub fn wait_stopped(pid: libc::pid_t) {
+    let mut st = 0;
+    // SAFETY: our own child.
+    let r = unsafe { libc::waitpid(pid, &mut st, libc::WUNTRACED) };
+    assert_eq!(r, pid);
+    assert!(libc::WIFSTOPPED(st), "child {pid} did not stop: {st:#x}");
+}
+
 /// SIGKILL a child.
 pub fn kill9(pid: libc::pid_t) {
     signal(pid, libc::SIGKILL);

@@ -13,19 +13,10 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
-use common::procs::{self, fork, signal, wait_limit};
+use common::procs::{self, fork, signal, wait_limit, wait_stopped};
 use common::shmtest::{assert_quiescent, header_u32, ok};
 
 // ------------------------------------------------------------------ helpers
-
-/// Wait until a child has stopped (SIGSTOP, or a `__stop_at` point).
-fn wait_stopped(pid: libc::pid_t) {
-    let mut st = 0;
-    // SAFETY: our own child.
-    let r = unsafe { libc::waitpid(pid, &mut st, libc::WUNTRACED) };
-    assert_eq!(r, pid);
-    assert!(libc::WIFSTOPPED(st), "child {pid} did not stop: {st:#x}");
-}
 
 /// Wait (bounded) until `cond` holds.
 fn until(what: &str, cond: impl Fn() -> bool) {
