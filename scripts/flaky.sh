@@ -50,8 +50,19 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["target"]["kind"][0], m["executable"], sep="\t")
 ')
+# Run copies, so that a rebuild meanwhile does not swap a binary between runs: the test
+# binaries in $out/deps and the examples in $out/examples, as in target/release (tests/prefork
+# finds its server at ../examples from its own binary).
+out=target/flaky
+rm -rf "$out/deps" "$out/examples"
+mkdir -p "$out/deps" "$out/examples"
 for b in "${bins[@]}"; do
     [[ -n ${exe[$b]:-} ]] || { echo "no test binary named $b" >&2; exit 2; }
+    cp "${exe[$b]}" "$out/deps/$b"
+    exe[$b]=$out/deps/$b
+done
+for e in target/release/examples/*; do
+    [[ -f $e && -x $e && $(basename "$e") != *-* ]] && cp "$e" "$out/examples/"
 done
 
 pids=()
@@ -66,8 +77,6 @@ for ((i = 0; i < busy; i++)); do
     pids+=($!)
 done
 
-out=target/flaky
-mkdir -p "$out"
 echo "== $n runs per binary beside $busy busy loop(s); $(uptime)"
 failed=0
 for b in "${bins[@]}"; do
