@@ -28,23 +28,30 @@
 //! participant notifies all (`Region::cv_after_death`): a process that made the condition true
 //! and died before its notify leaves nobody asleep.
 
-use super::error::{LockError, LockResult};
+use super::error::{LockError, LockResult, ShmError};
 use super::layout::Header;
+use super::map::{Mapping, MappingLayout};
 use super::queue::TICK;
 use super::region::{Ctx, Region};
-use super::{sys, ShmMutex, ShmMutexGuard, ShmSafe};
+use super::{repaired, sys, ShmMutex, ShmMutexGuard, ShmSafe, ShmShared};
 use crate::WaitTimeoutResult;
 use core::fmt;
-use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-/// A condition variable shared between processes, living in the region of the [`ShmMutex`] it
-/// belongs to: std's `Condvar` API over [`ShmMutexGuard`]. Get it with [`ShmMutex::condvar`].
+/// A condition variable shared between processes, bound to one [`ShmMutex`]: std's `Condvar`
+/// API over [`ShmMutexGuard`]. Get the one in the mutex's region with [`ShmMutex::condvar`]
+/// (every `condvar()` handle of a region, in every process, is the same one), or more of them,
+/// placed in a [`Mapping`] beside the mutex, with [`ShmMutex::condvar_in`] (e.g. "not full"
+/// and "not empty" for a bounded queue). With a single condition variable for several
+/// conditions, use [`notify_all`](Self::notify_all) and let each waiter re-check its own
+/// predicate ([`wait_while`](Self::wait_while)): a `notify_one` may wake a waiter of the other
+/// condition.
 ///
-/// Every region holds one condition variable (every `condvar()` handle of it, in every
-/// process, is the same one). To wait for several conditions on one mutex, use
-/// [`notify_all`](Self::notify_all) and let each waiter re-check its own predicate
-/// ([`wait_while`](Self::wait_while)); a `notify_one` may wake a waiter of the other condition.
+/// After an owner death, [`wait_while_or_repair`](Self::wait_while_or_repair) repairs the
+/// data, marks it consistent and **waits on** while the condition holds: the short way to
+/// wait that stays right when a process dies holding the lock (`wait_while` returns at once
+/// with the error, the condition unchecked).
 ///
 /// Robust to process death: a waiter that dies leaves nothing behind, and a notification whose
 /// notifier died before its wake-up reached a sleeper is seen by that sleeper at most 10 ms
@@ -70,6 +77,44 @@ use std::time::{Duration, Instant};
 /// ```
 pub struct ShmCondvar<'a, T: ShmSafe> {
     m: &'a ShmMutex<T>,
+    w: Words<'a>,
+}
+
+/// The words of one condition variable: std's futex sequence counter, the last broadcast's
+/// value (wake one and chain) and the sleepers hint.
+#[derive(Clone, Copy)]
+struct Words<'a> {
+    seq: &'a AtomicU32,
+    all: &'a AtomicU32,
+    sleepers: &'a AtomicU32,
+    /// `None` for the region's own condition variable (whose sleepers are also counted per
+    /// participant, and which the recovery of a dead participant notifies); for one placed in
+    /// a [`Mapping`], the region's own counter, which that recovery bumps: its sleepers
+    /// return when it moves (see [`ShmMutex::condvar_in`]).
+    region_seq: Option<&'a AtomicU32>,
+}
+
+/// A condition variable placed in a [`Mapping`] ([`MappingLayout::condvar`]): its words and
+/// the mutex it belongs to. All zeroes is a new, unbound one; every bit pattern of the words
+/// is harmless (at worst a spurious wake-up or a needless `futex` call).
+#[repr(C)]
+pub(crate) struct Placed {
+    seq: AtomicU32,
+    all: AtomicU32,
+    sleepers: AtomicU32,
+    _pad: AtomicU32,
+    /// 0: bound to no mutex yet; else the offset in the mapping of the mutex's region, plus 1.
+    mutex: AtomicU64,
+}
+// SAFETY: repr(C), fixed-width atomics only: any bit pattern is valid, every change atomic.
+unsafe impl ShmShared for Placed {}
+
+impl MappingLayout {
+    /// The offset of a condition variable placed after everything so far (24 bytes, 8-aligned),
+    /// for [`ShmMutex::condvar_in`].
+    pub fn condvar(&mut self) -> usize {
+        self.shared::<Placed>()
+    }
 }
 
 impl<T: ShmSafe> Clone for ShmCondvar<'_, T> {
@@ -81,10 +126,10 @@ impl<T: ShmSafe> Copy for ShmCondvar<'_, T> {}
 
 impl<T: ShmSafe> fmt::Debug for ShmCondvar<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let h = self.m.region.hdr();
         f.debug_struct("ShmCondvar")
-            .field("seq", &h.cv_seq.load(SeqCst))
-            .field("sleepers", &h.cv_sleepers.load(SeqCst))
+            .field("seq", &self.w.seq.load(SeqCst))
+            .field("sleepers", &self.w.sleepers.load(SeqCst))
+            .field("placed", &self.w.region_seq.is_some())
             .finish()
     }
 }
@@ -94,7 +139,84 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// borrowing the mutex; every handle of the region, in every process, is the same
     /// condition variable.
     pub fn condvar(&self) -> ShmCondvar<'_, T> {
-        ShmCondvar { m: self }
+        let w = Words::own(self.region.hdr());
+        ShmCondvar { m: self, w }
+    }
+
+    /// A condition variable for this mutex placed at `offset` in `map` (from
+    /// [`MappingLayout::condvar`]), where this mutex's region must be too: as many as a mutex
+    /// needs, e.g. "not full" and "not empty" for a bounded queue. The first call for a
+    /// zero-filled place binds it to this mutex, for every process; a call for a place
+    /// bound to another mutex is an error ([`ShmError::InvalidConfig`]), as is a mutex that
+    /// does not lie in `map`, or an offset out of bounds or misaligned.
+    ///
+    /// Like the region's own condition variable, it survives deaths: its sleepers re-check
+    /// every 10 ms, probe the mutex for dead processes, and return when the mutex's recovery
+    /// of a dead participant notifies (through the region's own condition variable, so a
+    /// `notify` on that one is a spurious wake-up here, seen at the next re-check). Unlike it,
+    /// its sleepers hint is not taken back from a process that dies sleeping (a hint too high
+    /// only costs a `futex` call per notify).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, MappingLayout, ShmMutex};
+    ///
+    /// let cfg = Config::default();
+    /// let mut plan = MappingLayout::new();
+    /// let (lock, spare) = (plan.mutex::<[u32; 2]>(cfg)?, plan.mutex::<[u32; 2]>(cfg)?);
+    /// let (full_at, empty_at) = (plan.condvar(), plan.condvar());
+    /// let map = Mapping::anonymous(plan.len())?; // inherited across fork()
+    /// let m = ShmMutex::init_in(&map, lock, [0u32; 2], cfg)?;
+    /// let not_full = m.condvar_in(&map, full_at)?;
+    /// let not_empty = m.condvar_in(&map, empty_at)?;
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| {
+    ///         let g = m.lock_or_repair(|_| {});
+    ///         let mut g = not_full.wait_while_or_repair(g, |q| q[0] != 0, |_| {});
+    ///         g[0] = 42; // an item
+    ///         drop(g);
+    ///         not_empty.notify_one();
+    ///     });
+    ///     let g = m.lock_or_repair(|_| {});
+    ///     let mut g = not_empty.wait_while_or_repair(g, |q| q[0] == 0, |_| {});
+    ///     assert_eq!(std::mem::take(&mut g[0]), 42);
+    ///     drop(g);
+    ///     not_full.notify_one();
+    /// });
+    /// // Bound to `m` (in every process): another mutex cannot use it.
+    /// let other = ShmMutex::init_in(&map, spare, [0u32; 2], cfg)?;
+    /// assert!(other.condvar_in(&map, empty_at).is_err());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn condvar_in<'a>(
+        &'a self,
+        map: &'a Mapping,
+        offset: usize,
+    ) -> Result<ShmCondvar<'a, T>, ShmError> {
+        let base = self.region.base() as usize;
+        let start = map.as_ptr() as usize;
+        if !(start..start + map.len()).contains(&base) {
+            return Err(ShmError::InvalidConfig(
+                "the mutex of a condition variable must lie in the same mapping",
+            ));
+        }
+        let p: &Placed = map.shared(offset)?;
+        let me = (base - start) as u64 + 1;
+        match p.mutex.compare_exchange(0, me, SeqCst, SeqCst) {
+            Ok(_) => {}
+            Err(bound) if bound == me => {}
+            Err(_) => {
+                return Err(ShmError::InvalidConfig(
+                    "the condition variable belongs to another mutex",
+                ))
+            }
+        }
+        let w = Words {
+            seq: &p.seq,
+            all: &p.all,
+            sleepers: &p.sleepers,
+            region_seq: Some(&self.region.hdr().cv_seq),
+        };
+        Ok(ShmCondvar { m: self, w })
     }
 }
 
@@ -103,15 +225,34 @@ fn sub_saturating(word: &AtomicU32, n: u32) {
     let _ = word.fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(n)));
 }
 
-/// `notify_all` on the words of `h` (see [`ShmCondvar::notify_all`]).
-fn broadcast(h: &Header) {
-    // Record the broadcast before it happens: every waiter whose counter value is below this
-    // one started waiting before the bump below and passes a wake-up on.
-    h.cv_all
-        .store(h.cv_seq.load(SeqCst).wrapping_add(1), SeqCst);
-    h.cv_seq.fetch_add(1, SeqCst);
-    if h.cv_sleepers.load(SeqCst) != 0 {
-        sys::futex_wake(&h.cv_seq, 1);
+impl<'a> Words<'a> {
+    /// The words of the region's own condition variable, in its header.
+    fn own(h: &'a Header) -> Self {
+        Words {
+            seq: &h.cv_seq,
+            all: &h.cv_all,
+            sleepers: &h.cv_sleepers,
+            region_seq: None,
+        }
+    }
+
+    /// `notify_one` (see [`ShmCondvar::notify_one`]).
+    fn notify_one(&self) {
+        self.seq.fetch_add(1, SeqCst);
+        // A waiter that was counted after this load sees the new value before it sleeps (its
+        // count comes after its read of the counter, both SeqCst).
+        if self.sleepers.load(SeqCst) != 0 {
+            sys::futex_wake(self.seq, 1);
+        }
+    }
+
+    /// `notify_all` (see [`ShmCondvar::notify_all`]).
+    fn broadcast(&self) {
+        // Record the broadcast before it happens: every waiter whose counter value is below
+        // this one started waiting before the bump below and passes a wake-up on.
+        self.all
+            .store(self.seq.load(SeqCst).wrapping_add(1), SeqCst);
+        self.notify_one();
     }
 }
 
@@ -128,7 +269,7 @@ impl Region {
             if n != 0 {
                 sub_saturating(&self.hdr().cv_sleepers, n);
             }
-            broadcast(self.hdr());
+            Words::own(self.hdr()).broadcast();
         }
     }
 }
@@ -139,6 +280,15 @@ fn with<G, X>(r: LockResult<G>, x: X) -> LockResult<(G, X)> {
         Ok(g) => Ok((g, x)),
         Err(LockError::OwnerDied(g)) => Err(LockError::OwnerDied((g, x))),
         Err(LockError::Poisoned(g)) => Err(LockError::Poisoned((g, x))),
+    }
+}
+
+/// Drop the attachment of a lock result made with [`with`].
+fn without<G, X>(r: LockResult<(G, X)>) -> LockResult<G> {
+    match r {
+        Ok((g, _)) => Ok(g),
+        Err(LockError::OwnerDied((g, _))) => Err(LockError::OwnerDied(g)),
+        Err(LockError::Poisoned((g, _))) => Err(LockError::Poisoned(g)),
     }
 }
 
@@ -158,23 +308,68 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
 
     /// [`wait`](Self::wait) while `condition` returns `true` for the value (checked first,
     /// with the lock held). Returns as soon as a re-acquisition reports an error, with the
-    /// guard inside, without checking the condition again (as std's does on poisoning).
+    /// guard inside, without checking the condition again (as std's does on poisoning): to go
+    /// on waiting after a death, use [`wait_while_or_repair`](Self::wait_while_or_repair).
     ///
     /// # Panics
     ///
     /// As [`wait`](Self::wait).
     pub fn wait_while<F>(
         &self,
-        mut guard: ShmMutexGuard<'a, T>,
-        mut condition: F,
+        guard: ShmMutexGuard<'a, T>,
+        condition: F,
     ) -> LockResult<ShmMutexGuard<'a, T>>
     where
         F: FnMut(&mut T) -> bool,
     {
-        while condition(&mut *guard) {
-            guard = self.wait(guard)?;
+        without(self.wait_while_until(guard, None, condition, None::<fn(&mut T)>))
+    }
+
+    /// [`wait_while`](Self::wait_while) that survives owner deaths: when a re-acquisition
+    /// reports [`LockError::OwnerDied`] (or [`LockError::Poisoned`]), run `repair` on the
+    /// value, [`mark_consistent`](ShmMutexGuard::mark_consistent), and check `condition`
+    /// again, waiting on while it holds (as [`ShmMutex::lock_or_repair`] does for `lock`).
+    /// Returns the guard once `condition` is `false`.
+    ///
+    /// The wait to use when any process may die holding the lock: with `wait_while`, code that
+    /// takes the guard out of the error and goes on acts on a condition it never checked
+    /// (a producer pushing into a full queue, overwriting an item). If `repair` panics the
+    /// flags stay set (and the lock is poisoned as well), so the next owner repairs again.
+    ///
+    /// ```
+    /// use gomutex::shm::ShmMutex;
+    ///
+    /// let m = ShmMutex::anonymous(0u32)?; // e.g. items queued; inherited across fork()
+    /// let cv = m.condvar();
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| {
+    ///         *m.lock_or_repair(|_| {}) += 1;
+    ///         cv.notify_all();
+    ///     });
+    ///     let g = m.lock_or_repair(|_| {});
+    ///     let g = cv.wait_while_or_repair(g, |items| *items == 0, |_| {});
+    ///     assert_eq!(*g, 1);
+    /// });
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`wait`](Self::wait).
+    pub fn wait_while_or_repair<F, R>(
+        &self,
+        guard: ShmMutexGuard<'a, T>,
+        condition: F,
+        repair: R,
+    ) -> ShmMutexGuard<'a, T>
+    where
+        F: FnMut(&mut T) -> bool,
+        R: FnMut(&mut T),
+    {
+        match self.wait_while_until(guard, None, condition, Some(repair)) {
+            Ok((g, _)) => g,
+            Err(_) => unreachable!("repaired waits return no error"),
         }
-        Ok(guard)
     }
 
     /// [`wait`](Self::wait) for at most `dur` (then the lock is taken again, however long that
@@ -209,14 +404,76 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
     /// As [`wait`](Self::wait).
     pub fn wait_timeout_while<F>(
         &self,
-        mut guard: ShmMutexGuard<'a, T>,
+        guard: ShmMutexGuard<'a, T>,
         dur: Duration,
-        mut condition: F,
+        condition: F,
     ) -> LockResult<(ShmMutexGuard<'a, T>, WaitTimeoutResult)>
     where
         F: FnMut(&mut T) -> bool,
     {
         let deadline = crate::park::deadline_after(dur);
+        self.wait_while_until(guard, deadline, condition, None::<fn(&mut T)>)
+    }
+
+    /// [`wait_while_or_repair`](Self::wait_while_or_repair) for at most `dur` in total; the
+    /// result says whether the time ran out with the condition still `true`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let m = gomutex::shm::ShmMutex::anonymous(0u8)?;
+    /// let cv = m.condvar();
+    /// let g = m.lock_or_repair(|_| {});
+    /// let (g, r) = cv.wait_timeout_while_or_repair(g, Duration::from_millis(2), |v| *v == 0, |_| {});
+    /// assert!(r.timed_out() && *g == 0);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`wait`](Self::wait).
+    pub fn wait_timeout_while_or_repair<F, R>(
+        &self,
+        guard: ShmMutexGuard<'a, T>,
+        dur: Duration,
+        condition: F,
+        repair: R,
+    ) -> (ShmMutexGuard<'a, T>, WaitTimeoutResult)
+    where
+        F: FnMut(&mut T) -> bool,
+        R: FnMut(&mut T),
+    {
+        let deadline = crate::park::deadline_after(dur);
+        match self.wait_while_until(guard, deadline, condition, Some(repair)) {
+            Ok(r) => r,
+            Err(_) => unreachable!("repaired waits return no error"),
+        }
+    }
+
+    /// Wake one thread waiting on this condition variable, in any process (if any waits).
+    pub fn notify_one(&self) {
+        self.w.notify_one();
+    }
+
+    /// Wake every thread waiting on this condition variable, in any process. One is woken
+    /// now; each of them wakes the next once it holds the mutex again (see the type docs).
+    pub fn notify_all(&self) {
+        self.w.broadcast();
+    }
+
+    /// The loop of every `wait*_while*`: wait while `condition` holds, until `deadline`. A
+    /// re-acquisition's error is returned at once (with whether the wait timed out), or with
+    /// `repair` repaired, marked consistent and the condition checked again.
+    fn wait_while_until<F, R>(
+        &self,
+        mut guard: ShmMutexGuard<'a, T>,
+        deadline: Option<Instant>,
+        mut condition: F,
+        mut repair: Option<R>,
+    ) -> LockResult<(ShmMutexGuard<'a, T>, WaitTimeoutResult)>
+    where
+        F: FnMut(&mut T) -> bool,
+        R: FnMut(&mut T),
+    {
         loop {
             if !condition(&mut *guard) {
                 return Ok((guard, WaitTimeoutResult(false)));
@@ -224,28 +481,12 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok((guard, WaitTimeoutResult(true)));
             }
-            match self.wait_until_opt(guard, deadline) {
-                (Ok(g), _) => guard = g,
-                (Err(e), timed_out) => return with(Err(e), WaitTimeoutResult(timed_out)),
-            }
+            guard = match (self.wait_until_opt(guard, deadline), repair.as_mut()) {
+                ((Ok(g), _), _) => g,
+                ((Err(e), _), Some(f)) => repaired(Err(e), f),
+                ((Err(e), timed_out), None) => return with(Err(e), WaitTimeoutResult(timed_out)),
+            };
         }
-    }
-
-    /// Wake one thread waiting on this condition variable, in any process (if any waits).
-    pub fn notify_one(&self) {
-        let h = self.m.region.hdr();
-        h.cv_seq.fetch_add(1, SeqCst);
-        // A waiter that was counted after this load sees the new value before it sleeps (its
-        // count comes after its read of the counter, both SeqCst).
-        if h.cv_sleepers.load(SeqCst) != 0 {
-            sys::futex_wake(&h.cv_seq, 1);
-        }
-    }
-
-    /// Wake every thread waiting on this condition variable, in any process. One is woken
-    /// now; each of them wakes the next once it holds the mutex again (see the type docs).
-    pub fn notify_all(&self) {
-        broadcast(self.m.region.hdr());
     }
 
     /// The wait: unlock, sleep until the counter moves or `deadline`, lock again. Returns the
@@ -260,16 +501,21 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
             "gomutex::shm: ShmCondvar used with a guard of another mutex"
         );
         guard.check_owner();
-        let h = self.m.region.hdr();
+        let w = self.w;
         // Read while holding the lock: a notify made after the waiter's predicate check (under
-        // the lock) bumps the counter after this read.
-        let seq = h.cv_seq.load(SeqCst);
+        // the lock) bumps the counter after this read. (And the region's counter, which the
+        // recovery of a dead participant bumps, for a condition variable placed outside it.)
+        let seq = w.seq.load(SeqCst);
+        let region_seq = w.region_seq.map(|r| (r, r.load(SeqCst)));
         // Holding the lock, this process is a participant. Global count first, own share
         // second (and the reverse below): a death between them leaves the hint too high,
-        // never too low.
+        // never too low. (Only the region's own condition variable has per-participant
+        // shares: recovery takes them back.)
         let me = self.m.registered(sys::fork_generation());
-        let mine = me.map(|i| &self.m.region.proc(i).cv_waiting);
-        h.cv_sleepers.fetch_add(1, SeqCst);
+        let mine = me
+            .filter(|_| w.region_seq.is_none())
+            .map(|i| &self.m.region.proc(i).cv_waiting);
+        w.sleepers.fetch_add(1, SeqCst);
         if let Some(c) = mine {
             c.fetch_add(1, SeqCst);
         }
@@ -279,7 +525,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         // found even when every other process sleeps here, and its recovery notifies.
         let mut probe_at = Instant::now() + TICK;
         let notified = loop {
-            if h.cv_seq.load(SeqCst) != seq {
+            if w.seq.load(SeqCst) != seq || region_seq.is_some_and(|(r, v)| r.load(SeqCst) != v) {
                 break true;
             }
             let now = Instant::now();
@@ -297,21 +543,21 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
             // chained waiter's) is made up for at the next comparison. EAGAIN, EINTR and
             // time-outs all come back to the comparison above.
             let until = deadline.map_or(probe_at, |d| d.min(probe_at));
-            sys::futex_wait(&h.cv_seq, seq, Some(until));
+            sys::futex_wait(w.seq, seq, Some(until));
         };
         if let Some(c) = mine {
             c.fetch_sub(1, SeqCst);
         }
-        sub_saturating(&h.cv_sleepers, 1);
+        sub_saturating(w.sleepers, 1);
         let r = self.m.lock();
         // Wake one and chain: a broadcast made since this wait began owes the next sleeper a
         // wake-up, which this waiter passes on now that it holds the mutex (so the next one
         // queues on it rather than all of them racing for it at once).
         if notified
-            && (h.cv_all.load(SeqCst).wrapping_sub(seq) as i32) > 0
-            && h.cv_sleepers.load(SeqCst) != 0
+            && (w.all.load(SeqCst).wrapping_sub(seq) as i32) > 0
+            && w.sleepers.load(SeqCst) != 0
         {
-            sys::futex_wake(&h.cv_seq, 1);
+            sys::futex_wake(w.seq, 1);
         }
         (r, !notified)
     }

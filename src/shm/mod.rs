@@ -53,8 +53,16 @@
 //! [`ShmMutex::condvar`] gives the region's [`ShmCondvar`]: std's `Condvar` API across
 //! processes (`wait`, `wait_while`, `wait_timeout`, `wait_timeout_while`, `notify_one`,
 //! `notify_all`), reporting [`LockError::OwnerDied`] / [`LockError::Poisoned`] from its waits as
-//! [`ShmMutex::lock`] does. A notifier killed mid-notify delays sleepers by at most 10 ms, and
-//! the recovery of a dead process notifies all (it may have died before its notify).
+//! [`ShmMutex::lock`] does; [`ShmCondvar::wait_while_or_repair`] repairs after a death and waits
+//! on while the condition holds. [`ShmMutex::condvar_in`] places more of them in a [`Mapping`]
+//! (one per condition). A notifier killed mid-notify delays sleepers by at most 10 ms, and the
+//! recovery of a dead process notifies all (it may have died before its notify).
+//!
+//! # Crash-consistent updates
+//!
+//! An owner may die anywhere in its critical section. Build the new state where readers do
+//! not look yet and publish it with [`commit_store`] (one release store, after every write
+//! before it): then a death leaves the old state or the new one, nothing to repair.
 //!
 //! # Robustness
 //!
@@ -149,6 +157,7 @@
 //!   instead of aborting.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
 
+mod commit;
 mod condvar;
 mod diagnostics;
 mod error;
@@ -162,6 +171,7 @@ mod region;
 mod sys;
 mod types;
 
+pub use commit::{commit_store, CommitWord};
 pub use condvar::ShmCondvar;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
@@ -600,15 +610,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn lock_or_repair(&self, repair: impl FnOnce(&mut T)) -> ShmMutexGuard<'_, T> {
-        match self.lock() {
-            Ok(g) => g,
-            Err(e) => {
-                let mut g = e.into_guard();
-                repair(&mut g);
-                g.mark_consistent();
-                g
-            }
-        }
+        repaired(self.lock(), repair)
     }
 
     /// Acquire the lock if it is free right now (never spins, never queues). A failing call
@@ -815,6 +817,23 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// [`attach`](Self::attach) elsewhere).
     pub fn as_ptr_len(&self) -> (*mut u8, usize) {
         (self.region.base(), self.map_len)
+    }
+}
+
+/// The guard of a lock result; after an error, `repair` run on the value and the value marked
+/// consistent (`lock_or_repair`, `ShmCondvar::wait_while_or_repair`).
+fn repaired<'a, T: ShmSafe>(
+    r: LockResult<ShmMutexGuard<'a, T>>,
+    repair: impl FnOnce(&mut T),
+) -> ShmMutexGuard<'a, T> {
+    match r {
+        Ok(g) => g,
+        Err(e) => {
+            let mut g = e.into_guard();
+            repair(&mut g);
+            g.mark_consistent();
+            g
+        }
     }
 }
 

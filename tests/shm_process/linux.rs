@@ -1199,7 +1199,11 @@ fn crash_points() {
             Err(e) => panic!("{what}: {e}"),
         };
         let d = done.load(SeqCst);
-        assert!(g[0] == d && g[1] == d && d == 3_000, "{what}: data {:?} done {d}", *g);
+        assert!(
+            g[0] == d && g[1] == d && d == 3_000,
+            "{what}: data {:?} done {d}",
+            *g
+        );
         drop(g);
         assert_quiescent(&m);
         let diag = m.diagnostics();
