@@ -48,6 +48,11 @@
 //! assert!(!d.armed && d.changed); // a lost: epoll_ctl(DEL, listen_fd)
 //! ```
 //!
+//! A complete prefork TCP echo server on it (a master that binds and forks, workers that
+//! follow the three steps above with `poll(2)`) is `examples/accept_echo.rs` (~100 lines;
+//! `cargo run --example accept_echo`); `examples/prefork` is a full HTTP server with every
+//! alternative nginx has used.
+//!
 //! # Beyond nginx: a blocking mode
 //!
 //! nginx only ever try-locks its accept mutex; a worker that lost retries when some other event

@@ -1,0 +1,77 @@
+//! The accept-lock echo example (`examples/accept_echo.rs`) as a black box, so it cannot rot:
+//! started on an ephemeral port with 3 workers, 24 clients at once (more than one worker's
+//! accept phase) each get their lines back exactly, then closing its stdin stops it.
+//!
+//! Needs the example built in the same profile (`cargo test` builds examples).
+
+#![cfg(target_os = "linux")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/accept_echo-<hash> -> target/<profile>/examples/accept_echo
+    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = profile_dir.join("examples").join(name);
+    assert!(
+        bin.exists(),
+        "{} not found: build it with `cargo test` (which builds the examples) or \
+         `cargo build --example {name}` in the same profile",
+        bin.display()
+    );
+    bin
+}
+
+#[test]
+fn echo_server_on_the_accept_lock_serves_every_client() {
+    let mut child = Command::new(example_binary("accept_echo"))
+        .args(["127.0.0.1:0", "3"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the example");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    let clients: Vec<_> = (0..24)
+        .map(|i| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut c = TcpStream::connect(&addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                for round in 0..3 {
+                    let msg = format!("client {i} line {round}\n");
+                    c.write_all(msg.as_bytes()).unwrap();
+                    let mut back = vec![0u8; msg.len()];
+                    c.read_exact(&mut back).unwrap();
+                    assert_eq!(back, msg.as_bytes());
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("a client got a wrong or no echo");
+    }
+    drop(child.stdin.take()); // the example's signal to stop
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            child.kill().unwrap();
+            panic!("the example did not stop when its stdin closed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+}
