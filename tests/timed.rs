@@ -341,7 +341,7 @@ fn deadlines_expiring_around_starvation_handoffs() {
         let start = Instant::now();
         let mut cycle = 0u64;
         while cycle < CYCLES || (cpus.is_some() && starving == 0 && start.elapsed() < MORE) {
-            let mut g = if cycle % 2 == 0 {
+            let mut g = if cycle.is_multiple_of(2) {
                 let give_up = Instant::now() + Duration::from_secs(10);
                 loop {
                     match m2.try_lock() {
