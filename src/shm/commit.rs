@@ -47,6 +47,12 @@ pub fn commit_store<W: CommitWord>(place: &mut W, value: W) {
 
 /// A value [`commit_store`] writes in one store: the fixed-width integers (64-bit ones on
 /// 64-bit targets) and `usize`/`isize`. Sealed.
+///
+/// ```
+/// let mut len = 0u32;
+/// gomutex::shm::commit_store(&mut len, 3); // u8..u64, i8..i64, usize, isize
+/// assert_eq!(len, 3);
+/// ```
 pub trait CommitWord: Copy + sealed::Sealed {
     /// The release store (see [`commit_store`]).
     #[doc(hidden)]

@@ -112,6 +112,15 @@ unsafe impl ShmShared for Placed {}
 impl MappingLayout {
     /// The offset of a condition variable placed after everything so far (24 bytes, 8-aligned),
     /// for [`ShmMutex::condvar_in`].
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, MappingLayout};
+    /// let mut plan = MappingLayout::new();
+    /// let lock = plan.mutex::<u64>(Config::default())?;
+    /// let (a, b) = (plan.condvar(), plan.condvar());
+    /// assert!(lock < a && a + 24 == b && b + 24 == plan.len());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn condvar(&mut self) -> usize {
         self.shared::<Placed>()
     }
