@@ -29,6 +29,15 @@ fn until_sleeping<T: ShmSafe>(m: &ShmMutex<T>, n: u32) {
     );
 }
 
+/// Whether `f` panics (without printing the panic).
+fn panics(f: impl FnOnce()) -> bool {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    r.is_err()
+}
+
 /// xorshift64*, seeded per process.
 struct Rng(u64);
 impl Rng {
@@ -199,13 +208,9 @@ fn basics() {
 
     // A guard of another mutex is refused.
     let other = ShmMutex::anonymous(0u32).unwrap();
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let r = catch_unwind(AssertUnwindSafe(|| {
+    assert!(panics(|| {
         let _ = cv.wait(other.lock().unwrap());
     }));
-    std::panic::set_hook(hook);
-    assert!(r.is_err());
     assert!(!other.is_locked() && !m.is_locked());
     let _ = format!("{cv:?}");
 }
@@ -644,13 +649,9 @@ fn placed_condvars_are_bound() {
     let outside = ShmMutex::anonymous(0u64).unwrap();
     assert!(outside.condvar_in(&map, cv1).is_err());
     // A guard of another mutex: a panic, both locks left as they were.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let r = catch_unwind(AssertUnwindSafe(|| {
+    assert!(panics(|| {
         let _ = on_a.wait(b.lock().unwrap());
     }));
-    std::panic::set_hook(hook);
-    assert!(r.is_err());
     assert!(!a.is_locked() && !b.is_locked());
     assert!(b.is_poisoned()); // its guard was dropped by the panic
     b.clear_poison();
