@@ -91,8 +91,9 @@ mod server {
         }
         let _ = io::stdin().read_to_end(&mut Vec::new()); // serve until stdin closes
         for &pid in &pids {
-            // SAFETY: signalling, then reaping, our own children.
+            // SAFETY: signalling our own child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: reaping our own child (a null status pointer is allowed).
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
             // Reaped, so the pid cannot be reused yet: free the lock if it died holding it
             // (what a master restarting workers does before forking a replacement).
