@@ -330,6 +330,27 @@ fn deadlines_expiring_around_starvation_handoffs() {
             }
         }));
     }
+    // And one plain locker beside them until the holder has seen starvation mode: it surely
+    // sleeps through a whole hold (over 1 ms) and is woken by the unlock while the holder
+    // relocks, so starvation mode comes even when a loaded scheduler wakes the timed waiters
+    // only after their deadlines. Then the timed waiters are on their own again (and often
+    // the last waiter, which must end starvation mode).
+    let seen = Arc::new(AtomicBool::new(false));
+    {
+        let (m, stop, ok, seen) = (
+            Arc::clone(&m),
+            Arc::clone(&stop),
+            Arc::clone(&ok),
+            Arc::clone(&seen),
+        );
+        handles.push(thread::spawn(move || {
+            pin_to(cpus.map(|c| c.1));
+            while !stop.load(Relaxed) && !seen.load(Relaxed) {
+                *m.lock().unwrap() += 1;
+                ok.fetch_add(1, Relaxed);
+            }
+        }));
+    }
     let watch = Watch::start(&m);
     let m2 = Arc::clone(&m);
     let (held, starving) = thread::spawn(move || {
@@ -359,7 +380,10 @@ fn deadlines_expiring_around_starvation_handoffs() {
             while t0.elapsed() < Duration::from_micros(1200) {
                 std::hint::spin_loop();
             }
-            starving += u64::from(m2.raw().state() & gomutex::algo::STARVING != 0);
+            if m2.raw().state() & gomutex::algo::STARVING != 0 {
+                starving += 1;
+                seen.store(true, Relaxed);
+            }
             drop(g);
             cycle += 1;
         }
