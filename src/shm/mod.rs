@@ -165,6 +165,7 @@ mod journal;
 mod layout;
 mod map;
 mod mapping;
+mod participants;
 mod queue;
 mod recovery;
 mod region;
@@ -456,7 +457,9 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub(super) fn checked(self) -> Result<Self, ShmError> {
         let r = &self.region;
         let n = r.layout.participants - 1;
-        let room = self.registered(sys::fork_generation()).is_some()
+        let proc = sys::fork_generation();
+        let room = self.registered(proc).is_some()
+            || participants::lock(proc).has(r.base() as usize)
             || (0..n).any(|i| {
                 let ident = r.proc(i).ident.load(SeqCst);
                 ident == 0 || r.proc(i).dead(ident)
@@ -479,21 +482,25 @@ impl<T: ShmSafe> ShmMutex<T> {
                 // while we claimed one: then we gave ours back).
                 return Some(Ctx::new(r, me));
             }
-            if let Some(i) = claim_participant(r, ident, guest) {
-                let mine = (u64::from(proc) << 32) | u64::from(i + 1);
-                let seen = self.me.load(Relaxed);
-                if (seen >> 32) as u32 != proc
-                    && self
-                        .me
-                        .compare_exchange(seen, mine, Relaxed, Relaxed)
-                        .is_ok()
-                {
+            {
+                // Registrations of this process are made under its table's lock: the slot of
+                // another handle on this region is shared, and a thread of this handle that
+                // registered meanwhile is seen here.
+                let table = participants::lock(proc);
+                if let Some(me) = self.registered(proc) {
+                    return Some(Ctx::new(r, me));
+                }
+                let base = r.base() as usize;
+                let got = table.share(base).or_else(|| {
+                    let i = claim_participant(r, ident, guest)?;
+                    table.record(base, i);
+                    Some(i)
+                });
+                if let Some(i) = got {
+                    self.me
+                        .store((u64::from(proc) << 32) | u64::from(i + 1), Relaxed);
                     return Some(Ctx::new(r, i));
                 }
-                // Another thread of this process registered meanwhile: give ours back and use
-                // its slot.
-                r.proc(i).free(ident);
-                continue;
             }
             // Full: borrow the spare "guest" slot to reclaim dead participants. One thread at a
             // time, even within a process: a second user would go on scanning under the guest
@@ -859,8 +866,12 @@ pub fn __stop_at(point: u32) {
 
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
-        if let Some(me) = self.registered(sys::fork_generation()) {
-            Ctx::new(&self.region, me).release_self();
+        let proc = sys::fork_generation();
+        if let Some(me) = self.registered(proc) {
+            // The slot is the process's: given back by the last of its handles here.
+            if participants::lock(proc).leave(self.region.base() as usize, me) {
+                Ctx::new(&self.region, me).release_self();
+            }
         }
         if let Backing::Mapped = self.backing {
             unmap(self.region.base(), self.map_len);
