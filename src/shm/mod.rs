@@ -417,8 +417,9 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// a live process at that moment.
     ///
     /// Registering costs a few system calls (the process's identity is its pid and its start
-    /// time, read from `/proc/<pid>/stat`, plus a pidfd): about 0.1 ms, once per process and
-    /// handle. A process whose first lock is latency-sensitive (a worker forked into a busy
+    /// time, read from `/proc/<pid>/stat`, plus a pidfd): about 0.1 ms, once per process (its
+    /// handles on one mapping of the region share the slot; the last one dropped gives it
+    /// back). A process whose first lock is latency-sensitive (a worker forked into a busy
     /// pool) can call `join` at start-up to pay it there.
     ///
     /// ```
