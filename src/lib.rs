@@ -68,6 +68,9 @@ mod condvar;
 mod mutex;
 mod park;
 mod poison;
+#[cfg(all(feature = "profile", not(gomutex_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "profile")))]
+pub mod profile;
 mod raw;
 #[doc(hidden)]
 pub mod sema;

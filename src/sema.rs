@@ -44,7 +44,8 @@ pub trait WaitQueue {
 
 /// `ParkToken` of a first-time sleeper.
 const BACK: usize = 0;
-/// `ParkToken` of a re-queued sleeper (served first).
+/// `ParkToken` flag of a re-queued sleeper (served first). With the `profile` feature the other
+/// bits may carry the sleeper's stamp (`profile::Waiter`), so tokens are tested by this bit.
 const FRONT: usize = 1;
 
 /// The in-process [`WaitQueue`]: `parking_lot_core`'s per-address queue plus two counters that
@@ -114,6 +115,12 @@ impl WaitQueue for ParkSema {
             }
         };
         let token = if lifo { FRONT } else { BACK };
+        // The mutex profile's stamp of this sleep (Go's `acquiretime`): its address joins the
+        // token, and it lives on this frame for as long as we are parked.
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        let waiter = crate::profile::Waiter::new();
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        let token = token | waiter.token();
         // SAFETY: the key is our own address; the closures only touch our two counters, never
         // panic and never call back into the parking module.
         match unsafe { park::park(self.key(), validate, timed_out, token, deadline) } {
@@ -129,10 +136,10 @@ impl WaitQueue for ParkSema {
                 return FilterOp::Stop;
             }
             let front = self.front.load(Relaxed);
-            if front > 0 && t != FRONT {
+            if front > 0 && t & FRONT == 0 {
                 return FilterOp::Skip;
             }
-            if t == FRONT {
+            if t & FRONT != 0 {
                 self.front.store(front - 1, Relaxed);
             }
             picked = true;
@@ -144,7 +151,16 @@ impl WaitQueue for ParkSema {
             }
             0
         };
+        // The mutex profile sees every verdict, to charge this release (Go's `semrelease1`).
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        let mut charge = crate::profile::Charge::default();
+        // SAFETY: the filter goes to `unpark_filter` on our key, whose sleepers' tokens are
+        // `FRONT` or `BACK` with their `Waiter`'s bits.
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        let filter = unsafe { charge.watch(filter, FRONT) };
         // SAFETY: as in `acquire`.
         unsafe { park::unpark_filter(self.key(), filter, callback) };
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        charge.finish();
     }
 }
