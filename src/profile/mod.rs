@@ -24,10 +24,16 @@
 //!
 //! let path = std::env::temp_dir().join(format!("mutex-{}.pb.gz", std::process::id()));
 //! profile::write_pprof(std::fs::File::create(&path)?)?;
-//! // Then, in a shell:  go tool pprof -top mutex.pb.gz
-//! let mut text = Vec::new();
-//! profile::write_text(&mut text)?;
-//! println!("{}", String::from_utf8_lossy(&text));
+//! // Read it with pprof, as Go's own (`go tool pprof -top mutex.pb.gz` in a shell):
+//! if let Ok(out) = std::process::Command::new("go")
+//!     .args(["tool", "pprof", "-top"])
+//!     .arg(&path)
+//!     .output()
+//! {
+//!     println!("{}", String::from_utf8_lossy(&out.stdout)); // Type: delay ... main
+//! }
+//! // Or without pprof: the call sites by delay.
+//! profile::write_text(std::io::stdout())?;
 //! # std::fs::remove_file(&path)?;
 //! # Ok::<(), std::io::Error>(())
 //! ```
