@@ -15,6 +15,8 @@ cargo test --release --all-features
 
 echo "== benchmarks in test mode"
 (cd benches && cargo test --release --benches)
+# The mutex profile's cost bench needs gomutex's `profile` feature (off in the others).
+(cd benches && cargo test --release --features profile --bench profile)
 
 echo "== derive macros (positive and compile-fail tests)"
 (cd derive && cargo test --release)
