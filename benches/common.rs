@@ -153,6 +153,103 @@ impl<T> std::ops::Deref for ShmBox<T> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Controlled load: busy-looping processes beside a round.
+
+/// `n` processes that do nothing but loop (a shell's `while :; do :; done`), forked when made
+/// and killed (SIGKILL) and reaped when dropped: the controlled load of the benches' loaded
+/// mode. Processes, not threads of the benchmark, so they compete for the CPUs as another
+/// program would, not as more threads of the process under test. Each dies with its parent
+/// (`PR_SET_PDEATHSIG`), so an aborted bench leaves none behind.
+///
+/// With `own_session` each loop calls `setsid()` first: under autogroup scheduling (Linux's
+/// `sched_autogroup_enabled`, see sched(7)) it is then a scheduling group of its own, as a
+/// program started from another terminal or service is, and takes about a whole CPU whatever
+/// the bench's thread count; without it the loop shares the bench's group, as one started as a
+/// background job of the same shell does, and gets a thread's share of it.
+pub struct BusyLoops {
+    pids: Vec<libc::pid_t>,
+}
+
+impl BusyLoops {
+    /// Fork `n` busy loops (none for 0). Call it while this process runs one thread only
+    /// (between runs): the children run nothing but a loop, but a fork beside running threads
+    /// would still copy their state mid-operation.
+    pub fn start(n: usize, own_session: bool) -> io::Result<BusyLoops> {
+        let mut loops = BusyLoops { pids: Vec::new() };
+        for _ in 0..n {
+            // SAFETY: the child only calls async-signal-safe functions (prctl, setsid,
+            // getppid, _exit) and then loops; it never returns into the parent's code.
+            match unsafe { libc::fork() } {
+                -1 => return Err(io::Error::last_os_error()),
+                0 => busy_child(own_session),
+                pid => loops.pids.push(pid),
+            }
+        }
+        Ok(loops)
+    }
+
+    /// How many loops run.
+    pub fn len(&self) -> usize {
+        self.pids.len()
+    }
+}
+
+/// A busy loop's body (the child of a fork in [`BusyLoops::start`]). Never returns.
+fn busy_child(own_session: bool) -> ! {
+    // SAFETY: prctl, getppid, setsid and _exit are async-signal-safe and take no pointers.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() == 1 {
+            libc::_exit(0); // the parent died before the prctl took effect
+        }
+        if own_session {
+            libc::setsid();
+        }
+    }
+    let mut x = 0u64;
+    loop {
+        x = black_box(x.wrapping_add(1));
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            // SAFETY: `pid` is our own un-reaped child, so the id cannot have been reused.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+}
+
+/// The loaded mode's settings from `$<prefix>_BUSY` (busy loops beside every round, default 0)
+/// and `$<prefix>_BUSY_SESSION` (`own`: each loop in a session of its own; default: the
+/// bench's; see [`BusyLoops`]).
+pub fn busy_from_env(prefix: &str) -> (usize, bool) {
+    let n = env_or(&format!("{prefix}_BUSY"), 0usize);
+    let own = std::env::var(format!("{prefix}_BUSY_SESSION")).is_ok_and(|v| v == "own");
+    (n, own)
+}
+
+/// How the benches print the load: `idle`, or `N busy loop(s)` and where they run.
+pub fn fmt_busy(n: usize, own_session: bool) -> String {
+    match (n, own_session) {
+        (0, _) => "idle (no busy loop started)".to_owned(),
+        (n, own) => format!(
+            "{n} busy-looping process{} beside every round ({})",
+            if n == 1 { "" } else { "es" },
+            if own {
+                "each in a session and scheduling group of its own"
+            } else {
+                "in the bench's session and scheduling group"
+            }
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Where the two CPUs are.
 
 /// Pinning helpers shared with the tests.

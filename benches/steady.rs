@@ -41,7 +41,12 @@
 //! `MutexWork` or `condvar/10p1c1s`; `=NAME` matches one name exactly). Environment:
 //! `STEADY_DURATION_MS` (default 500), `STEADY_ROUNDS` (default 5), `STEADY_ITEMS` (condvar
 //! items per run, default 20 000: the one-slot cases cost 10–60 µs per item), `STEADY_JSON`
-//! (default `<target dir>/steady.json`).
+//! (default `<target dir>/steady.json`), `STEADY_LOCKS` (comma-separated locks to run, default
+//! all three: `gomutex,parking_lot` skips std, which is 2–4× slower than both and takes most of
+//! the time), and the loaded mode: `STEADY_BUSY=N` forks N busy-looping processes (a shell's
+//! `while :; do :; done`) at the start of every round, after its line round-trip probe, and
+//! kills them at its end (`STEADY_BUSY_SESSION=own`: each loop in a session and scheduling
+//! group of its own; see `common::BusyLoops`). The table's header and the JSON say the load.
 //! Without `--bench` (`cargo test --benches`): every case once, 10 ms / 4 000 items, every
 //! thread doing at least 200 ops, counters checked, no JSON.
 
@@ -55,8 +60,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    allowed_cpus, env_or, fmt_round_trips, go_work, line_round_trip_ns, local_array, median,
-    paired_ratio, pin_nth, procs, stride4_increment, target_dir, Lock, Padded,
+    allowed_cpus, busy_from_env, env_or, fmt_busy, fmt_round_trips, go_work, line_round_trip_ns,
+    local_array, median, paired_ratio, pin_nth, procs, stride4_increment, target_dir, BusyLoops,
+    Lock, Padded,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -71,6 +77,10 @@ struct Config {
     min_ops: u64,
     filters: Vec<String>,
     json: Option<PathBuf>,
+    /// Which of `LOCKS` run (`STEADY_LOCKS`); the floors always do.
+    locks: [bool; LOCKS.len()],
+    /// Busy-looping processes beside every round, and whether each has a session of its own.
+    busy: (usize, bool),
 }
 
 impl Config {
@@ -92,10 +102,24 @@ impl Config {
                 min_ops: 200,
                 filters,
                 json: None,
+                locks: [true; LOCKS.len()],
+                busy: (0, false),
             };
         }
+        let locks = match std::env::var("STEADY_LOCKS") {
+            Ok(v) if !v.trim().is_empty() => {
+                let names: Vec<&str> = v.split(',').map(str::trim).collect();
+                for n in &names {
+                    assert!(LOCKS.contains(n), "STEADY_LOCKS: unknown lock {n:?} ({LOCKS:?})");
+                }
+                LOCKS.map(|l| names.contains(&l))
+            }
+            _ => [true; LOCKS.len()],
+        };
         Config {
             test,
+            locks,
+            busy: busy_from_env("STEADY"),
             duration: Duration::from_millis(env_or("STEADY_DURATION_MS", 500)),
             rounds: env_or("STEADY_ROUNDS", 5usize).max(1),
             items: env_or("STEADY_ITEMS", 20_000usize).max(1),
@@ -689,10 +713,17 @@ fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> Op
             // Only where figures count: the probe spins two pinned threads for a few ms.
             round_trip_ns.extend(line_round_trip_ns());
         }
+        // Started after the probe (which measures where the CPUs are, not the load), killed
+        // when the round ends; every thread of this process has been joined here.
+        let busy = BusyLoops::start(cfg.busy.0, cfg.busy.1).expect("fork a busy loop");
         for k in 0..samples.len() {
             let entry = (r + k) % samples.len();
+            if entry < LOCKS.len() && !cfg.locks[entry] {
+                continue;
+            }
             samples[entry].extend(run(entry));
         }
+        drop(busy);
     }
     let row = Row {
         name,
@@ -734,6 +765,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
         cfg.rounds,
         procs()
     );
+    println!("load: {}", fmt_busy(cfg.busy.0, cfg.busy.1));
     println!(
         "line RT: cache-line round trip between the first two CPUs, probed before each round \
          (min–max; it moves on a VM, and contended figures move with it)"
@@ -764,7 +796,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
             }
         };
         let ratio = |i: usize| {
-            if r.samples[i].is_empty() {
+            if r.samples[i].is_empty() || r.samples[0].is_empty() {
                 "–".to_string()
             } else {
                 format!("{:.2}", paired_ratio(&r.samples[0], &r.samples[i]))
@@ -790,11 +822,13 @@ fn print_table(cfg: &Config, rows: &[Row]) {
 
 fn write_json(cfg: &Config, rows: &[Row], path: &std::path::Path) -> std::io::Result<()> {
     let mut out = format!(
-        "{{\n  \"duration_ms\": {},\n  \"rounds\": {},\n  \"items\": {},\n  \"cpus\": {},\n  \"cases\": [\n",
+        "{{\n  \"duration_ms\": {},\n  \"rounds\": {},\n  \"items\": {},\n  \"cpus\": {},\n  \"busy\": {},\n  \"busy_session\": \"{}\",\n  \"cases\": [\n",
         cfg.duration.as_millis(),
         cfg.rounds,
         cfg.items,
-        procs()
+        procs(),
+        cfg.busy.0,
+        if cfg.busy.1 { "own" } else { "bench" }
     );
     for (i, r) in rows.iter().enumerate() {
         let locks: Vec<String> = LOCKS
