@@ -41,14 +41,19 @@
 //! `SHM_LOCKS_PIN=1` (`--pin`: child `i` pinned to the `i`-th allowed CPU, round robin, as
 //! prefork servers pin their workers),
 //! and `SHM_LOCKS_JSON=path` for the results as JSON (default for the full bench:
-//! `<target dir>/shm_locks.json`, read by `scripts/bench_summary.py`).
+//! `<target dir>/shm_locks.json`, read by `scripts/bench_summary.py`). Loaded mode:
+//! `SHM_LOCKS_BUSY=N` (`--busy N`) forks N busy-looping processes (a shell's
+//! `while :; do :; done`) at the start of every round, after its line round-trip probe, killed
+//! at its end and before the timed runs' round (which gets its own); `SHM_LOCKS_BUSY_SESSION=own`
+//! puts each in a session and scheduling group of its own (`common::BusyLoops`). The table's
+//! header and the JSON say the load.
 
 use gomutex::shm::{LockError, ShmMutex};
 
 mod common;
 use common::{
-    allowed_cpus, fmt_round_trips, go_work, line_round_trip_ns, paired_ratio, pin_nth, target_dir,
-    ShmBox,
+    allowed_cpus, busy_from_env, fmt_busy, fmt_round_trips, go_work, line_round_trip_ns,
+    paired_ratio, pin_nth, target_dir, BusyLoops, ShmBox,
 };
 use std::ffi::{c_int, c_void, CString};
 use std::hint::black_box;
@@ -559,6 +564,8 @@ struct Config {
     /// Pin child `i` to the `i`-th CPU this process may use (round robin), as prefork servers
     /// pin their workers (nginx's `worker_cpu_affinity`). Empty: children free to move.
     pin: Vec<usize>,
+    /// Busy-looping processes beside every round, and whether each has a session of its own.
+    busy: (usize, bool),
 }
 
 fn list<T>(s: &str, f: impl Fn(&str) -> T) -> Vec<T> {
@@ -599,6 +606,11 @@ impl Config {
             timing: true,
             clock_overhead: Duration::ZERO,
             pin: Vec::new(),
+            busy: if smoke {
+                (0, false)
+            } else {
+                busy_from_env("SHM_LOCKS")
+            },
         };
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if let Some(v) = env("SHM_LOCKS_DURATION_MS") {
@@ -641,10 +653,11 @@ impl Config {
                 "--json" => cfg.json = Some(PathBuf::from(value(&a))),
                 "--no-timing" => cfg.timing = false,
                 "--pin" => cfg.pin = allowed_cpus(),
+                "--busy" => cfg.busy.0 = value(&a).parse().expect("--busy N"),
                 "-h" | "--help" => {
                     println!(
                         "shm_locks [FILTER…] [--duration-ms N] [--rounds N] [--procs 1,2,8] \
-                         [--workloads none,work] [--json PATH] [--no-timing] [--pin]\n\
+                         [--workloads none,work] [--json PATH] [--no-timing] [--pin] [--busy N]\n\
                          FILTER: substring of lock/Np/workload, e.g. pthread/8p or fcntl"
                     );
                     std::process::exit(0);
@@ -1002,6 +1015,9 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
                 if !cfg.smoke {
                     round_trip_ns.extend(line_round_trip_ns());
                 }
+                // After the probe (which measures where the CPUs are, not the load); killed
+                // when the round ends.
+                let _busy = BusyLoops::start(cfg.busy.0, cfg.busy.1).expect("fork a busy loop");
                 for k in 0..chosen.len() {
                     let i = (r + k) % chosen.len();
                     if r > 0 && plain[i].is_empty() {
@@ -1017,6 +1033,8 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
                     continue;
                 }
                 let timed = if cfg.timing {
+                    let _busy =
+                        BusyLoops::start(cfg.busy.0, cfg.busy.1).expect("fork a busy loop");
                     (c.run)(cfg, procs, work, true)
                 } else {
                     None
@@ -1105,6 +1123,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
     } else {
         println!("--no-timing: no timed runs, so no worst wait");
     }
+    println!("load: {}", fmt_busy(cfg.busy.0, cfg.busy.1));
     if !cfg.pin.is_empty() {
         println!(
             "--pin: child i pinned to CPU {:?}[i % {}]",
@@ -1166,12 +1185,14 @@ fn run_json(r: &Run) -> String {
 fn write_json(cfg: &Config, rows: &[Row], path: &Path) -> io::Result<()> {
     let mut out = String::from("{\n");
     out += &format!(
-        "  \"duration_ms\": {},\n  \"rounds\": {},\n  \"cpus\": {},\n  \"timing\": {},\n  \"clock_overhead_ns\": {},\n  \"runs\": [\n",
+        "  \"duration_ms\": {},\n  \"rounds\": {},\n  \"cpus\": {},\n  \"timing\": {},\n  \"clock_overhead_ns\": {},\n  \"busy\": {},\n  \"busy_session\": \"{}\",\n  \"runs\": [\n",
         cfg.duration.as_millis(),
         cfg.rounds,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cfg.timing,
-        cfg.clock_overhead.as_nanos()
+        cfg.clock_overhead.as_nanos(),
+        cfg.busy.0,
+        if cfg.busy.1 { "own" } else { "bench" }
     );
     for (i, r) in rows.iter().enumerate() {
         out += &format!(
