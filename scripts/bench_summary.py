@@ -18,8 +18,21 @@ Whatever is missing is left out ("—"). Prints:
 
 Usage: scripts/bench_summary.py [--go GO_BENCH_OUTPUT] [--target DIR] [--dir CRITERION_DIR]
                                 [--steady JSON] [--shm JSON]
+                                [--load-steady JSON...] [--load-shm JSON...]
   --go FILE   output of `go test -run XXX -bench Mutex sync -benchtime 0.5s`: adds a
               "Go" column and gomutex/Go (steady harness).
+  --load-steady / --load-shm FILE...: instead of the tables above, one table per harness with a
+              column group per file, headed by the load that file was taken under (its "busy"
+              field: STEADY_BUSY / SHM_LOCKS_BUSY, busy-looping processes beside every round), e.g.
+              idle, 1 busy, 2 busy. Every figure's load is in its column head.
+
+The loaded table (issue 27; one file per load, same filters):
+  cd benches && for b in 0 1 2; do STEADY_BUSY=$b STEADY_LOCKS=gomutex,parking_lot \
+      STEADY_JSON=target/steady-busy$b.json cargo bench --bench steady -- =Mutex =MutexSlack \
+      =MutexWork =MutexWorkSlack; SHM_LOCKS_BUSY=$b SHM_LOCKS_JSON=target/shm-busy$b.json \
+      cargo bench --bench shm_locks -- --procs 2,8 gomutex-shm pthread/ floor atomic; done; cd .. \
+    && python3 scripts/bench_summary.py --load-steady benches/target/steady-busy{0,1,2}.json \
+      --load-shm benches/target/shm-busy{0,1,2}.json
 
 The full table (about 7 minutes on 2 cores; take it on an idle machine, check `uptime`):
   cd benches && cargo bench --bench steady && cargo bench --bench go_workloads \
@@ -145,6 +158,7 @@ def print_inprocess(steady, steady_meta, crit_root, go):
               "fetch_add per op in place of the lock (the line moves, nobody waits), for the "
               "workloads with work outside the lock; steady ratios: medians of per-round "
               "ratios.")
+        print(f"steady load: {load_label(steady_meta)}.")
         print()
     head = ["workload", "threads"]
     if go is not None:
@@ -227,7 +241,8 @@ def print_shm(data):
     print(f"{data.get('duration_ms')} ms per run, median of {data.get('rounds', 1)} alternating "
           "rounds; work = Go's MutexWork loop outside the lock; worst wait from one timed run; "
           "floor / atomic (with work): the same loop with a private lock per process / one shared "
-          "fetch_add per op instead of a lock; ratios: medians of per-round ratios.")
+          "fetch_add per op instead of a lock; ratios: medians of per-round ratios; "
+          f"load: {load_label(data)}.")
     print()
     print("| procs | work | ShmMutex | pthread | pthread robust | floor | atomic "
           "| ShmMutex/pthread | ShmMutex/pthread robust | ShmMutex/floor | ShmMutex/atomic "
@@ -240,6 +255,92 @@ def print_shm(data):
               f"{vs(cols[0], 'floor', procs, work)} | {vs(cols[0], 'atomic', procs, work)} | "
               f"{fmt(worst(cols[0], procs, work))} | {fmt(worst(cols[1], procs, work))} | "
               f"{rt(procs, work)} |")
+
+
+def load_label(data) -> str:
+    """A JSON file's load as a column head: `idle` or `N busy` (+ ` own` when each busy loop had
+    a scheduling group of its own)."""
+    n = (data or {}).get("busy", 0)
+    if not n:
+        return "idle"
+    own = " own" if data.get("busy_session") == "own" else ""
+    return f"{n} busy{own}"
+
+
+def print_load_steady(files):
+    """One row per workload, a column group per file (load): ns/op of gomutex and parking_lot,
+    gomutex/parking_lot, gomutex/floor and gomutex/atomic (work rows), line round trip."""
+    tables = [(load_label(d), steady_medians(d)) for d in files]
+    names = []
+    for _, t in tables:
+        names += [n for n in t if n not in names]
+    print("## In-process under load: steady harness (ns/op; ratios: medians of per-round "
+          "ratios)")
+    print()
+    print("Column groups: the load each file was taken under (`STEADY_BUSY`: busy-looping "
+          "processes beside every round; idle = none of ours).")
+    print()
+    head = ["workload", "threads"]
+    for label, _ in tables:
+        head += [f"{label}: gomutex", "parking_lot", "gomutex/parking_lot", "gomutex/floor",
+                 "gomutex/atomic", "line RT ns"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|")
+    for n in names:
+        threads = next((t[n][0] for _, t in tables if n in t), "")
+        row = [n, threads or "—"]
+        for _, t in tables:
+            _, s, rt, rat = t.get(n, ("", {}, None, {}))
+            row += [fmt(s.get("gomutex")), fmt(s.get("parking_lot")), rat.get("parking_lot", "—"),
+                    rat.get("floor", "—"), rat.get("atomic", "—"), rt_range(rt)]
+        print("| " + " | ".join(row) + " |")
+
+
+def print_load_shm(files):
+    """One row per (procs, work), a column group per file (load): ShmMutex and pthread ns/op,
+    their ratio, ShmMutex/floor and /atomic (with work), worst waits, line round trip."""
+    print()
+    print("## Across processes under load: shm_locks (ns/op; ratios: medians of per-round "
+          "ratios)")
+    print()
+    print("Column groups: the load each file was taken under (`SHM_LOCKS_BUSY`).")
+    print()
+    labels = [load_label(d) for d in files]
+    idx = []
+    for d in files:
+        by = {(r["lock"], r["procs"], r["work"]): r for r in d.get("runs", [])}
+        idx.append(by)
+    configs = sorted({(p, w) for by in idx for (_, p, w) in by}, key=lambda c: (c[1], c[0]))
+    head = ["procs", "work"]
+    for label in labels:
+        head += [f"{label}: ShmMutex", "pthread", "ShmMutex/pthread", "ShmMutex/floor",
+                 "ShmMutex/atomic", "worst wait µs ShmMutex", "pthread", "line RT ns"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---:", "---"] + ["---:"] * (len(head) - 2)) + "|")
+    for procs, work in configs:
+        row = [str(procs), work]
+        for by in idx:
+            def smp(lock):
+                r = by.get((lock, procs, work))
+                return r and r.get("untimed_ns_per_op")
+
+            def med(lock):
+                v = smp(lock)
+                return statistics.median(v) if v else None
+
+            def worst(lock):
+                r = by.get((lock, procs, work))
+                t = r and r.get("timed")
+                return t and t.get("worst_wait_us")
+
+            g = by.get(("gomutex-shm", procs, work))
+            row += [fmt(med("gomutex-shm")), fmt(med("pthread")),
+                    paired(smp("gomutex-shm"), smp("pthread")),
+                    paired(smp("gomutex-shm"), smp("floor")),
+                    paired(smp("gomutex-shm"), smp("atomic")),
+                    fmt(worst("gomutex-shm")), fmt(worst("pthread")),
+                    rt_range(g and g.get("line_round_trip_ns"))]
+        print("| " + " | ".join(row) + " |")
 
 
 def print_fairness(rows):
@@ -263,7 +364,22 @@ def main() -> int:
     ap.add_argument("--dir", help="criterion output directory (default: <target>/criterion)")
     ap.add_argument("--steady", help="steady.json (default: <target>/steady.json)")
     ap.add_argument("--shm", help="shm_locks.json (default: <target>/shm_locks.json)")
+    ap.add_argument("--load-steady", nargs="+", metavar="JSON",
+                    help="steady.json files taken under different loads: one column group each")
+    ap.add_argument("--load-shm", nargs="+", metavar="JSON",
+                    help="shm_locks.json files taken under different loads: one column group each")
     args = ap.parse_args()
+
+    if args.load_steady or args.load_shm:
+        for path in (args.load_steady or []) + (args.load_shm or []):
+            if load_json(Path(path)) is None:
+                print(f"cannot read {path}", file=sys.stderr)
+                return 1
+        if args.load_steady:
+            print_load_steady([load_json(Path(p)) for p in args.load_steady])
+        if args.load_shm:
+            print_load_shm([load_json(Path(p)) for p in args.load_shm])
+        return 0
 
     target = Path(args.target) if args.target else target_dir()
     if args.dir:

@@ -24,10 +24,8 @@ pub(crate) const ROUNDS: u32 = 4;
 /// (`procyield(30)`).
 #[cfg_attr(gomutex_loom, allow(dead_code))]
 pub(crate) const HINTS_PER_ROUND: u32 = 30;
-/// `PAUSE` hints after the yield in a round of any other contender: with nobody
-/// waiting for the CPU the yield returns in ~0.5 µs, and 10 hints (~0.25 µs) bring the round to
-/// about Go's length (30 hints, ~0.74 µs), so the lock word is read no more often than Go reads
-/// it.
+/// `PAUSE` hints after the yield in a round of any other contender: an uncontended yield plus
+/// these is about Go's round in length, so the lock word is read no more often than Go reads it.
 #[cfg_attr(gomutex_loom, allow(dead_code))]
 pub(crate) const HINTS_AFTER_YIELD: u32 = 10;
 /// Spin rounds per wake-up under loom.
@@ -60,25 +58,17 @@ pub(crate) fn can_spin(iter: u32, across_processes: bool) -> bool {
 /// Go's round is `procyield(30)`, 30 blind `PAUSE`s, made only while no other goroutine waits
 /// for the CPU. A newcomer's round here is a `sched_yield` and then [`HINTS_AFTER_YIELD`]
 /// `PAUSE`s: where threads outnumber the CPUs the yield hands the CPU to a thread that can use
-/// it instead of burning ~0.74 µs per round, and where they do not it costs what Go's round
-/// does. The owner of `WOKEN` keeps Go's [`HINTS_PER_ROUND`] `PAUSE`s and never gives its CPU
-/// away: while it owns `WOKEN` unlocks wake nobody (Go's spinner has the CPU to itself, since
-/// it spins only with an empty run queue), and every waiter that has slept is such an owner
-/// when it spins, the contender Go's 1 ms rule protects. A yield on a loaded machine can cost a
-/// whole time slice: with every round a yield, the worst wait in Go's fairness scenario
-/// exceeded 1.6 ms in 4 of 13 sittings, up to 4.2 ms, against 1 of 18 with Go's round, and its
-/// victim no longer won the lock in normal mode.
+/// it, and where they do not it costs what Go's round does.
 ///
-/// Measured on 2 cores, the two rounds against Go's everywhere (`benches/steady.rs`,
-/// `shm_locks.rs`, alternating sittings; README, "The spin round"): `MutexSlack` (20 threads)
-/// 7.3 -> 5.4 ns/op, `MutexWorkSlack` ~31 -> ~29 near and ~62 -> ~54 far, 8 processes with
-/// work 1.08 -> 1.02 × pthread; `Mutex`, `MutexPinned`, `MutexWork`, `MutexNoSpin` and 2
-/// processes unchanged.
+/// The owner of `WOKEN` keeps Go's [`HINTS_PER_ROUND`] `PAUSE`s and never gives its CPU away:
+/// while it owns `WOKEN` unlocks wake nobody, and every waiter that has slept is such an owner
+/// when it spins, the contender Go's 1 ms rule protects, for which a yield on a loaded machine
+/// can cost a whole time slice.
 ///
-/// No round touches the lock word: a spinner that polls it (an earlier version read it after
-/// every `PAUSE`) pulls its cache line away from the holder, which then pays a transfer on its
-/// unlock and on its next lock (~2x slower than parking_lot with two threads in a `{lock; +1;
-/// unlock}` loop). The caller reads the word once after the round.
+/// No round touches the lock word: a spinner that polls it pulls the cache line away from the
+/// holder, which then pays a transfer on its unlock and on its next lock. The caller reads the
+/// word once after the round. (What these rules were measured against, and the variants tried
+/// under load: `docs/benchmarks.md`, "The spin round".)
 #[inline]
 pub(crate) fn spin_round(owns_woken: bool) {
     #[cfg(gomutex_loom)]
@@ -130,9 +120,9 @@ pub(crate) fn multicore(machine: bool) -> bool {
 /// How many CPUs the machine has online (at least `process`, this process's count from
 /// [`process_cpus`]), for locks shared between processes: the other
 /// participants need not share this process's affinity mask (a prefork worker pinned to one
-/// CPU, as nginx's `worker_cpu_affinity` pins them, has peers on the others). Pinned that way,
-/// a worker that never spun ran a 2-process `{lock; +1; unlock}` loop at 32.7 ns/op against
-/// 7–10 unpinned. Where every participant shares one CPU (a one-CPU cpuset) a contender
+/// CPU, as nginx's `worker_cpu_affinity` pins them, has peers on the others, and spinning pays
+/// off there as it does unpinned; `docs/benchmarks.md`, "Across processes: placement and the
+/// spin policy"). Where every participant shares one CPU (a one-CPU cpuset) a contender
 /// still makes its rounds before it sleeps: a newcomer's rounds yield the CPU
 /// ([`spin_round`]), so the holder gets to run, but those of the `WOKEN` owner (Go's `PAUSE`s)
 /// are spent for nothing.
@@ -154,11 +144,10 @@ pub(crate) fn machine_cpus(process: usize) -> usize {
 /// A library cannot read it at start-up, and on Linux `std::thread::available_parallelism`
 /// answers for the *calling thread* (`sched_getaffinity(0)`, plus cgroup quotas). Asked first
 /// from a thread pinned to one CPU, as in a thread-per-core server, it says 1, and the cached
-/// answer turned spinning off for the whole process: two pinned threads in a `{lock; +1;
-/// unlock}` loop then ran at 41–63 ns/op against 6–7 unpinned (and parking_lot's 9–12). So on
-/// Linux the main thread's mask counts as well (`sched_getaffinity(getpid())`): the process's
-/// CPUs unless the program pinned its main thread too. A process confined to one CPU as a
-/// whole (`taskset -c 0`) still does not spin.
+/// answer would turn spinning off for the whole process (`docs/benchmarks.md`, "`MutexPinned`
+/// and the CPU count"). So on Linux the main thread's mask counts as well
+/// (`sched_getaffinity(getpid())`): the process's CPUs unless the program pinned its main
+/// thread too. A process confined to one CPU as a whole (`taskset -c 0`) still does not spin.
 #[cfg(not(gomutex_loom))]
 pub(crate) fn process_cpus() -> usize {
     let this_thread = std::thread::available_parallelism().map_or(1, |n| n.get());
