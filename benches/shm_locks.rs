@@ -1033,8 +1033,7 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
                     continue;
                 }
                 let timed = if cfg.timing {
-                    let _busy =
-                        BusyLoops::start(cfg.busy.0, cfg.busy.1).expect("fork a busy loop");
+                    let _busy = BusyLoops::start(cfg.busy.0, cfg.busy.1).expect("fork a busy loop");
                     (c.run)(cfg, procs, work, true)
                 } else {
                     None

@@ -110,7 +110,10 @@ impl Config {
             Ok(v) if !v.trim().is_empty() => {
                 let names: Vec<&str> = v.split(',').map(str::trim).collect();
                 for n in &names {
-                    assert!(LOCKS.contains(n), "STEADY_LOCKS: unknown lock {n:?} ({LOCKS:?})");
+                    assert!(
+                        LOCKS.contains(n),
+                        "STEADY_LOCKS: unknown lock {n:?} ({LOCKS:?})"
+                    );
                 }
                 LOCKS.map(|l| names.contains(&l))
             }
