@@ -187,11 +187,6 @@ impl BusyLoops {
         }
         Ok(loops)
     }
-
-    /// How many loops run.
-    pub fn len(&self) -> usize {
-        self.pids.len()
-    }
 }
 
 /// A busy loop's body (the child of a fork in [`BusyLoops::start`]). Never returns.
