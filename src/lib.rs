@@ -72,6 +72,10 @@ mod poison;
 #[cfg_attr(docsrs, doc(cfg(feature = "profile")))]
 pub mod profile;
 mod raw;
+mod raw_rwlock;
+#[doc(hidden)]
+pub mod rwalgo;
+mod rwlock;
 #[doc(hidden)]
 pub mod sema;
 #[cfg(target_os = "linux")]
@@ -83,3 +87,7 @@ mod sync;
 pub use condvar::{Condvar, WaitTimeoutResult};
 pub use mutex::{MappedMutexGuard, Mutex, MutexGuard};
 pub use raw::RawMutex;
+pub use raw_rwlock::RawRwLock;
+pub use rwlock::{
+    MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};

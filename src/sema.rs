@@ -8,7 +8,7 @@
 //! [`crate::shm`].
 
 use crate::park::{self, FilterOp, ParkResult};
-use crate::sync::{AtomicU32, Ordering::Relaxed};
+use crate::sync::{AtomicI32, AtomicU32, Ordering::Relaxed};
 use std::time::Instant;
 
 /// A FIFO wait queue with a priority class and persistent wake-up tokens.
@@ -162,5 +162,120 @@ impl WaitQueue for ParkSema {
         unsafe { park::unpark_filter(self.key(), filter, callback) };
         #[cfg(all(feature = "profile", not(gomutex_loom)))]
         charge.finish();
+    }
+}
+
+/// Go's runtime semaphore as `RWMutex` uses it (`readerSem`, `writerSem`): a plain FIFO
+/// sleep/wake-up pairing with kept tokens, plus what a deadline needs.
+///
+/// # Contract
+///
+/// * `release` hands one token to the oldest sleeper, or keeps it for the next `acquire` (no
+///   lost wake-up), unless a debt is outstanding (below): then it pays the debt and returns
+///   `false`, and the releaser must finish what the indebted waiter left undone (the
+///   read-write algorithm's ghost reader and ghost writer, [`crate::rwalgo`]).
+/// * `acquire` returns `true` once it has consumed a token. With a deadline it may return
+///   `false` instead: the deadline passed first, it is no longer queued, and it *owes* the
+///   token it was waiting for: one debt, paid by a later `release`. (The lock counted this
+///   waiter, so exactly one release is on its way for it; the debt turns that release into the
+///   waiter's withdrawal, decided under the same lock as the release, so no token is lost and
+///   none is handed to a waiter that has left.)
+/// * A token carries a happens-before edge from `release` to the `acquire` that consumes it,
+///   and a paid debt one from the indebted `acquire` to the `release` that paid it.
+pub trait Semaphore {
+    /// Sleep until a token is ours (Go's `runtime_SemacquireMutex(sema, false, 0)`); with a
+    /// deadline, `false` if it passed first, leaving a debt.
+    fn acquire(&self, deadline: Option<Instant>) -> bool;
+    /// Wake the oldest sleeper or keep a token (Go's `runtime_Semrelease(sema, false, 0)`);
+    /// `false` if it paid a debt instead.
+    fn release(&self) -> bool;
+}
+
+/// The in-process [`Semaphore`]: `parking_lot_core`'s per-address queue plus one count, only
+/// touched while that queue is locked (so `Relaxed` is enough): positive, tokens kept for
+/// future sleepers; negative, debts of sleepers that timed out. Both cannot be outstanding at
+/// once: a sleeper only times out while queued, and a release with a sleeper queued wakes it
+/// instead of keeping a token.
+#[derive(Debug)]
+pub struct Sema {
+    count: AtomicI32,
+}
+
+impl Sema {
+    const_new! {
+        /// An empty semaphore: no tokens, no debts.
+        pub fn new() -> Self {
+            Self {
+                count: AtomicI32::new(0),
+            }
+        }
+    }
+
+    fn key(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Tokens kept (positive) or debts owed (negative): for tests and models, 0 when quiescent.
+    pub fn count(&self) -> i32 {
+        self.count.load(Relaxed)
+    }
+
+    /// Threads parked on this semaphore right now (for tests and models: a snapshot).
+    pub fn parked(&self) -> usize {
+        park::parked(self.key())
+    }
+}
+
+impl Default for Sema {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Semaphore for Sema {
+    fn acquire(&self, deadline: Option<Instant>) -> bool {
+        let validate = || {
+            let c = self.count.load(Relaxed);
+            if c > 0 {
+                // A wake-up arrived before we slept: take it instead of sleeping.
+                self.count.store(c - 1, Relaxed);
+                return false;
+            }
+            true
+        };
+        // Leaving at the deadline: the release meant for us has not reached us, so we owe it
+        // (nothing is kept while we are queued: a release would have woken a sleeper).
+        let timed_out = || self.count.store(self.count.load(Relaxed) - 1, Relaxed);
+        // SAFETY: the key is our own address; the closures only touch our count, never panic
+        // and never call back into the parking module.
+        match unsafe { park::park(self.key(), validate, timed_out, BACK, deadline) } {
+            ParkResult::Unparked(_) | ParkResult::Invalid => true,
+            ParkResult::TimedOut => false,
+        }
+    }
+
+    fn release(&self) -> bool {
+        // A debt is paid first; else the oldest sleeper is woken.
+        let mut picked = false;
+        let filter = |_: usize| {
+            if picked || self.count.load(Relaxed) < 0 {
+                return FilterOp::Stop;
+            }
+            picked = true;
+            FilterOp::Unpark
+        };
+        let mut debt = false;
+        let callback = |r: park::UnparkResult| {
+            let c = self.count.load(Relaxed);
+            if r.unparked_threads == 0 {
+                // Nobody woken: keep a token, or pay a debt.
+                debt = c < 0;
+                self.count.store(c + 1, Relaxed);
+            }
+            0
+        };
+        // SAFETY: as in `acquire`.
+        unsafe { park::unpark_filter(self.key(), filter, callback) };
+        !debt
     }
 }
