@@ -8,7 +8,9 @@
 #   * doc tests of Mutex, RawMutex, Condvar and the crate root;
 #   * tests/stress.rs (sizes reduced under cfg(miri)), on two scheduler seeds;
 #   * the API tests of tests/std_api.rs and the timed-lock tests of tests/timed.rs that are not
-#     timing or volume tests.
+#     timing or volume tests;
+#   * the RwLock's std-parity tests (tests/rwlock_std_api.rs) and Go's rwmutex_test.go port,
+#     policy and deadline tests (tests/rwlock.rs; hammer sizes reduced under cfg(miri)).
 # Left out: anything on shared memory (src/shm, tests/shm_*, accept's shm tests: Miri only
 # supports MAP_PRIVATE|MAP_ANONYMOUS mmap), fork/exec and subprocess tests (misuse, prefork),
 # CPU pinning and wall-clock fairness tests (fairness, queue_discipline), the std_api condvar
@@ -47,6 +49,22 @@ cargo +nightly miri test "${TARGET[@]}" --test std_api -- --exact \
     condvar_notify_before_wait_is_not_remembered \
     condvar_wait_timeout_reports_a_notify_in_time condvar_notify_all_wakes_every_waiter \
     condvar_wait_timeout_ms_matches_std mapped_guards_hold_the_lock_and_poison
+
+step "miri: tests/rwlock_std_api.rs and tests/rwlock.rs (RwLock), API and Go subset"
+cargo +nightly miri test "${TARGET[@]}" --test rwlock_std_api -- --exact \
+    poisoning_matches_std downgrade_while_panicking_does_not_poison_like_std \
+    try_lock_outcomes_match_std into_inner_get_mut_default_from \
+    debug_output_matches_std_unlocked_read_write_locked_poisoned \
+    guard_display_and_debug_match_std const_construction_in_statics \
+    unsized_data_through_box_and_arc mapped_guards_hold_the_lock_and_poison \
+    auto_traits_identical_to_std size_is_small
+cargo +nightly miri test "${TARGET[@]}" --test rwlock -- --exact \
+    go_parallel_readers go_try_lock_truth_table go_hammer_rwmutex \
+    hammer_with_deadlines_leaves_no_ghost a_waiting_writer_keeps_new_readers_out \
+    readers_queued_behind_a_writer_go_before_the_next_writer \
+    try_read_for_times_out_behind_a_writer_and_leaves_no_trace \
+    try_write_for_times_out_behind_readers_then_finishes_as_a_ghost \
+    many_ghost_readers_and_a_live_one downgrade_admits_queued_readers_and_keeps_writers_out
 
 step "miri: tests/timed.rs, timed-lock API subset"
 cargo +nightly miri test "${TARGET[@]}" --test timed -- --exact \

@@ -4,7 +4,8 @@
 # checks the executions that really happen (unlike loom, which enumerates them), at full
 # volume and native speed, with real futex parking.
 #
-# Runs: tests/stress.rs, tests/std_api.rs, tests/timed.rs, tests/queue_discipline.rs and the lib
+# Runs: tests/stress.rs, tests/std_api.rs, tests/timed.rs, tests/queue_discipline.rs, the
+# RwLock's tests/rwlock.rs and tests/rwlock_std_api.rs, and the lib
 # unit tests, TSAN_REPEAT (default 3) times, all without shared memory (fork(2) of a TSAN process
 # and cross-process atomics are outside what TSAN models). parking_lot_core detects TSAN itself (cfg tsan_enabled) and replaces its
 # one fence, which TSAN does not model, by an acquire load.
@@ -20,7 +21,8 @@ export RUSTFLAGS="-Zsanitizer=thread"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1 second_deadlock_stack=1}"
 t0=$(date +%s)
 
-tests=(--test stress --test std_api --test timed --test queue_discipline --lib)
+tests=(--test stress --test std_api --test timed --test queue_discipline --test rwlock
+    --test rwlock_std_api --lib)
 echo "== tsan: build ($target)"
 cargo +nightly test -Zbuild-std --target "$target" --release --no-run "${tests[@]}"
 

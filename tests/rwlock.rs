@@ -27,7 +27,11 @@ fn wait_for(what: &str, pred: impl Fn() -> bool) {
 /// Every count back at zero, no token or debt kept, nobody parked.
 fn assert_quiescent(l: &RawRwLock) {
     wait_for("quiescence (nobody parked)", || l.parked() == 0);
-    assert_eq!(l.state(), (0, 0, 0, 0, 0), "(readerCount, readerWait, w, writerSem, readerSem)");
+    assert_eq!(
+        l.state(),
+        (0, 0, 0, 0, 0),
+        "(readerCount, readerWait, w, writerSem, readerSem)"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -195,17 +199,25 @@ fn a_waiting_writer_keeps_new_readers_out() {
         let l = l.clone();
         thread::spawn(move || *l.write().unwrap() = 1)
     };
-    wait_for("the writer to announce itself", || l.raw().is_locked_exclusive());
+    wait_for("the writer to announce itself", || {
+        l.raw().is_locked_exclusive()
+    });
     assert!(matches!(l.try_read(), Err(TryLockError::WouldBlock)));
     let r1 = {
         let l = l.clone();
         thread::spawn(move || *l.read().unwrap())
     };
-    wait_for("the new reader to queue", || l.raw().state().0 == -MAX_READERS + 2);
+    wait_for("the new reader to queue", || {
+        l.raw().state().0 == -MAX_READERS + 2
+    });
     assert!(!w.is_finished() && !r1.is_finished());
     drop(r0);
     join_within(LIMIT, vec![w]);
-    assert_eq!(join_within(LIMIT, vec![r1]), [1], "the reader ran before the writer");
+    assert_eq!(
+        join_within(LIMIT, vec![r1]),
+        [1],
+        "the reader ran before the writer"
+    );
     assert_quiescent(l.raw());
 }
 
@@ -230,8 +242,13 @@ fn readers_queued_behind_a_writer_go_before_the_next_writer() {
     };
     let w1 = spawn("w1", true);
     wait_for("w1 to announce itself", || l.raw().is_locked_exclusive());
-    let readers: Vec<_> = ["r1", "r2", "r3"].into_iter().map(|n| spawn(n, false)).collect();
-    wait_for("three readers to queue", || l.raw().state().0 == -MAX_READERS + 4);
+    let readers: Vec<_> = ["r1", "r2", "r3"]
+        .into_iter()
+        .map(|n| spawn(n, false))
+        .collect();
+    wait_for("three readers to queue", || {
+        l.raw().state().0 == -MAX_READERS + 4
+    });
     let w2 = spawn("w2", true);
     // w2 is registered as a waiter on the writers' mutex (waiter count at bit 3).
     wait_for("w2 to queue", || l.raw().state().2 >> 3 == 1);
@@ -299,7 +316,10 @@ fn try_write_for_times_out_behind_readers_then_finishes_as_a_ghost() {
     let l = Arc::new(RwLock::new(0));
     let r0 = l.read().unwrap();
     let t0 = Instant::now();
-    assert!(matches!(l.try_write_for(Duration::from_millis(20)), Err(TryLockError::WouldBlock)));
+    assert!(matches!(
+        l.try_write_for(Duration::from_millis(20)),
+        Err(TryLockError::WouldBlock)
+    ));
     assert!(t0.elapsed() >= Duration::from_millis(20));
     // The ghost writer keeps new readers out until the reader before it leaves, as a writer
     // that took the lock then would have.
@@ -308,7 +328,9 @@ fn try_write_for_times_out_behind_readers_then_finishes_as_a_ghost() {
         let l = l.clone();
         thread::spawn(move || *l.read().unwrap())
     };
-    wait_for("the new reader to queue", || l.raw().state().0 == -MAX_READERS + 2);
+    wait_for("the new reader to queue", || {
+        l.raw().state().0 == -MAX_READERS + 2
+    });
     drop(r0); // the last departing reader finishes the ghost's write phase
     assert_eq!(join_within(LIMIT, vec![r1]), [0]);
     assert_quiescent(l.raw());
@@ -333,7 +355,9 @@ fn timed_calls_succeed_when_released_in_time() {
         let l = l.clone();
         thread::spawn(move || *l.try_read_for(Duration::from_secs(30)).unwrap())
     };
-    wait_for("the reader to queue", || l.raw().state().0 == -MAX_READERS + 1);
+    wait_for("the reader to queue", || {
+        l.raw().state().0 == -MAX_READERS + 1
+    });
     let mut w = w;
     *w = 5;
     drop(w);
@@ -344,7 +368,9 @@ fn timed_calls_succeed_when_released_in_time() {
         let l = l.clone();
         thread::spawn(move || *l.try_write_until(Instant::now() + LIMIT).unwrap() += 1)
     };
-    wait_for("the writer to wait for the reader", || l.raw().state().1 == 1);
+    wait_for("the writer to wait for the reader", || {
+        l.raw().state().1 == 1
+    });
     drop(r);
     join_within(LIMIT, vec![writer]);
     assert_eq!(*l.read().unwrap(), 6);
@@ -391,7 +417,9 @@ fn downgrade_admits_queued_readers_and_keeps_writers_out() {
         let l = l.clone();
         thread::spawn(move || *l.read().unwrap())
     };
-    wait_for("the reader to queue", || l.raw().state().0 == -MAX_READERS + 1);
+    wait_for("the reader to queue", || {
+        l.raw().state().0 == -MAX_READERS + 1
+    });
     assert!(l.try_read_for(Duration::from_millis(2)).is_err()); // a ghost
     *w = 3;
     let r = gomutex::RwLockWriteGuard::downgrade(w);
@@ -408,7 +436,7 @@ fn downgrade_admits_queued_readers_and_keeps_writers_out() {
 #[cfg(feature = "lock_api")]
 #[test]
 fn lock_api_rwlock_has_parking_lots_api() {
-    use lock_api::{RwLockWriteGuard, RwLock};
+    use lock_api::{RwLock, RwLockWriteGuard};
     let l: RwLock<RawRwLock, Vec<i32>> = RwLock::new(vec![1]);
     l.write().push(2);
     {
@@ -422,7 +450,9 @@ fn lock_api_rwlock_has_parking_lots_api() {
     let r = RwLockWriteGuard::downgrade(w);
     assert!(l.try_read().is_some() && l.try_write().is_none());
     drop(r);
-    assert!(l.try_write_until(Instant::now() + Duration::from_millis(5)).is_some());
+    assert!(l
+        .try_write_until(Instant::now() + Duration::from_millis(5))
+        .is_some());
     assert!(!l.is_locked());
     assert_quiescent(unsafe { l.raw() });
 }
@@ -437,6 +467,8 @@ fn lock_api_04_rwlock_works() {
     let r = RwLockWriteGuard::downgrade(w);
     assert_eq!(*r + *l.read(), 4);
     drop(r);
-    assert!(l.try_read_until(Instant::now() + Duration::from_millis(5)).is_some());
+    assert!(l
+        .try_read_until(Instant::now() + Duration::from_millis(5))
+        .is_some());
     assert!(!l.is_locked());
 }

@@ -41,7 +41,11 @@ macro_rules! poison_story {
             panic!("reading");
         })
         .join();
-        out.push(format!("reader panicked {} poisoned {}", r.is_err(), l.is_poisoned()));
+        out.push(format!(
+            "reader panicked {} poisoned {}",
+            r.is_err(),
+            l.is_poisoned()
+        ));
 
         // A panic after releasing the write lock does not poison.
         let l2 = Arc::clone(&l);
@@ -83,11 +87,17 @@ macro_rules! poison_story {
             assert!(guard_in_unwind.is_err());
         })
         .join();
-        out.push(format!("panic with a write guard, poisoned {}", l.is_poisoned()));
+        out.push(format!(
+            "panic with a write guard, poisoned {}",
+            l.is_poisoned()
+        ));
         l.clear_poison();
         out.push(format!("cleared {}", l.is_poisoned()));
         let l = Arc::try_unwrap(l).unwrap_or_else(|_| panic!("still shared"));
-        out.push(format!("into_inner {:?}", l.into_inner().map_err(|e| e.into_inner())));
+        out.push(format!(
+            "into_inner {:?}",
+            l.into_inner().map_err(|e| e.into_inner())
+        ));
         out
     }};
 }
@@ -97,7 +107,10 @@ fn poisoning_matches_std() {
     let ours = poison_story!(RwLock<i32>);
     let std = poison_story!(std::sync::RwLock<i32>);
     assert_eq!(ours, std);
-    assert!(ours.contains(&"writer poisoned true".to_string()), "{ours:?}");
+    assert!(
+        ours.contains(&"writer poisoned true".to_string()),
+        "{ours:?}"
+    );
 }
 
 /// `downgrade` during a panic: std does not poison; neither may we.
@@ -138,16 +151,36 @@ fn try_lock_outcomes_match_std() {
         ($L:ty, $W:ident) => {{
             let mut out = Vec::new();
             let l = <$L>::new(());
-            out.push(format!("free: r {} w {}", outcome!(l.try_read()), outcome!(l.try_write())));
+            out.push(format!(
+                "free: r {} w {}",
+                outcome!(l.try_read()),
+                outcome!(l.try_write())
+            ));
             let r = l.read().unwrap();
-            out.push(format!("read-held: r {} w {}", outcome!(l.try_read()), outcome!(l.try_write())));
+            out.push(format!(
+                "read-held: r {} w {}",
+                outcome!(l.try_read()),
+                outcome!(l.try_write())
+            ));
             drop(r);
             let w = l.write().unwrap();
-            out.push(format!("write-held: r {} w {}", outcome!(l.try_read()), outcome!(l.try_write())));
+            out.push(format!(
+                "write-held: r {} w {}",
+                outcome!(l.try_read()),
+                outcome!(l.try_write())
+            ));
             let r = $W::downgrade(w);
-            out.push(format!("downgraded: r {} w {}", outcome!(l.try_read()), outcome!(l.try_write())));
+            out.push(format!(
+                "downgraded: r {} w {}",
+                outcome!(l.try_read()),
+                outcome!(l.try_write())
+            ));
             drop(r);
-            out.push(format!("free again: r {} w {}", outcome!(l.try_read()), outcome!(l.try_write())));
+            out.push(format!(
+                "free again: r {} w {}",
+                outcome!(l.try_read()),
+                outcome!(l.try_write())
+            ));
             out
         }};
     }
@@ -167,7 +200,10 @@ fn into_inner_get_mut_default_from() {
             (l.into_inner().unwrap(), d.into_inner().unwrap())
         }};
     }
-    assert_eq!(story!(RwLock<Vec<i32>>), story!(std::sync::RwLock<Vec<i32>>));
+    assert_eq!(
+        story!(RwLock<Vec<i32>>),
+        story!(std::sync::RwLock<Vec<i32>>)
+    );
 }
 
 #[test]
@@ -255,7 +291,10 @@ fn mapped_guards_hold_the_lock_and_poison() {
     let r: MappedRwLockReadGuard<'_, str> = MappedRwLockReadGuard::map(r, |s| s.as_str());
     assert!(matches!(l.try_write(), Err(TryLockError::WouldBlock)));
     assert!(l.try_read().is_ok(), "a mapped read guard is a read lock");
-    assert_eq!((format!("{r}"), format!("{r:?}")), ("a".into(), "\"a\"".into()));
+    assert_eq!(
+        (format!("{r}"), format!("{r:?}")),
+        ("a".into(), "\"a\"".into())
+    );
     drop(r);
 
     let w = RwLockWriteGuard::map(l.write().unwrap(), |d| &mut d.1);
@@ -352,7 +391,11 @@ fn auto_traits_identical_to_std() {
     compare_auto_traits!(diffs, dyn Send);
     compare_auto_traits!(diffs, dyn Sync);
     compare_auto_traits!(diffs, dyn std::any::Any);
-    assert!(diffs.is_empty(), "auto traits differ from std:\n{}", diffs.join("\n"));
+    assert!(
+        diffs.is_empty(),
+        "auto traits differ from std:\n{}",
+        diffs.join("\n")
+    );
 }
 
 #[test]
