@@ -1,0 +1,550 @@
+//! Readers-writer locks in the steady-contention style: Go's five `RWMutex` workloads (Go 1.19
+//! `src/sync/rwmutex_test.go`) and a writer-fairness scenario, for `gomutex::RwLock`,
+//! `std::sync::RwLock` and `parking_lot::RwLock`, printed as markdown tables.
+//!
+//! **Go's workloads.** T threads loop Go's body until a stop flag is set after a fixed wall
+//! time; ns/op = wall time / all operations of all threads (as `steady.rs`; no grains):
+//!
+//! | name | threads | loop body |
+//! |---|---|---|
+//! | Uncontended | 1 × P | a lock of its own per thread (128-byte aligned): read, read, unlock, unlock, write, unlock |
+//! | Write100 | 1 × P, 10 × P | one shared lock: every 100th op an empty write, the others an empty read |
+//! | Write10 | 1 × P, 10 × P | as Write100, every 10th op a write |
+//! | WorkWrite100 | 1 × P, 10 × P | as Write100, the reads doing 100 × `foo *= 2; foo /= 2` inside the read lock |
+//! | WorkWrite10 | 1 × P, 10 × P | as WorkWrite100, every 10th op a write |
+//!
+//! (P = CPUs; 10 × P is Go's `GOMAXPROCS=10`-style slack, called `Slack` as in steady's table.)
+//! The writers count their writes under the lock, which must equal the threads' own tally.
+//! Floors beside the shared-lock rows, in the same rotation: `floor`, the same loop with a
+//! `std::sync::RwLock` of its own per thread (nobody waits, no line moves), and `atomic`, one
+//! shared `fetch_add` per op in place of the lock (the line moves, nobody waits).
+//!
+//! **Writer fairness.** One or four readers hold the read lock 50 µs each (spinning on the
+//! clock) in a loop, back to back; one writer wants the write lock 20 times, 1 ms apart
+//! (sleeping between). Reported: the writer's worst single wait (median over rounds, and the
+//! maximum). A writer that has waited `RWLOCK_FAIRNESS_CAP_MS` (default 10 000) for one write
+//! ends the round (the readers stop, so it gets the lock), so a starving lock cannot hang the
+//! run.
+//!
+//! **Rounds.** Every case runs `rounds` times per contender, alternating within a round (the
+//! first contender rotates from round to round); tables show medians, and ratios are medians
+//! of the per-round ratios. The cache-line round trip between the first two CPUs is probed
+//! before each round and printed.
+//!
+//! `cargo bench --bench rwlock [-- FILTER…]` (substrings of case names; `=NAME` exact).
+//! Environment: `RWLOCK_DURATION_MS` (default 500), `RWLOCK_ROUNDS` (default 5),
+//! `RWLOCK_FAIRNESS_ROUNDS` (default 3). Without `--bench` (`cargo test --benches`): every
+//! case once, 10 ms, at least 200 ops per thread, counters checked; fairness with 3 writes.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{
+    env_or, fmt_round_trips, go_work, line_round_trip_ns, median, paired_ratio, procs, Padded,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+struct Config {
+    test: bool,
+    duration: Duration,
+    rounds: usize,
+    fairness_rounds: usize,
+    fairness_writes: usize,
+    fairness_cap: Duration,
+    min_ops: u64,
+    filters: Vec<String>,
+}
+
+impl Config {
+    fn from_env_and_args() -> Config {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        // Same rule as criterion: `cargo test --benches` passes no `--bench`.
+        let test = !args.iter().any(|a| a == "--bench");
+        let filters = args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .cloned()
+            .collect();
+        if test {
+            return Config {
+                test,
+                duration: Duration::from_millis(10),
+                rounds: 1,
+                fairness_rounds: 1,
+                fairness_writes: 3,
+                fairness_cap: Duration::from_secs(2),
+                min_ops: 200,
+                filters,
+            };
+        }
+        Config {
+            test,
+            duration: Duration::from_millis(env_or("RWLOCK_DURATION_MS", 500)),
+            rounds: env_or("RWLOCK_ROUNDS", 5usize).max(1),
+            fairness_rounds: env_or("RWLOCK_FAIRNESS_ROUNDS", 3usize).max(1),
+            fairness_writes: 20,
+            fairness_cap: Duration::from_millis(env_or("RWLOCK_FAIRNESS_CAP_MS", 10_000)),
+            min_ops: 0,
+            filters,
+        }
+    }
+
+    fn selected(&self, name: &str) -> bool {
+        self.filters.is_empty()
+            || self.filters.iter().any(|f| match f.strip_prefix('=') {
+                Some(exact) => name == exact,
+                None => name.contains(f.as_str()),
+            })
+    }
+}
+
+const LOCKS: [&str; 3] = ["gomutex", "std", "parking_lot"];
+const FLOORS: [&str; 2] = ["floor", "atomic"];
+
+// ---------------------------------------------------------------------------------------------
+// The three locks behind one interface
+
+/// Read-lock and run `f`, or write-lock and run `f`: the three locks, so every workload is
+/// written once.
+trait RwBench<T>: Send + Sync {
+    fn new(value: T) -> Self;
+    fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R;
+    fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R;
+    /// Go's Uncontended body: two nested read locks, then a write lock.
+    fn read_read_write(&self, f: impl FnOnce(&mut T));
+}
+
+macro_rules! std_like {
+    ($t:ident, [$($read:tt)*], [$($write:tt)*]) => {
+        impl<T: Send + Sync> RwBench<T> for $t<T> {
+            fn new(value: T) -> Self {
+                $t::new(value)
+            }
+            #[inline]
+            fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+                f(&self.$($read)*)
+            }
+            #[inline]
+            fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+                f(&mut self.$($write)*)
+            }
+            #[inline]
+            fn read_read_write(&self, f: impl FnOnce(&mut T)) {
+                let a = self.$($read)*;
+                let b = self.$($read)*;
+                drop(b);
+                drop(a);
+                f(&mut self.$($write)*);
+            }
+        }
+    };
+}
+
+type GoRw<T> = gomutex::RwLock<T>;
+type StdRw<T> = std::sync::RwLock<T>;
+type PlRw<T> = parking_lot::RwLock<T>;
+
+std_like!(GoRw, [read().unwrap()], [write().unwrap()]);
+std_like!(StdRw, [read().unwrap()], [write().unwrap()]);
+std_like!(PlRw, [read()], [write()]);
+
+// ---------------------------------------------------------------------------------------------
+// The steady loop (as steady.rs's)
+
+/// Runs `threads` threads, each with its own state from `make_state(index)` (built before the
+/// clock starts), looping `op` until the stop flag (set `duration` after the start) and at
+/// least `min_ops` times. Returns the wall time (the first thread's first op to the last
+/// thread's last op, each thread reading the clock itself) and each thread's (ops, state).
+fn steady<S, MS, OP>(
+    threads: usize,
+    duration: Duration,
+    min_ops: u64,
+    make_state: MS,
+    op: OP,
+) -> (Duration, Vec<(u64, S)>)
+where
+    S: Send,
+    MS: Fn(usize) -> S + Sync,
+    OP: Fn(&mut S) + Sync,
+{
+    let stop = Padded(AtomicBool::new(false));
+    let barrier = Barrier::new(threads + 1);
+    let (make_state, op, stop, barrier) = (&make_state, &op, &stop.0, &barrier);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                s.spawn(move || {
+                    let mut state = make_state(i);
+                    barrier.wait();
+                    let start = Instant::now();
+                    let mut ops = 0u64;
+                    while ops < min_ops || !stop.load(Ordering::Relaxed) {
+                        op(&mut state);
+                        ops += 1;
+                    }
+                    (start, Instant::now(), ops, state)
+                })
+            })
+            .collect();
+        barrier.wait();
+        thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+        let mut span: Option<(Instant, Instant)> = None;
+        let results = handles
+            .into_iter()
+            .map(|h| {
+                let (t0, t1, ops, state) = h.join().expect("bench thread panicked");
+                span = Some(span.map_or((t0, t1), |(a, b)| (a.min(t0), b.max(t1))));
+                (ops, state)
+            })
+            .collect();
+        let (first, last) = span.expect("at least one thread");
+        (last - first, results)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Go's RWMutex workloads
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Uncontended,
+    /// Go's `benchmarkRWMutex(localWork, writeRatio)`; `work` is 0 or 100 (`go_work`).
+    Shared {
+        work: bool,
+        write_ratio: u64,
+    },
+}
+
+/// Name, body, thread multiplier (× P).
+const WORKLOADS: [(&str, Kind, usize); 9] = [
+    ("Uncontended", Kind::Uncontended, 1),
+    ("Write100", shared(false, 100), 1),
+    ("Write100Slack", shared(false, 100), 10),
+    ("Write10", shared(false, 10), 1),
+    ("Write10Slack", shared(false, 10), 10),
+    ("WorkWrite100", shared(true, 100), 1),
+    ("WorkWrite100Slack", shared(true, 100), 10),
+    ("WorkWrite10", shared(true, 10), 1),
+    ("WorkWrite10Slack", shared(true, 10), 10),
+];
+
+const fn shared(work: bool, write_ratio: u64) -> Kind {
+    Kind::Shared { work, write_ratio }
+}
+
+/// A thread's state: Go's `foo` (its op counter too) and its writes.
+#[derive(Default)]
+struct Local {
+    foo: i64,
+    writes: u64,
+}
+
+/// One iteration of Go's `benchmarkRWMutex` body on `l` (a write every `ratio`-th op).
+#[inline(always)]
+#[allow(clippy::disallowed_names)] // `foo` is Go's name
+fn go_rw_op<L: RwBench<u64>>(l: &L, s: &mut Local, work: bool, ratio: u64) {
+    s.foo += 1;
+    if (s.foo as u64).is_multiple_of(ratio) {
+        l.write(|n| *n += 1);
+        s.writes += 1;
+    } else {
+        let foo = s.foo;
+        s.foo = l.read(|_| if work { go_work(foo) } else { foo });
+    }
+}
+
+/// One run of one workload on `L`: ns/op, after checking the write counts.
+fn run_workload<L: RwBench<u64>>(name: &str, kind: Kind, threads: usize, cfg: &Config) -> f64 {
+    let (d, min) = (cfg.duration, cfg.min_ops);
+    let (wall, ops) = match kind {
+        Kind::Uncontended => {
+            let (wall, res) = steady(
+                threads,
+                d,
+                min,
+                |_| Box::new(Padded(L::new(0u64))),
+                |l| l.0.read_read_write(|n| *n += 1),
+            );
+            for (ops, l) in &res {
+                assert_eq!(l.0.read(|n| *n), *ops, "{name}: lost updates");
+            }
+            (wall, res.iter().map(|r| r.0).sum::<u64>())
+        }
+        Kind::Shared { work, write_ratio } => {
+            let l = &Padded(L::new(0u64)).0;
+            let (wall, res) = steady(
+                threads,
+                d,
+                min,
+                |_| Local::default(),
+                |s| go_rw_op(l, s, work, write_ratio),
+            );
+            let writes: u64 = res.iter().map(|r| r.1.writes).sum();
+            assert_eq!(l.read(|n| *n), writes, "{name}: lost updates");
+            (wall, res.iter().map(|r| r.0).sum::<u64>())
+        }
+    };
+    wall.as_nanos() as f64 / ops as f64
+}
+
+/// A floor of a shared-lock workload (`None` for Uncontended): the same threads and body, with
+/// a `std::sync::RwLock` of its own per thread (`atomic == false`) or one shared `fetch_add` in
+/// place of each lock/unlock (`atomic == true`).
+fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config, atomic: bool) -> Option<f64> {
+    let Kind::Shared { work, write_ratio } = kind else {
+        return None;
+    };
+    let shared = Padded(AtomicU64::new(0));
+    let (wall, res) = steady(
+        threads,
+        cfg.duration,
+        cfg.min_ops,
+        |_| (Local::default(), Box::new(Padded(StdRw::new(0u64)))),
+        |(s, own)| {
+            if atomic {
+                s.foo += 1;
+                shared.0.fetch_add(1, Ordering::Relaxed);
+                if (s.foo as u64).is_multiple_of(write_ratio) {
+                    s.writes += 1;
+                } else if work {
+                    s.foo = go_work(s.foo);
+                }
+            } else {
+                go_rw_op(&own.0, s, work, write_ratio);
+            }
+        },
+    );
+    let ops: u64 = res.iter().map(|r| r.0).sum();
+    if atomic {
+        assert_eq!(
+            shared.0.load(Ordering::Relaxed),
+            ops,
+            "{name} atomic floor: lost updates"
+        );
+    } else {
+        let writes: u64 = res.iter().map(|r| r.1 .0.writes).sum();
+        let counted: u64 = res.iter().map(|r| RwBench::read(&r.1 .1 .0, |n| *n)).sum();
+        assert_eq!(counted, writes, "{name} floor: lost updates");
+    }
+    Some(wall.as_nanos() as f64 / ops as f64)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer fairness
+
+/// One round of the fairness scenario on `L` with `readers` readers: the writer's worst single
+/// wait, in µs.
+fn run_fairness<L: RwBench<u64>>(readers: usize, cfg: &Config) -> f64 {
+    let l = &Padded(L::new(0u64)).0;
+    let stop = &AtomicBool::new(false);
+    let barrier = &Barrier::new(readers + 1);
+    let base = Instant::now();
+    // When the writer started waiting (ns since `base`, + 1), or 0 while it does not wait.
+    let waiting_since = &AtomicU64::new(0);
+    let cap = cfg.fairness_cap;
+    thread::scope(|s| {
+        for _ in 0..readers {
+            s.spawn(move || {
+                barrier.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    l.read(|_| {
+                        let t0 = Instant::now();
+                        while t0.elapsed() < Duration::from_micros(50) {
+                            std::hint::spin_loop();
+                        }
+                    });
+                    // The cap: a writer starved this long ends the round.
+                    let since = waiting_since.load(Ordering::Relaxed);
+                    if since != 0 && base.elapsed() > Duration::from_nanos(since - 1) + cap {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        barrier.wait();
+        let mut worst = Duration::ZERO;
+        for _ in 0..cfg.fairness_writes {
+            thread::sleep(Duration::from_millis(1));
+            let t0 = Instant::now();
+            waiting_since.store((t0 - base).as_nanos() as u64 + 1, Ordering::Relaxed);
+            l.write(|n| *n += 1);
+            let w = t0.elapsed();
+            waiting_since.store(0, Ordering::Relaxed);
+            worst = worst.max(w);
+            if stop.load(Ordering::Relaxed) {
+                eprintln!("fairness: the writer waited past the cap ({cap:?}); round ended");
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        worst.as_secs_f64() * 1e6
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rounds and tables
+
+/// Runs `run(entry)` `rounds` times for every entry (`LOCKS` then `FLOORS`; `None`: the case
+/// has no such entry), rotating the order from round to round. Returns the samples per entry
+/// and the round trips probed.
+fn rounds(
+    cfg: &Config,
+    rounds: usize,
+    entries: usize,
+    run: impl Fn(usize) -> Option<f64>,
+) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let mut samples = vec![Vec::new(); entries];
+    let mut rt = Vec::new();
+    for r in 0..rounds {
+        if !cfg.test {
+            rt.extend(line_round_trip_ns());
+        }
+        for k in 0..entries {
+            let entry = (r + k) % entries;
+            samples[entry].extend(run(entry));
+        }
+    }
+    (samples, rt)
+}
+
+fn fmt_ns(x: f64) -> String {
+    if x.is_nan() {
+        "–".into()
+    } else if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// `gomutex / min(std, parking_lot)` per round, median.
+fn ratio_to_best(s: &[Vec<f64>]) -> f64 {
+    let best: Vec<f64> = s[1].iter().zip(&s[2]).map(|(a, b)| a.min(*b)).collect();
+    paired_ratio(&s[0], &best)
+}
+
+fn main() {
+    let cfg = Config::from_env_and_args();
+    if cfg.test {
+        eprintln!("rwlock: test mode (no --bench): every case once, short runs, counters checked");
+    }
+    let p = procs();
+    let mut table = Vec::new();
+    for (name, kind, mult) in WORKLOADS {
+        if !cfg.selected(name) {
+            continue;
+        }
+        let threads = mult * p;
+        let (s, rt) = rounds(&cfg, cfg.rounds, LOCKS.len() + FLOORS.len(), |e| match e {
+            0 => Some(run_workload::<GoRw<u64>>(name, kind, threads, &cfg)),
+            1 => Some(run_workload::<StdRw<u64>>(name, kind, threads, &cfg)),
+            2 => Some(run_workload::<PlRw<u64>>(name, kind, threads, &cfg)),
+            f => run_floor(name, kind, threads, &cfg, f == 4),
+        });
+        let m = |i: usize| median(&s[i]);
+        let r = |i: usize| {
+            if s[i].is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.2}", paired_ratio(&s[0], &s[i]))
+            }
+        };
+        eprintln!(
+            "{name}: gomutex {:.1}, std {:.1}, parking_lot {:.1}, floor {}, atomic {}; line RT {} ns",
+            m(0),
+            m(1),
+            m(2),
+            fmt_ns(m(3)),
+            fmt_ns(m(4)),
+            fmt_round_trips(&rt)
+        );
+        table.push(format!(
+            "| {name} | {threads} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+            fmt_ns(m(0)),
+            fmt_ns(m(1)),
+            fmt_ns(m(2)),
+            fmt_ns(m(3)),
+            fmt_ns(m(4)),
+            ratio_to_best(&s),
+            r(2),
+            r(1),
+            r(3),
+            r(4),
+            fmt_round_trips(&rt)
+        ));
+    }
+    let mut fair = Vec::new();
+    for readers in [1, 4] {
+        let name = format!("fairness/{readers}r");
+        if !cfg.selected(&name) {
+            continue;
+        }
+        let (s, rt) = rounds(&cfg, cfg.fairness_rounds, LOCKS.len(), |e| {
+            Some(match e {
+                0 => run_fairness::<GoRw<u64>>(readers, &cfg),
+                1 => run_fairness::<StdRw<u64>>(readers, &cfg),
+                _ => run_fairness::<PlRw<u64>>(readers, &cfg),
+            })
+        });
+        let max = |i: usize| s[i].iter().copied().fold(f64::NAN, f64::max);
+        let cell = |i: usize| format!("{} ({})", fmt_ns(median(&s[i])), fmt_ns(max(i)));
+        eprintln!(
+            "{name}: worst waits µs {s:?}; line RT {} ns",
+            fmt_round_trips(&rt)
+        );
+        fair.push(format!(
+            "| {readers} | {} | {} | {} | {:.2} | {} |",
+            cell(0),
+            cell(1),
+            cell(2),
+            paired_ratio(&s[0], &s[2]),
+            fmt_round_trips(&rt)
+        ));
+    }
+    assert!(
+        !table.is_empty() || !fair.is_empty() || !cfg.filters.is_empty(),
+        "no case ran"
+    );
+    if !table.is_empty() {
+        println!();
+        println!(
+            "rwlock, Go's RWMutex workloads: {} ms per run, {} round(s), contenders alternating, \
+             {p} CPUs; medians, ns per op; ratios: medians of per-round ratios; best = \
+             min(std, parking_lot); floor: a std RwLock per thread; atomic: one shared \
+             fetch_add per op in place of the lock; line RT: cache-line round trip (min–max)",
+            cfg.duration.as_millis(),
+            cfg.rounds
+        );
+        println!();
+        println!(
+            "| case | threads | gomutex | std | parking_lot | floor | atomic | gomutex/best | \
+             gomutex/parking_lot | gomutex/std | gomutex/floor | gomutex/atomic | line RT ns |"
+        );
+        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for row in &table {
+            println!("{row}");
+        }
+    }
+    if !fair.is_empty() {
+        println!();
+        println!(
+            "rwlock, writer fairness: readers hold 50 µs back to back, one writer wants the lock \
+             {} times 1 ms apart; the writer's worst single wait in µs, median over {} round(s) \
+             (max in parentheses)",
+            cfg.fairness_writes, cfg.fairness_rounds
+        );
+        println!();
+        println!("| readers | gomutex | std | parking_lot | gomutex/parking_lot | line RT ns |");
+        println!("|---|---:|---:|---:|---:|---:|");
+        for row in &fair {
+            println!("{row}");
+        }
+    }
+}
