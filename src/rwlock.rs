@@ -155,12 +155,7 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        if self.raw.try_read() {
-            // SAFETY: we just read-locked.
-            Ok(unsafe { RwLockReadGuard::new(self) }?)
-        } else {
-            Err(TryLockError::WouldBlock)
-        }
+        self.read_guard_if(RawRwLock::try_read)
     }
 
     /// Acquire a read lock, waiting at most `timeout` (not in std: parking_lot's name). Errors
@@ -176,20 +171,26 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn try_read_for(&self, timeout: Duration) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        if self.raw.try_read_for(timeout) {
-            // SAFETY: we just read-locked.
-            Ok(unsafe { RwLockReadGuard::new(self) }?)
-        } else {
-            Err(TryLockError::WouldBlock)
-        }
+        self.read_guard_if(|raw| raw.try_read_for(timeout))
     }
 
     /// Acquire a read lock, waiting at most until `deadline`. Errors as
     /// [`try_read`](Self::try_read).
     #[inline]
     pub fn try_read_until(&self, deadline: Instant) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        if self.raw.try_read_until(deadline) {
-            // SAFETY: we just read-locked.
+        self.read_guard_if(|raw| raw.try_read_until(deadline))
+    }
+
+    /// The one body of the `try_read*` methods: a guard if `acquire` (one of [`RawRwLock`]'s
+    /// `try_read*`, which return whether they read-locked) read-locked, else `WouldBlock`.
+    #[inline]
+    fn read_guard_if(
+        &self,
+        acquire: impl FnOnce(&RawRwLock) -> bool,
+    ) -> TryLockResult<RwLockReadGuard<'_, T>> {
+        if acquire(&self.raw) {
+            // SAFETY: `acquire` returned true, so it read-locked `self.raw`; the guard takes
+            // over that read lock.
             Ok(unsafe { RwLockReadGuard::new(self) }?)
         } else {
             Err(TryLockError::WouldBlock)
@@ -224,12 +225,7 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
-        if self.raw.try_write() {
-            // SAFETY: we just write-locked.
-            Ok(unsafe { RwLockWriteGuard::new(self) }?)
-        } else {
-            Err(TryLockError::WouldBlock)
-        }
+        self.write_guard_if(RawRwLock::try_write)
     }
 
     /// Acquire the write lock, waiting at most `timeout` (not in std: parking_lot's name).
@@ -249,20 +245,25 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn try_write_for(&self, timeout: Duration) -> TryLockResult<RwLockWriteGuard<'_, T>> {
-        if self.raw.try_write_for(timeout) {
-            // SAFETY: we just write-locked.
-            Ok(unsafe { RwLockWriteGuard::new(self) }?)
-        } else {
-            Err(TryLockError::WouldBlock)
-        }
+        self.write_guard_if(|raw| raw.try_write_for(timeout))
     }
 
     /// Acquire the write lock, waiting at most until `deadline`. Errors as
     /// [`try_write_for`](Self::try_write_for).
     #[inline]
     pub fn try_write_until(&self, deadline: Instant) -> TryLockResult<RwLockWriteGuard<'_, T>> {
-        if self.raw.try_write_until(deadline) {
-            // SAFETY: we just write-locked.
+        self.write_guard_if(|raw| raw.try_write_until(deadline))
+    }
+
+    /// The one body of the `try_write*` methods, as [`read_guard_if`](Self::read_guard_if).
+    #[inline]
+    fn write_guard_if(
+        &self,
+        acquire: impl FnOnce(&RawRwLock) -> bool,
+    ) -> TryLockResult<RwLockWriteGuard<'_, T>> {
+        if acquire(&self.raw) {
+            // SAFETY: `acquire` returned true, so it write-locked `self.raw`; the guard takes
+            // over that ownership.
             Ok(unsafe { RwLockWriteGuard::new(self) }?)
         } else {
             Err(TryLockError::WouldBlock)

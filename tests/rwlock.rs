@@ -74,15 +74,19 @@ fn go_try_lock_truth_table() {
     m.write();
     assert!(!m.try_write(), "TryLock succeeded with mutex locked");
     assert!(!m.try_read(), "TryRLock succeeded with mutex locked");
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { m.unlock_write() };
 
     assert!(m.try_write(), "TryLock failed with mutex unlocked");
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { m.unlock_write() };
 
     assert!(m.try_read(), "TryRLock failed with mutex unlocked");
     assert!(m.try_read(), "TryRLock failed with mutex rlocked");
     assert!(!m.try_write(), "TryLock succeeded with mutex rlocked");
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { m.unlock_read() };
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { m.unlock_read() };
     assert_quiescent(&m);
 }
@@ -273,11 +277,13 @@ fn try_never_blocks() {
         assert!(!l.try_write());
     }
     assert!(l.try_read());
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { l.unlock_read() };
     let w = {
         let l = l.clone();
         thread::spawn(move || {
             l.write();
+            // SAFETY: the lock is held in this mode (taken above).
             unsafe { l.unlock_write() };
         })
     };
@@ -286,6 +292,7 @@ fn try_never_blocks() {
         assert!(!l.try_read() && !l.try_write());
     }
     assert!(t0.elapsed() < LIMIT);
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { l.unlock_read() };
     join_within(LIMIT, vec![w]);
     assert_quiescent(&l);
@@ -304,10 +311,12 @@ fn try_read_for_times_out_behind_a_writer_and_leaves_no_trace() {
     // The ghost reader is still counted and owes its token...
     assert_eq!(l.state().0, -MAX_READERS + 1);
     assert_eq!(l.state().4, -1);
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { l.unlock_write() };
     // ...and the unlock took it back.
     assert_quiescent(&l);
     assert!(l.try_write());
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { l.unlock_write() };
 }
 
@@ -343,6 +352,7 @@ fn try_write_for_times_out_behind_a_writer() {
     let l = RawRwLock::new();
     l.write();
     assert!(!l.try_write_for(Duration::from_millis(10)));
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { l.unlock_write() };
     assert_quiescent(&l);
 }
@@ -389,6 +399,7 @@ fn many_ghost_readers_and_a_live_one() {
         thread::spawn(move || {
             l.read();
             done.store(true, SeqCst);
+            // SAFETY: the lock is held in this mode (taken above).
             unsafe { l.unlock_read() };
         })
     };
@@ -401,6 +412,7 @@ fn many_ghost_readers_and_a_live_one() {
     assert_eq!(join_within(LIMIT, ghosts), [false; 3]);
     assert_eq!(l.state().4, -3, "three debts");
     assert!(!done.load(SeqCst));
+    // SAFETY: the lock is held in this mode (taken above).
     unsafe { l.unlock_write() };
     join_within(LIMIT, vec![live]);
     assert!(done.load(SeqCst));
@@ -454,6 +466,7 @@ fn lock_api_rwlock_has_parking_lots_api() {
         .try_write_until(Instant::now() + Duration::from_millis(5))
         .is_some());
     assert!(!l.is_locked());
+    // SAFETY: the raw lock is only inspected, never unlocked through.
     assert_quiescent(unsafe { l.raw() });
 }
 

@@ -32,7 +32,8 @@ compile_error!(
 
 use gomutex::algo::{self, waiters, StateWord, LOCKED, STARVING, WAITER, WOKEN};
 use gomutex::clock::Clock;
-use gomutex::sema::{ParkSema, WaitQueue};
+use gomutex::rwalgo::{Counter, RwParts};
+use gomutex::sema::{ParkSema, Semaphore, WaitQueue};
 use loom::sync::atomic::{AtomicBool, AtomicU32};
 use loom::thread::ThreadId;
 use std::collections::HashMap;
@@ -1253,5 +1254,271 @@ impl<Q: WaitQueue + Introspect> Harness<Q> {
         // access (loom checks that the writes happen-before it).
         let n = self.cell.with(|p| unsafe { *p });
         assert_eq!(n, critical_sections, "critical sections lost");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers-writer lock: a timed semaphore and a harness over `gomutex::rwalgo`
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct TsInner {
+    /// Tokens kept (positive) or debts owed (negative), as `gomutex::sema::Sema`.
+    count: i32,
+    /// Arrival order.
+    sleepers: Vec<TqSleeper>,
+}
+
+/// How a [`TimedSema`] is broken, for the negative controls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SemaFault {
+    /// None: the `Semaphore` contract.
+    Sound,
+    /// A release with nobody asleep is dropped (no kept token): lost wake-ups.
+    Lossy,
+    /// A timed-out acquire leaves without a debt, so the release meant for it is kept as a
+    /// token nobody is owed.
+    NoDebt,
+}
+
+/// A test-only [`Semaphore`] implementing its documented contract (kept tokens, FIFO
+/// sleepers, a timed-out acquire leaves a debt that the next release pays) whose *timed*
+/// `acquire` may time out: as in [`TimedQueue`], loom's spurious wake-up of a timed sleeper is
+/// its deadline passing, at an arbitrary point, decided under the semaphore's lock against any
+/// `release` that picked it first.
+pub struct TimedSema {
+    inner: loom::sync::Mutex<TsInner>,
+    fault: SemaFault,
+}
+
+impl TimedSema {
+    pub fn new() -> Self {
+        Self::with(SemaFault::Sound)
+    }
+    pub fn with(fault: SemaFault) -> Self {
+        Self {
+            inner: loom::sync::Mutex::new(TsInner::default()),
+            fault,
+        }
+    }
+    /// Tokens kept (positive) or debts owed (negative).
+    pub fn count(&self) -> i32 {
+        self.inner.lock().unwrap().count
+    }
+    pub fn sleeping(&self) -> usize {
+        self.inner.lock().unwrap().sleepers.len()
+    }
+}
+
+impl Default for TimedSema {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Semaphore for TimedSema {
+    fn acquire(&self, deadline: Option<Instant>) -> bool {
+        let mut q = self.inner.lock().unwrap();
+        if q.count > 0 {
+            q.count -= 1;
+            return true;
+        }
+        let slot = loom::sync::Arc::new(Slot {
+            woken: AtomicBool::new(false),
+            notify: loom::sync::Notify::new(),
+        });
+        q.sleepers.push(TqSleeper {
+            lifo: false,
+            timed: deadline.is_some(),
+            slot: slot.clone(),
+        });
+        drop(q);
+        loop {
+            slot.notify.wait();
+            if slot.woken.load(loom::sync::atomic::Ordering::SeqCst) {
+                return true;
+            }
+            if deadline.is_some() {
+                let mut q = self.inner.lock().unwrap();
+                if slot.woken.load(loom::sync::atomic::Ordering::SeqCst) {
+                    return true; // a release picked us before we could leave
+                }
+                let i = q
+                    .sleepers
+                    .iter()
+                    .position(|s| loom::sync::Arc::ptr_eq(&s.slot, &slot))
+                    .expect("timed-out sleeper not queued");
+                q.sleepers.remove(i);
+                if self.fault != SemaFault::NoDebt {
+                    q.count -= 1;
+                }
+                return false;
+            }
+        }
+    }
+
+    fn release(&self) -> bool {
+        let mut q = self.inner.lock().unwrap();
+        if q.count < 0 {
+            q.count += 1;
+            return false;
+        }
+        if q.sleepers.is_empty() {
+            if self.fault != SemaFault::Lossy {
+                q.count += 1;
+            }
+            return true;
+        }
+        let s = q.sleepers.remove(0);
+        s.slot
+            .woken
+            .store(true, loom::sync::atomic::Ordering::SeqCst);
+        drop(q);
+        s.slot.notify.notify();
+        true
+    }
+}
+
+/// `readerCount`/`readerWait` with every operation `Relaxed`: the negative control for the
+/// orderings of [`gomutex::rwalgo`]'s counters.
+pub struct RelaxedCounter(pub loom::sync::atomic::AtomicI32);
+
+impl Counter for RelaxedCounter {
+    fn add(&self, delta: i32) -> i32 {
+        self.0
+            .fetch_add(delta, loom::sync::atomic::Ordering::Relaxed)
+            + delta
+    }
+    fn load(&self) -> i32 {
+        self.0.load(loom::sync::atomic::Ordering::Relaxed)
+    }
+    fn cas(&self, old: i32, new: i32) -> Result<i32, i32> {
+        self.0.compare_exchange(
+            old,
+            new,
+            loom::sync::atomic::Ordering::Relaxed,
+            loom::sync::atomic::Ordering::Relaxed,
+        )
+    }
+}
+
+/// Go's `RWMutex` fields for a model of [`gomutex::rwalgo`]: the writers' mutex on gomutex's
+/// own `AtomicU32` state word and a [`TimedQueue`], the counters `C` (gomutex's
+/// `impl Counter for AtomicI32` unless a negative control swaps it), two [`TimedSema`]s, and a
+/// loom `UnsafeCell` that readers read and writers write (loom reports any write not ordered
+/// with every other access: readers-writer exclusion and happens-before on every path).
+pub struct RwHarness<C = loom::sync::atomic::AtomicI32> {
+    pub word: AtomicU32,
+    pub queue: TimedQueue,
+    pub reader_count: C,
+    pub reader_wait: C,
+    pub writer_sem: TimedSema,
+    pub reader_sem: TimedSema,
+    pub cell: loom::cell::UnsafeCell<u64>,
+}
+
+impl RwHarness {
+    pub fn new() -> Self {
+        Self::with(
+            loom::sync::atomic::AtomicI32::new(0),
+            loom::sync::atomic::AtomicI32::new(0),
+            SemaFault::Sound,
+        )
+    }
+}
+
+impl Default for RwHarness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Counter> RwHarness<C> {
+    pub fn with(reader_count: C, reader_wait: C, fault: SemaFault) -> Self {
+        Self {
+            word: AtomicU32::new(0),
+            queue: TimedQueue::new(),
+            reader_count,
+            reader_wait,
+            writer_sem: TimedSema::with(fault),
+            reader_sem: TimedSema::with(fault),
+            cell: loom::cell::UnsafeCell::new(0),
+        }
+    }
+
+    /// A reader's critical section: returns the value (loom checks the read is ordered after
+    /// every write).
+    pub fn read_cs(&self) -> u64 {
+        // SAFETY: a loom UnsafeCell: loom checks this access against every other.
+        self.cell.with(|p| unsafe { *p })
+    }
+
+    /// A writer's critical section: one more write.
+    pub fn write_cs(&self) {
+        // SAFETY: a loom UnsafeCell: loom checks this access against every other.
+        self.cell.with_mut(|p| unsafe { *p += 1 });
+    }
+
+    /// Steer a model: yield until `pred(readerCount, readerWait, writers' mutex state)` holds.
+    pub fn wait_until(&self, pred: impl Fn(i32, i32, u32) -> bool) {
+        let mut spins = 0u32;
+        while !pred(
+            self.reader_count.load(),
+            self.reader_wait.load(),
+            StateWord::load(&self.word),
+        ) {
+            spins += 1;
+            assert!(spins < 200, "wait_until spins");
+            loom::thread::yield_now();
+        }
+    }
+
+    /// After all threads joined: every count 0, no token or debt kept (every ghost taken
+    /// back), nobody asleep, and `writes` write critical sections.
+    pub fn assert_quiescent(&self, writes: u64) {
+        assert_eq!(
+            (self.reader_count.load(), self.reader_wait.load()),
+            (0, 0),
+            "(readerCount, readerWait) not 0 at the end"
+        );
+        assert_eq!(StateWord::load(&self.word), 0, "writers' mutex not free");
+        assert_eq!(
+            (self.writer_sem.count(), self.reader_sem.count()),
+            (0, 0),
+            "semaphore count (tokens or debts) left at the end"
+        );
+        assert_eq!(
+            (
+                self.writer_sem.sleeping(),
+                self.reader_sem.sleeping(),
+                self.queue.sleeping()
+            ),
+            (0, 0, 0),
+            "threads still asleep"
+        );
+        assert_eq!(self.read_cs(), writes, "write critical sections lost");
+    }
+}
+
+impl<C: Counter> RwParts for RwHarness<C> {
+    type Word = AtomicU32;
+    type Queue = TimedQueue;
+    type Clock = NeverStarving;
+    type Count = C;
+    type Sema = TimedSema;
+    fn w(&self) -> (&AtomicU32, &TimedQueue) {
+        (&self.word, &self.queue)
+    }
+    fn reader_count(&self) -> &C {
+        &self.reader_count
+    }
+    fn reader_wait(&self) -> &C {
+        &self.reader_wait
+    }
+    fn writer_sem(&self) -> &TimedSema {
+        &self.writer_sem
+    }
+    fn reader_sem(&self) -> &TimedSema {
+        &self.reader_sem
     }
 }

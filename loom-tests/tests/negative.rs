@@ -8,10 +8,13 @@
 //! do nothing unless `GOMUTEX_LOOM_NEGATIVE_BODY` is set, so `--include-ignored` is harmless.
 
 use gomutex::algo::{self, StateWord};
+use gomutex::rwalgo::{self, Counter};
 use gomutex::sema::ParkSema;
 use gomutex_loom_tests::{
-    far_deadline, model, Harness, LossyQueue, NeverStarving, Stats, TimedQueue,
+    far_deadline, model, Harness, LossyQueue, NeverStarving, RelaxedCounter, RwHarness, SemaFault,
+    Stats, TimedQueue,
 };
+use loom::sync::atomic::AtomicI32 as LoomI32;
 use loom::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
@@ -184,5 +187,111 @@ fn baseline_of_negative_controls_passes() {
         done.fetch_add(1, SeqCst);
         a.join().unwrap();
         h.assert_quiescent(1 + u64::from(ok));
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers-writer lock (`gomutex::rwalgo`): one shape, a writer and a reader behind it, broken
+// three ways.
+
+/// The shape: the main thread write-locks, a reader (timed if `timed`) arrives behind it, the
+/// main thread writes and unlocks; the reader reads if it got in. Ends with the quiescence
+/// check (counts 0, no token or debt, nobody asleep).
+fn rw_shape<C: Counter + Send + Sync + 'static>(h: RwHarness<C>, timed: bool) {
+    let h = Arc::new(h);
+    rwalgo::lock(&*h);
+    let h1 = h.clone();
+    let r = thread::spawn(move || {
+        let ok = if timed {
+            rwalgo::rlock_until(&*h1, far_deadline())
+        } else {
+            rwalgo::rlock(&*h1);
+            true
+        };
+        if ok {
+            h1.read_cs();
+            rwalgo::runlock(&*h1);
+        }
+    });
+    h.write_cs();
+    rwalgo::unlock(&*h);
+    r.join().unwrap();
+    h.assert_quiescent(1);
+}
+
+fn sound_counters() -> (LoomI32, LoomI32) {
+    (LoomI32::new(0), LoomI32::new(0))
+}
+
+/// A reader semaphore that drops a release nobody sleeps for: the writer's unlock can run
+/// between the reader's count increment and its sleep, and the reader sleeps forever.
+#[test]
+fn negative_rw_lossy_semaphore_deadlocks() {
+    expect_rejected("body_rw_lossy_semaphore", &["deadlock"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_lossy_semaphore_deadlocks in a child process"]
+fn body_rw_lossy_semaphore() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_lossy_semaphore", 2, || {
+        let (rc, rw) = sound_counters();
+        rw_shape(RwHarness::with(rc, rw, SemaFault::Lossy), false);
+    });
+}
+
+/// `readerCount` with `Relaxed` operations: a reader whose add sees the writer's unlock no
+/// longer synchronizes with it, so its read races the writer's write.
+#[test]
+fn negative_rw_relaxed_reader_count_races() {
+    expect_rejected("body_rw_relaxed_reader_count", &["Causality violation"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_relaxed_reader_count_races in a child process"]
+fn body_rw_relaxed_reader_count() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_relaxed_reader_count", 2, || {
+        let rc = RelaxedCounter(LoomI32::new(0));
+        let rw = RelaxedCounter(LoomI32::new(0));
+        rw_shape(RwHarness::with(rc, rw, SemaFault::Sound), false);
+    });
+}
+
+/// A timed-out reader that leaves its semaphore without a debt: the unlock's release for it is
+/// kept as a token nobody is owed and the reader stays counted, so the lock does not come back
+/// to quiescence (and the token would admit a later reader during a write).
+#[test]
+fn negative_rw_timeout_without_debt() {
+    expect_rejected("body_rw_timeout_without_debt", &["at the end"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_timeout_without_debt in a child process"]
+fn body_rw_timeout_without_debt() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_timeout_without_debt", 2, || {
+        let (rc, rw) = sound_counters();
+        rw_shape(RwHarness::with(rc, rw, SemaFault::NoDebt), true);
+    });
+}
+
+/// The readers-writer controls' baseline: the same shape, untimed and timed, with the sound
+/// semaphore and gomutex's own counters, passes.
+#[test]
+fn baseline_of_rw_negative_controls_passes() {
+    model("baseline_rw_shape", 2, || {
+        let (rc, rw) = sound_counters();
+        rw_shape(RwHarness::with(rc, rw, SemaFault::Sound), false);
+    });
+    model("baseline_rw_timed_shape", 2, || {
+        let (rc, rw) = sound_counters();
+        rw_shape(RwHarness::with(rc, rw, SemaFault::Sound), true);
     });
 }
