@@ -173,7 +173,7 @@ fn rw_queued_readers_before_next_writer() {
             s2.l.read();
             let v = s2.read_cs();
             d.store(true, SeqCst); // inside the read section
-            // SAFETY: the lock is held in this mode (taken above).
+                                   // SAFETY: the lock is held in this mode (taken above).
             unsafe { s2.l.unlock_read() };
             v
         });
