@@ -26,12 +26,24 @@
 //! The algorithm is written once, generic over its state word, waiter queue and clock;
 //! [`RawMutex`] instantiates it for threads of one process.
 //!
+//! [`RwLock`] is Go's `sync.RWMutex` on that mutex, a drop-in for [`std::sync::RwLock`]: a read
+//! lock is one atomic add, a waiting writer keeps new readers out, and the readers that queued
+//! behind a writer go before the next writer ([`RawRwLock`] without data).
+//!
+//! ```
+//! use gomutex::RwLock; // instead of std::sync::RwLock
+//!
+//! let config = RwLock::new(String::from("v1"));
+//! *config.write().unwrap() = String::from("v2");
+//! assert_eq!(*config.read().unwrap(), "v2");
+//! ```
+//!
 //! # Platforms
 //!
-//! [`Mutex`], [`MutexGuard`], [`Condvar`] and [`RawMutex`] need only `std` and
-//! `parking_lot_core`: they work wherever both do (Linux, macOS, Windows, the BSDs, …). The
-//! shared-memory lock (`shm`) and the shared-memory parts of [`accept`] use futexes, `mmap` and
-//! `/proc`, and are compiled on Linux only.
+//! [`Mutex`], [`MutexGuard`], [`Condvar`], [`RawMutex`], [`RwLock`] and [`RawRwLock`] need only
+//! `std` and `parking_lot_core`: they work wherever both do (Linux, macOS, Windows, the BSDs,
+//! …). The shared-memory lock (`shm`) and the shared-memory parts of [`accept`] use futexes,
+//! `mmap` and `/proc`, and are compiled on Linux only.
 #![deny(
     unsafe_op_in_unsafe_fn,
     missing_docs,
