@@ -246,9 +246,17 @@ impl Semaphore for Sema {
         // Leaving at the deadline: the release meant for us has not reached us, so we owe it
         // (nothing is kept while we are queued: a release would have woken a sleeper).
         let timed_out = || self.count.store(self.count.load(Relaxed) - 1, Relaxed);
+        // The mutex profile's stamp of this sleep, as in `ParkSema::acquire` (Go profiles
+        // `readerSem`/`writerSem` waits too: `runtime_SemacquireMutex`).
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        let waiter = crate::profile::Waiter::new();
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        let token = BACK | waiter.token();
+        #[cfg(not(all(feature = "profile", not(gomutex_loom))))]
+        let token = BACK;
         // SAFETY: the key is our own address; the closures only touch our count, never panic
         // and never call back into the parking module.
-        match unsafe { park::park(self.key(), validate, timed_out, BACK, deadline) } {
+        match unsafe { park::park(self.key(), validate, timed_out, token, deadline) } {
             ParkResult::Unparked(_) | ParkResult::Invalid => true,
             ParkResult::TimedOut => false,
         }
@@ -274,8 +282,16 @@ impl Semaphore for Sema {
             }
             0
         };
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        let mut charge = crate::profile::Charge::default();
+        // SAFETY: the filter goes to `unpark_filter` on our key, whose sleepers' tokens are
+        // `BACK` with their `Waiter`'s bits.
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        let filter = unsafe { charge.watch(filter, FRONT) };
         // SAFETY: as in `acquire`.
         unsafe { park::unpark_filter(self.key(), filter, callback) };
+        #[cfg(all(feature = "profile", not(gomutex_loom)))]
+        charge.finish();
         !debt
     }
 }

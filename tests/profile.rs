@@ -462,6 +462,43 @@ fn lock_api_releases_are_charged() {
     assert!(d >= rounds * HOLD.as_nanos() as i64);
 }
 
+/// A writer that keeps a reader waiting: its release is charged, as Go charges
+/// `RWMutex.Unlock` (the reader's wait on `readerSem`).
+#[inline(never)]
+fn rwlock_writer_site(l: &gomutex::RwLock<u64>) {
+    let mut g = l.write().unwrap();
+    while l.raw().parked() < 1 {
+        std::thread::yield_now();
+    }
+    hold(HOLD);
+    *g += 1;
+}
+
+#[test]
+fn rwlock_writer_releases_are_charged() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (c0, _) = charged(&written(), "rwlock_writer_site");
+    profile::set_mutex_profile_fraction(1);
+    let l = gomutex::RwLock::new(0u64);
+    let rounds = 20;
+    for _ in 0..rounds {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Come once the site holds the write lock, so that we sleep on it.
+                while !l.raw().is_locked_exclusive() {
+                    std::thread::yield_now();
+                }
+                let _ = *l.read().unwrap();
+            });
+            rwlock_writer_site(&l);
+        });
+    }
+    profile::set_mutex_profile_fraction(0);
+    let (c, d) = charged(&written(), "rwlock_writer_site");
+    assert_eq!(c - c0, rounds, "one contended release per round");
+    assert!(d >= rounds * HOLD.as_nanos() as i64);
+}
+
 #[test]
 fn the_text_summary_puts_the_contended_site_first() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
