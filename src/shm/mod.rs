@@ -160,6 +160,7 @@
 mod commit;
 mod condvar;
 mod diagnostics;
+mod dict;
 mod error;
 mod journal;
 mod layout;
@@ -175,6 +176,11 @@ mod types;
 pub use commit::{commit_store, CommitWord};
 pub use condvar::ShmCondvar;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
+#[doc(hidden)]
+pub use dict::crash as __dict_crash;
+pub use dict::{
+    CheckReport, DictError, DictStats, Incr, Item, OwnedValue, ShmDict, Value, MAX_KEY,
+};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use map::{Mapping, MappingLayout};

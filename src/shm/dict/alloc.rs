@@ -1,0 +1,295 @@
+//! Memory inside the region, as nginx's `ngx_slab` divides a zone: whole pages from a buddy
+//! allocator, and pages cut into equal chunks of one size class for small entries.
+//!
+//! * **Pages**: a binary buddy system over the region's pages. A free block of 2^k pages is
+//!   on order k's doubly linked free list (links in the page descriptors); freeing a block
+//!   merges it with its buddy while the buddy is free and of the same order, so a region under
+//!   churn does not crumble into small blocks: two free halves always become one block.
+//! * **Slabs**: entries up to 2048 bytes take a chunk of the smallest of 21 classes (64 to
+//!   2048 bytes, four per doubling, so a chunk wastes at most a fifth of itself) from a slab
+//!   page of that class. A page's chunks in use are one bit each in its descriptor; the pages
+//!   of a class with a free chunk are on that class's list; a page whose last chunk is freed
+//!   goes back to the buddy allocator at once, so size classes never hoard memory another
+//!   class needs.
+//! * **Large entries** (over 2048 bytes) take a block of 2^k whole pages.
+//!
+//! All allocator state lives outside the chunks (in descriptors and the header), so writing a
+//! new entry into a chunk that is still free changes no structure: a transaction ([`Tx`])
+//! allocates, the entry is written, and the commit publishes both at once.
+//!
+//! Bounds of one transaction: an allocation splits at most ORDERS − 1 times (4 writes each)
+//! and a free merges at most as often (6 writes each), well under the redo record's 256.
+
+use super::layout::*;
+use super::redo::Tx;
+
+/// Chunk sizes of the slab classes, in bytes (multiples of 16; 64 chunks of the smallest fill
+/// a page, so a page's bitmap is one u64).
+pub(crate) const CLASSES: [u32; 21] = [
+    64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536,
+    1792, 2048,
+];
+/// The largest slab chunk.
+pub(crate) const MAX_SMALL: usize = 2048;
+
+/// What size of memory an entry of `size` bytes takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Size {
+    /// A chunk of this slab class.
+    Class(u32),
+    /// A block of 2^order pages.
+    Order(u32),
+}
+
+impl Size {
+    pub(crate) fn of(size: usize) -> Self {
+        if size <= MAX_SMALL {
+            Size::Class(CLASSES.iter().position(|&c| c as usize >= size).unwrap() as u32)
+        } else {
+            let pages = size.div_ceil(PAGE);
+            Size::Order(pages.next_power_of_two().trailing_zeros())
+        }
+    }
+
+    /// Bytes it occupies.
+    pub(crate) fn bytes(self) -> usize {
+        match self {
+            Size::Class(c) => CLASSES[c as usize] as usize,
+            Size::Order(k) => PAGE << k,
+        }
+    }
+}
+
+/// Chunks in a slab page of class `c`.
+pub(crate) fn chunks(c: u32) -> u32 {
+    (PAGE as u32) / CLASSES[c as usize]
+}
+
+fn full_mask(c: u32) -> u64 {
+    let n = chunks(c);
+    if n == 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+/// Offset of the head of list `list` (a u32 in the header).
+fn buddy_head(k: u32) -> usize {
+    H_BUDDY + 4 * k as usize
+}
+fn partial_head(c: u32) -> usize {
+    H_PARTIAL + 4 * c as usize
+}
+
+/// Push page `p` at the head of the list whose head word is at `head`.
+fn push(tx: &mut Tx<'_>, head: usize, p: u32) {
+    let h = tx.r32(head);
+    tx.w32(Geometry::desc(p) + D_PREV, 0);
+    tx.w32(Geometry::desc(p) + D_NEXT, h);
+    if h != 0 {
+        tx.w32(Geometry::desc(h - 1) + D_PREV, p + 1);
+    }
+    tx.w32(head, p + 1);
+}
+
+/// Remove page `p` from the list whose head word is at `head`.
+fn remove(tx: &mut Tx<'_>, head: usize, p: u32) {
+    let d = Geometry::desc(p);
+    let (prev, next) = (tx.r32(d + D_PREV), tx.r32(d + D_NEXT));
+    if prev == 0 {
+        tx.w32(head, next);
+    } else {
+        tx.w32(Geometry::desc(prev - 1) + D_NEXT, next);
+    }
+    if next != 0 {
+        tx.w32(Geometry::desc(next - 1) + D_PREV, prev);
+    }
+    tx.w32(d + D_PREV, 0);
+    tx.w32(d + D_NEXT, 0);
+}
+
+/// A free block of 2^`order` pages (its first page), or `None`.
+fn pages_alloc(tx: &mut Tx<'_>, order: u32) -> Option<u32> {
+    let mut k = order;
+    while (k as usize) < ORDERS && tx.r32(buddy_head(k)) == 0 {
+        k += 1;
+    }
+    if k as usize >= ORDERS {
+        return None;
+    }
+    let p = tx.r32(buddy_head(k)) - 1;
+    remove(tx, buddy_head(k), p);
+    // Split: keep the low half, free the high one, down to the order asked for.
+    while k > order {
+        k -= 1;
+        let q = p + (1 << k);
+        tx.w32(Geometry::desc(q) + D_KIND, KIND_FREE);
+        tx.w32(Geometry::desc(q) + D_ARG, k);
+        push(tx, buddy_head(k), q);
+    }
+    tx.w32(Geometry::desc(p) + D_KIND, KIND_NONE);
+    let free = tx.r64(H_FREE_PAGES);
+    tx.w64(H_FREE_PAGES, free - (1 << order));
+    Some(p)
+}
+
+/// Return the block of 2^`order` pages at `p`, merging it with free buddies.
+fn pages_free(tx: &mut Tx<'_>, npages: u32, mut p: u32, order: u32) {
+    let free = tx.r64(H_FREE_PAGES);
+    tx.w64(H_FREE_PAGES, free + (1 << order));
+    let mut k = order;
+    while (k as usize) + 1 < ORDERS {
+        let b = p ^ (1 << k);
+        let bd = Geometry::desc(b);
+        if b + (1 << k) > npages || tx.r32(bd + D_KIND) != KIND_FREE || tx.r32(bd + D_ARG) != k {
+            break;
+        }
+        remove(tx, buddy_head(k), b);
+        let hi = p.max(b);
+        tx.w32(Geometry::desc(hi) + D_KIND, KIND_NONE);
+        tx.w32(Geometry::desc(hi) + D_ARG, 0);
+        p = p.min(b);
+        k += 1;
+    }
+    let d = Geometry::desc(p);
+    tx.w32(d + D_KIND, KIND_FREE);
+    tx.w32(d + D_ARG, k);
+    tx.w64(d + D_BITMAP, 0);
+    push(tx, buddy_head(k), p);
+}
+
+/// Offset of a new chunk for `size`, or `None` if no free memory has it.
+pub(crate) fn alloc(tx: &mut Tx<'_>, g: &Geometry, size: Size) -> Option<usize> {
+    let off = match size {
+        Size::Order(k) => {
+            let p = pages_alloc(tx, k)?;
+            let d = Geometry::desc(p);
+            tx.w32(d + D_KIND, KIND_LARGE);
+            tx.w32(d + D_ARG, k);
+            g.page(p)
+        }
+        Size::Class(c) => {
+            let mut h = tx.r32(partial_head(c));
+            if h == 0 {
+                let p = pages_alloc(tx, 0)?;
+                let d = Geometry::desc(p);
+                tx.w32(d + D_KIND, KIND_SLAB);
+                tx.w32(d + D_ARG, c);
+                tx.w64(d + D_BITMAP, 0);
+                push(tx, partial_head(c), p);
+                h = p + 1;
+            }
+            let p = h - 1;
+            let d = Geometry::desc(p);
+            let bm = tx.r64(d + D_BITMAP);
+            let i = (!bm).trailing_zeros();
+            let bm = bm | 1 << i;
+            tx.w64(d + D_BITMAP, bm);
+            if bm == full_mask(c) {
+                remove(tx, partial_head(c), p);
+            }
+            g.page(p) + i as usize * CLASSES[c as usize] as usize
+        }
+    };
+    let used = tx.r64(H_USED);
+    tx.w64(H_USED, used + size.bytes() as u64);
+    Some(off)
+}
+
+/// The memory the chunk at `off` occupies (from its page's descriptor).
+pub(crate) fn size_at(tx: &Tx<'_>, g: &Geometry, off: usize) -> Size {
+    let d = Geometry::desc(g.page_of(off));
+    match tx.r32(d + D_KIND) {
+        KIND_SLAB => Size::Class(tx.r32(d + D_ARG)),
+        _ => Size::Order(tx.r32(d + D_ARG)),
+    }
+}
+
+/// Free the chunk at `off` (allocated by [`alloc`]).
+pub(crate) fn free(tx: &mut Tx<'_>, g: &Geometry, off: usize) {
+    let p = g.page_of(off);
+    let d = Geometry::desc(p);
+    let size = size_at(tx, g, off);
+    let used = tx.r64(H_USED);
+    tx.w64(H_USED, used - size.bytes() as u64);
+    match size {
+        Size::Order(k) => pages_free(tx, g.npages, p, k),
+        Size::Class(c) => {
+            let i = (off - g.page(p)) / CLASSES[c as usize] as usize;
+            let bm = tx.r64(d + D_BITMAP);
+            let was_full = bm == full_mask(c);
+            let bm = bm & !(1 << i);
+            tx.w64(d + D_BITMAP, bm);
+            if bm == 0 {
+                if !was_full {
+                    remove(tx, partial_head(c), p);
+                }
+                pages_free(tx, g.npages, p, 0);
+            } else if was_full {
+                push(tx, partial_head(c), p);
+            }
+        }
+    }
+}
+
+/// Lay out the free blocks of a new region (direct writes: nobody sees it before the magic).
+pub(crate) fn init(m: &Mem, g: &Geometry) {
+    let mut p = 0u32;
+    let mut tails: [u32; ORDERS] = [0; ORDERS];
+    let mut free = 0u64;
+    while p < g.npages {
+        let mut k = 0;
+        while (k + 1) < ORDERS as u32
+            && p.is_multiple_of(1 << (k + 1))
+            && p + (1 << (k + 1)) <= g.npages
+        {
+            k += 1;
+        }
+        let d = Geometry::desc(p);
+        m.st32(d + D_KIND, KIND_FREE);
+        m.st32(d + D_ARG, k);
+        // Append to order k's list.
+        let t = tails[k as usize];
+        m.st32(d + D_PREV, t);
+        m.st32(d + D_NEXT, 0);
+        if t == 0 {
+            m.st32(buddy_head(k), p + 1);
+        } else {
+            m.st32(Geometry::desc(t - 1) + D_NEXT, p + 1);
+        }
+        tails[k as usize] = p + 1;
+        free += 1 << k;
+        p += 1 << k;
+    }
+    m.st64(H_FREE_PAGES, free);
+}
+
+/// The largest block a region of `g` can ever hold, in bytes.
+pub(crate) fn largest_block(g: &Geometry) -> usize {
+    let mut k = 0;
+    while k + 1 < ORDERS && (1usize << (k + 1)) <= g.npages as usize {
+        k += 1;
+    }
+    PAGE << k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_pick_the_smallest_class() {
+        assert_eq!(Size::of(1), Size::Class(0));
+        assert_eq!(Size::of(64), Size::Class(0));
+        assert_eq!(Size::of(65), Size::Class(1));
+        assert_eq!(Size::of(2048), Size::Class(20));
+        assert_eq!(Size::of(2049), Size::Order(0));
+        assert_eq!(Size::of(4097), Size::Order(1));
+        assert_eq!(Size::of(3 * 4096), Size::Order(2));
+        for w in CLASSES.windows(2) {
+            assert!(w[1] % 16 == 0 && w[1] as f64 / w[0] as f64 <= 1.25 + 1e-9);
+        }
+        assert!(chunks(0) == 64 && chunks(20) == 2);
+    }
+}

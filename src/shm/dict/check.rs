@@ -1,0 +1,284 @@
+//! `check()`: walk every structure of a region and verify what the operations rely on, for
+//! tests and operators. Read-only; runs under the lock.
+//!
+//! * **Allocator**: the pages form a tiling of buddy blocks (each free, large or a slab page,
+//!   aligned to its size); every free block is on its order's list and nothing else is; no
+//!   two free buddies are left unmerged; each slab page has chunks in use, is on its class's
+//!   list exactly when it has a free one; the free-page and used-byte counts add up.
+//! * **Index**: every chain holds entries in allocated chunks, in the right bucket, with
+//!   distinct keys, and no cycle.
+//! * **LRU**: the list runs head to tail with consistent back links and holds exactly the
+//!   indexed entries.
+//! * **Entries**: each fits its chunk, in the smallest size class that holds it; the entry
+//!   count is right; no redo record is pending.
+
+use super::alloc::{self, Size, CLASSES};
+use super::index;
+use super::layout::*;
+use super::redo::{self, Tx};
+use std::collections::{HashMap, HashSet};
+
+/// What [`check`](super::ShmDict::check) found in a valid region.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckReport {
+    /// Entries stored (live or expired but not yet freed).
+    pub entries: u64,
+    /// Pages in free buddy blocks.
+    pub free_pages: u64,
+    /// Slab pages (of all classes).
+    pub slab_pages: u64,
+    /// Blocks holding one large entry.
+    pub large_blocks: u64,
+    /// Bytes of the chunks entries occupy.
+    pub used_bytes: u64,
+    /// The longest index chain.
+    pub longest_chain: u64,
+}
+
+macro_rules! ensure {
+    ($c:expr, $($fmt:tt)*) => {
+        if !$c {
+            return Err(format!($($fmt)*));
+        }
+    };
+}
+
+/// Walk and validate everything; the first violation found, described.
+pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, String> {
+    ensure!(!redo::pending(m), "a committed redo record is pending");
+    let tx = Tx::new(m);
+    let mut rep = CheckReport::default();
+    let np = g.npages;
+
+    // Pages: a tiling of blocks.
+    let mut free_blocks: HashSet<(u32, u32)> = HashSet::new(); // (page, order)
+    let mut slabs: HashSet<u32> = HashSet::new();
+    let mut chunks: HashMap<usize, Size> = HashMap::new(); // allocated chunk offset -> size
+    let mut used = 0u64;
+    let mut p = 0u32;
+    while p < np {
+        let d = Geometry::desc(p);
+        let (kind, arg) = (m.ld32(d + D_KIND), m.ld32(d + D_ARG));
+        match kind {
+            KIND_FREE | KIND_LARGE => {
+                ensure!((arg as usize) < ORDERS, "page {p}: order {arg}");
+                ensure!(
+                    p.is_multiple_of(1 << arg),
+                    "page {p}: block of order {arg} misaligned"
+                );
+                ensure!(
+                    p + (1 << arg) <= np,
+                    "page {p}: block of order {arg} past the end"
+                );
+                for q in p + 1..p + (1 << arg) {
+                    ensure!(
+                        m.ld32(Geometry::desc(q) + D_KIND) == KIND_NONE,
+                        "page {q}: inside the block at {p} but marked"
+                    );
+                }
+                if kind == KIND_FREE {
+                    free_blocks.insert((p, arg));
+                    rep.free_pages += 1 << arg;
+                } else {
+                    rep.large_blocks += 1;
+                    chunks.insert(g.page(p), Size::Order(arg));
+                    used += (PAGE as u64) << arg;
+                }
+                p += 1 << arg;
+            }
+            KIND_SLAB => {
+                ensure!((arg as usize) < CLASSES.len(), "page {p}: class {arg}");
+                let bm = m.ld64(d + D_BITMAP);
+                let n = alloc::chunks(arg);
+                ensure!(bm != 0, "page {p}: an empty slab page was not freed");
+                ensure!(
+                    n == 64 || bm >> n == 0,
+                    "page {p}: bitmap {bm:#x} past {n} chunks"
+                );
+                for i in 0..n {
+                    if bm & 1 << i != 0 {
+                        let c = g.page(p) + i as usize * CLASSES[arg as usize] as usize;
+                        chunks.insert(c, Size::Class(arg));
+                        used += u64::from(CLASSES[arg as usize]);
+                    }
+                }
+                slabs.insert(p);
+                rep.slab_pages += 1;
+                p += 1;
+            }
+            _ => return Err(format!("page {p}: starts no block (kind {kind})")),
+        }
+    }
+    ensure!(
+        m.ld64(H_FREE_PAGES) == rep.free_pages,
+        "free page count {} but {} pages are free",
+        m.ld64(H_FREE_PAGES),
+        rep.free_pages
+    );
+    ensure!(
+        m.ld64(H_USED) == used,
+        "used bytes {} but chunks hold {used}",
+        m.ld64(H_USED)
+    );
+    rep.used_bytes = used;
+    for &(p, k) in &free_blocks {
+        let b = p ^ (1 << k);
+        ensure!(
+            (k as usize) + 1 >= ORDERS || !free_blocks.contains(&(b, k)),
+            "free buddies {p} and {b} of order {k} not merged"
+        );
+    }
+
+    // Free lists and partial lists.
+    let list = |head: usize, what: &str| -> Result<Vec<u32>, String> {
+        let mut out = Vec::new();
+        let (mut r, mut prev) = (m.ld32(head), 0u32);
+        while r != 0 {
+            ensure!(r <= np, "{what}: page {} out of range", r - 1);
+            ensure!(out.len() <= np as usize, "{what}: cycle");
+            let d = Geometry::desc(r - 1);
+            ensure!(
+                m.ld32(d + D_PREV) == prev,
+                "{what}: page {}: bad back link",
+                r - 1
+            );
+            out.push(r - 1);
+            prev = r;
+            r = m.ld32(d + D_NEXT);
+        }
+        Ok(out)
+    };
+    let mut on_lists = 0usize;
+    for k in 0..ORDERS as u32 {
+        for p in list(H_BUDDY + 4 * k as usize, &format!("free list {k}"))? {
+            ensure!(
+                free_blocks.contains(&(p, k)),
+                "free list {k}: page {p} is no such block"
+            );
+            on_lists += 1;
+        }
+    }
+    ensure!(
+        on_lists == free_blocks.len(),
+        "free blocks missing from their lists"
+    );
+    let mut partial = 0usize;
+    for c in 0..CLASSES.len() as u32 {
+        for p in list(H_PARTIAL + 4 * c as usize, &format!("class {c} list"))? {
+            ensure!(
+                slabs.contains(&p),
+                "class {c} list: page {p} is not a slab page"
+            );
+            let d = Geometry::desc(p);
+            ensure!(
+                m.ld32(d + D_ARG) == c,
+                "class {c} list: page {p} of another class"
+            );
+            let n = alloc::chunks(c);
+            let full = if n == 64 { u64::MAX } else { (1 << n) - 1 };
+            ensure!(
+                m.ld64(d + D_BITMAP) != full,
+                "class {c} list: page {p} is full"
+            );
+            partial += 1;
+        }
+    }
+    let not_full = slabs
+        .iter()
+        .filter(|&&p| {
+            let d = Geometry::desc(p);
+            let n = alloc::chunks(m.ld32(d + D_ARG));
+            let full = if n == 64 { u64::MAX } else { (1 << n) - 1 };
+            m.ld64(d + D_BITMAP) != full
+        })
+        .count();
+    ensure!(
+        partial == not_full,
+        "slab pages with free chunks missing from their lists"
+    );
+
+    // Index.
+    let count = m.ld64(H_COUNT);
+    let mut indexed: HashSet<usize> = HashSet::new();
+    let mut keys: HashSet<&[u8]> = HashSet::new();
+    for b in 0..g.nbuckets {
+        let mut r = m.ld32(g.buckets_off + 4 * b as usize);
+        let mut len = 0u64;
+        while r != 0 {
+            let e = index::off(r);
+            ensure!(
+                chunks.contains_key(&e),
+                "bucket {b}: entry at {e:#x} is not allocated"
+            );
+            ensure!(
+                indexed.insert(e),
+                "entry at {e:#x} indexed twice (or a cycle)"
+            );
+            let (klen, kind) = index::klen_kind(&tx, e);
+            let vlen = m.ld32(e + E_VLEN) as usize;
+            ensure!(
+                kind == VALUE_BYTES || kind == VALUE_INT,
+                "entry at {e:#x}: kind {kind}"
+            );
+            ensure!(
+                kind != VALUE_INT || vlen == 8,
+                "entry at {e:#x}: integer of {vlen} bytes"
+            );
+            let need = entry_size(klen, vlen);
+            ensure!(
+                Size::of(need) == chunks[&e],
+                "entry at {e:#x}: {need} bytes in a chunk of {}",
+                chunks[&e].bytes()
+            );
+            let key = index::key_of(&tx, e);
+            let h = index::hash(seed, key) as u32;
+            ensure!(m.ld32(e + E_HASH) == h, "entry at {e:#x}: stale hash");
+            ensure!(
+                h & (g.nbuckets - 1) == b,
+                "entry at {e:#x}: in bucket {b}, hashes elsewhere"
+            );
+            ensure!(keys.insert(key), "key {key:?} stored twice");
+            ensure!(
+                m.ld64(e + E_SEQ) <= m.ld64(H_SEQ),
+                "entry at {e:#x}: from the future"
+            );
+            len += 1;
+            r = m.ld32(e + E_HNEXT);
+        }
+        rep.longest_chain = rep.longest_chain.max(len);
+    }
+    ensure!(
+        indexed.len() as u64 == count,
+        "{} entries indexed, count says {count}",
+        indexed.len()
+    );
+    ensure!(
+        indexed.len() == chunks.len(),
+        "{} chunks allocated, {} entries indexed (space lost)",
+        chunks.len(),
+        indexed.len()
+    );
+
+    // LRU.
+    let (mut r, mut prev, mut n) = (m.ld32(H_LRU_HEAD), 0u32, 0u64);
+    while r != 0 {
+        let e = index::off(r);
+        ensure!(indexed.contains(&e), "LRU: entry at {e:#x} is not indexed");
+        ensure!(n < count, "LRU: longer than the entry count (a cycle?)");
+        ensure!(
+            m.ld32(e + E_PREV) == prev,
+            "LRU: entry at {e:#x}: bad back link"
+        );
+        prev = r;
+        r = m.ld32(e + E_NEXT);
+        n += 1;
+    }
+    ensure!(
+        m.ld32(H_LRU_TAIL) == prev,
+        "LRU: tail is not the last entry"
+    );
+    ensure!(n == count, "LRU holds {n} entries, the index {count}");
+    rep.entries = count;
+    Ok(rep)
+}

@@ -1,0 +1,134 @@
+//! The index: open hashing over a fixed array of buckets. A bucket holds the reference of the
+//! first entry of its chain, each entry the reference of the next (`E_HNEXT`); references are
+//! offsets / 16, never pointers, so every process may map the region anywhere. The hash is
+//! seeded per region (a random seed in the header, the same for every process), so keys
+//! chosen by clients cannot be aimed at one chain.
+
+use super::layout::*;
+use super::redo::Tx;
+
+/// The offset an entry reference names.
+#[inline]
+pub(crate) fn off(r: u32) -> usize {
+    r as usize * 16
+}
+
+/// The reference of the entry at `off`.
+#[inline]
+pub(crate) fn reference(off: usize) -> u32 {
+    (off / 16) as u32
+}
+
+/// A 64-bit hash of `key` (multiply–xorshift over 8-byte words, murmur3's finaliser).
+pub(crate) fn hash(seed: u64, key: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = seed ^ (key.len() as u64).wrapping_mul(K);
+    let mut words = key.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().unwrap());
+        h = (h ^ w).wrapping_mul(K).rotate_left(31);
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(K).rotate_left(31);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// Offset of the bucket word for `hash`.
+#[inline]
+pub(crate) fn bucket(g: &Geometry, hash: u32) -> usize {
+    g.buckets_off + 4 * (hash & (g.nbuckets - 1)) as usize
+}
+
+/// Key length and value kind of entry `e`.
+#[inline]
+pub(crate) fn klen_kind(tx: &Tx<'_>, e: usize) -> (usize, u32) {
+    let w = tx.r32(e + E_KEYLEN_KIND);
+    ((w & 0xffff) as usize, w >> 16)
+}
+
+/// The key of entry `e`.
+pub(crate) fn key_of<'m>(tx: &Tx<'m>, e: usize) -> &'m [u8] {
+    let (klen, _) = klen_kind(tx, e);
+    let vlen = tx.r32(e + E_VLEN) as usize;
+    tx.m.bytes(key_off(e, vlen), klen)
+}
+
+/// Where `key` is: `(entry offset, offset of the word that links to it)`.
+pub(crate) fn find(tx: &Tx<'_>, g: &Geometry, key: &[u8], hash: u32) -> Option<(usize, usize)> {
+    let mut link = bucket(g, hash);
+    let mut r = tx.r32(link);
+    // A chain is never longer than the number of entries: bound the walk (a corrupt cycle
+    // would otherwise spin for ever under the lock).
+    let mut left = tx.r64(H_COUNT) + 1;
+    while r != 0 && left > 0 {
+        let e = off(r);
+        if tx.r32(e + E_HASH) == hash && key_of(tx, e) == key {
+            return Some((e, link));
+        }
+        link = e + E_HNEXT;
+        r = tx.r32(link);
+        left -= 1;
+    }
+    None
+}
+
+/// Link the new entry `e` at the head of its bucket's chain.
+pub(crate) fn link(tx: &mut Tx<'_>, g: &Geometry, e: usize, hash: u32) {
+    let b = bucket(g, hash);
+    let head = tx.r32(b);
+    tx.w32(e + E_HNEXT, head);
+    tx.w32(b, reference(e));
+}
+
+/// Put the new entry `new` where `old` is in its chain (same key, so same bucket).
+pub(crate) fn swap(tx: &mut Tx<'_>, link: usize, old: usize, new: usize) {
+    let next = tx.r32(old + E_HNEXT);
+    tx.w32(new + E_HNEXT, next);
+    tx.w32(link, reference(new));
+}
+
+/// Remove `e` (linked from `link`) from its chain.
+pub(crate) fn unlink(tx: &mut Tx<'_>, link: usize, e: usize) {
+    let next = tx.r32(e + E_HNEXT);
+    tx.w32(link, next);
+}
+
+/// The word that links to entry `e` (for an entry found by another route, e.g. the LRU list).
+pub(crate) fn link_of(tx: &Tx<'_>, g: &Geometry, e: usize) -> Option<usize> {
+    let mut link = bucket(g, tx.r32(e + E_HASH));
+    let mut left = tx.r64(H_COUNT) + 1;
+    loop {
+        let r = tx.r32(link);
+        if r == 0 || left == 0 {
+            return None;
+        }
+        if off(r) == e {
+            return Some(link);
+        }
+        link = off(r) + E_HNEXT;
+        left -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_depends_on_seed_and_every_byte() {
+        let a = hash(1, b"client:10.0.0.1");
+        assert_eq!(a, hash(1, b"client:10.0.0.1"));
+        assert_ne!(a, hash(2, b"client:10.0.0.1"));
+        assert_ne!(a, hash(1, b"client:10.0.0.2"));
+        assert_ne!(hash(1, b""), hash(1, b"\0"));
+        assert_ne!(hash(1, b"12345678"), hash(1, b"123456789"));
+    }
+}

@@ -1,0 +1,856 @@
+//! [`ShmDict`]: a dictionary shared by worker processes, with OpenResty's `lua_shared_dict`
+//! operations, that stays whole when a process is killed at any instruction.
+//!
+//! (Documented on [`ShmDict`].)
+
+mod alloc;
+mod check;
+#[doc(hidden)]
+pub mod crash;
+mod index;
+mod layout;
+mod lru;
+mod ops;
+mod redo;
+mod ttl;
+
+pub use check::CheckReport;
+
+use self::layout::{Geometry, Mem, PAGE};
+use self::ops::{Mode, Write, Zone};
+use super::{Config, Mapping, MappingLayout, ShmError, ShmMutex, ShmMutexGuard};
+use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The longest key, in bytes.
+pub const MAX_KEY: usize = 0xffff;
+
+/// A value to store, or one borrowed from the zone: bytes, or an integer (what
+/// [`ShmDict::incr`] counts with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
+    /// A byte string.
+    Bytes(&'a [u8]),
+    /// A 64-bit signed integer.
+    Int(i64),
+}
+
+impl<'a> Value<'a> {
+    /// This value, owned.
+    pub fn to_owned(&self) -> OwnedValue {
+        match *self {
+            Value::Bytes(b) => OwnedValue::Bytes(b.to_vec()),
+            Value::Int(i) => OwnedValue::Int(i),
+        }
+    }
+}
+
+impl<'a> From<&'a [u8]> for Value<'a> {
+    fn from(b: &'a [u8]) -> Self {
+        Value::Bytes(b)
+    }
+}
+impl<'a, const N: usize> From<&'a [u8; N]> for Value<'a> {
+    fn from(b: &'a [u8; N]) -> Self {
+        Value::Bytes(b)
+    }
+}
+impl<'a> From<&'a Vec<u8>> for Value<'a> {
+    fn from(b: &'a Vec<u8>) -> Self {
+        Value::Bytes(b)
+    }
+}
+impl<'a> From<&'a str> for Value<'a> {
+    fn from(s: &'a str) -> Self {
+        Value::Bytes(s.as_bytes())
+    }
+}
+impl From<i64> for Value<'_> {
+    fn from(i: i64) -> Self {
+        Value::Int(i)
+    }
+}
+
+/// A value copied out of the zone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedValue {
+    /// A byte string.
+    Bytes(Vec<u8>),
+    /// A 64-bit signed integer.
+    Int(i64),
+}
+
+impl OwnedValue {
+    /// The bytes, if it is a byte string.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            OwnedValue::Bytes(b) => Some(b),
+            OwnedValue::Int(_) => None,
+        }
+    }
+    /// The integer, if it is one.
+    pub fn as_int(&self) -> Option<i64> {
+        match *self {
+            OwnedValue::Int(i) => Some(i),
+            OwnedValue::Bytes(_) => None,
+        }
+    }
+}
+
+/// What [`ShmDict::get`] and [`ShmDict::get_stale`] return.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// The value.
+    pub value: OwnedValue,
+    /// The flags stored with it (0 if none were given).
+    pub flags: u32,
+    /// Whether it is expired (only [`get_stale`](ShmDict::get_stale) returns those).
+    pub stale: bool,
+}
+
+/// What [`ShmDict::incr`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Incr {
+    /// The new value.
+    pub value: i64,
+    /// Live entries evicted to make room (only when the key was created).
+    pub evicted: u32,
+}
+
+/// Why a dictionary operation did nothing. Every failing operation leaves the dictionary as
+/// it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DictError {
+    /// No room for the entry, even after freeing what the operation may free.
+    NoMemory,
+    /// `add`: the key has a live entry.
+    Exists,
+    /// `replace`, `incr` without an initial value, `ttl`, `expire`: the key has no live
+    /// entry.
+    NotFound,
+    /// `incr`: the value is not an integer.
+    NotANumber,
+    /// `incr`: the sum does not fit an `i64`.
+    Overflow,
+    /// The key is longer than [`MAX_KEY`].
+    KeyTooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// The entry is larger than the largest block of this zone.
+    ValueTooLarge {
+        /// The value's length.
+        len: usize,
+        /// The largest value this key may have here ([`ShmDict::max_value_len`] minus the
+        /// key).
+        max: usize,
+    },
+    /// [`ShmDict::check`] found a broken structure (described).
+    Corrupt(String),
+}
+
+impl fmt::Display for DictError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DictError::NoMemory => f.write_str("no memory"),
+            DictError::Exists => f.write_str("exists"),
+            DictError::NotFound => f.write_str("not found"),
+            DictError::NotANumber => f.write_str("not a number"),
+            DictError::Overflow => f.write_str("integer overflow"),
+            DictError::KeyTooLong { len } => {
+                write!(f, "key of {len} bytes, at most {MAX_KEY} allowed")
+            }
+            DictError::ValueTooLarge { len, max } => {
+                write!(f, "value of {len} bytes, at most {max} fit")
+            }
+            DictError::Corrupt(what) => write!(f, "dictionary corrupt: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for DictError {}
+
+/// Counters of a dictionary (a snapshot, taken under its lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DictStats {
+    /// Entries stored, live or expired (until freed by a write, `flush_expired` or eviction).
+    pub entries: u64,
+    /// Bytes of the chunks they occupy.
+    pub used_bytes: u64,
+    /// Live entries evicted to make room, since the zone was made.
+    pub evicted: u64,
+    /// Committed updates of dead processes completed by others, since the zone was made.
+    pub replayed: u64,
+}
+
+/// A dictionary in memory shared between processes, with OpenResty's `lua_shared_dict`
+/// operations, that stays whole when a process is killed at any instruction.
+///
+/// One region of fixed size holds everything, as an nginx zone does: a header, a redo record,
+/// a buddy allocator of 4 KiB pages with slab pages of 21 size classes for small entries, an
+/// index (open hashing with chains of offsets, never pointers) and an LRU list. One
+/// [`ShmMutex`] guards it.
+///
+/// ```text
+/// mapping:  [ ShmMutex<u64> region | pad to 4096 | dictionary zone (capacity bytes)           ]
+/// zone:     [ header | redo record | page descriptors | buckets | pages (slabs, large, free) ]
+/// entry:    [ chain link | LRU prev, next | hash | key length, kind | flags | value length |
+///             expiry (ms, CLOCK_MONOTONIC) | sequence | value (8-aligned) | key ]
+/// ```
+///
+/// # A death in the middle of an update
+///
+/// Every update is built so that one atomic store decides it. The new entry is written whole
+/// into a chunk that is still free (the allocator's state lives outside the chunks, so that
+/// changes nothing anybody can see); every structure word the update changes (the index
+/// link, the LRU links, the allocator's bitmap and free lists, the header's counts, and the
+/// old entry's release) is planned in a transaction, copied to the zone's redo record, and
+/// committed by storing the record's length. Then it is applied and the record cleared. A
+/// process killed before the commit leaves the old value and every structure as it was (its
+/// chunk is still free: no space lost); killed after, its update is complete once the record is
+/// applied. The record is applied by whoever takes the lock next: the lock reports the death
+/// ([`LockError::OwnerDied`](super::LockError::OwnerDied)), and the dictionary replays a
+/// committed record before the operation proceeds, without the user's help. Operations made
+/// of several steps (evicting to make room, then storing; `flush_expired`) commit each step,
+/// each leaving a valid dictionary.
+///
+/// [`ShmDict::check`] walks every structure and verifies it (the allocator's tiling, free
+/// lists and slab lists, every chain, the LRU list, every entry's size and hash, the counts).
+///
+/// # Examples
+///
+/// A per-client request counter shared by forked workers:
+///
+/// ```
+/// use gomutex::shm::ShmDict;
+/// use std::time::Duration;
+///
+/// let hits = ShmDict::anonymous(1 << 20)?; // before fork: the children share it
+/// let mut children = Vec::new();
+/// for worker in 0..4 {
+///     // SAFETY: the doctest is single-threaded here; the child only uses the dictionary
+///     // and leaves with _exit.
+///     match unsafe { libc::fork() } {
+///         0 => {
+///             for i in 0..100 {
+///                 let client = format!("client:{}", (worker + i) % 3);
+///                 // Created at 0 with a one-minute window if missing, then counted.
+///                 hits.incr(&client, 1, Some(0), Some(Duration::from_secs(60))).unwrap();
+///             }
+///             unsafe { libc::_exit(0) };
+///         }
+///         pid => children.push(pid),
+///     }
+/// }
+/// for pid in children {
+///     let mut status = 0;
+///     unsafe { libc::waitpid(pid, &mut status, 0) };
+/// }
+/// let total: i64 = (0..3)
+///     .map(|c| hits.get(format!("client:{c}")).unwrap().value.as_int().unwrap())
+///     .sum();
+/// assert_eq!(total, 400);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+///
+/// A cache with a TTL, read without copying:
+///
+/// ```
+/// use gomutex::shm::{ShmDict, Value};
+/// use std::time::Duration;
+///
+/// let cache = ShmDict::anonymous(1 << 20)?;
+/// cache.set("/index.html", b"<html>...</html>", Some(Duration::from_millis(50)), 0).unwrap();
+/// let len = cache.get_with("/index.html", |v, _flags| match v {
+///     Value::Bytes(b) => b.len(), // borrowed from the shared region, under the lock
+///     Value::Int(_) => 0,
+/// });
+/// assert_eq!(len, Some(16));
+/// std::thread::sleep(Duration::from_millis(60));
+/// assert!(cache.get("/index.html").is_none()); // expired
+/// let stale = cache.get_stale("/index.html").unwrap(); // still there until evicted
+/// assert!(stale.stale);
+/// assert_eq!(cache.flush_expired(0), 1); // and now its memory is free
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+///
+/// # Limits
+///
+/// * Keys up to [`MAX_KEY`] (65535) bytes, empty allowed. A value up to what the largest
+///   buddy block of the zone holds ([`ShmDict::max_value_len`]; half the zone, rounded down to
+///   a power of two of pages, minus 48 bytes and the key).
+/// * Zone of at least [`ShmDict::MIN_CAPACITY`] bytes, at most 64 GiB.
+/// * Per entry: 48 bytes of header, the value rounded up to 8, the key, rounded up to its size
+///   class (at most 25 % more above 64 bytes), and about 4 bytes of buckets per 256 bytes of
+///   zone; 3 % of the zone for page descriptors and buckets.
+/// * An update of an existing key needs room for the new entry beside the old one (it is never
+///   written over it); the old entry is not evicted to make that room.
+/// * Eviction: a write that does not fit frees expired entries within 1024 of the LRU tail,
+///   then evicts at most 64 live ones from the tail, then fails with
+///   [`DictError::NoMemory`]; `safe_*` only free expired ones.
+/// * One lock per dictionary (nginx's and lua_shared_dict's choice): every operation,
+///   `get` included (it moves the entry in the LRU order), takes it.
+/// * A peer that corrupts the zone (writes it outside this code) makes operations panic
+///   ("region corrupt") rather than read outside it.
+pub struct ShmDict {
+    lock: ShmMutex<u64>,
+    mem: Mem,
+    g: Geometry,
+    seed: u64,
+    _map: Mapping,
+}
+
+impl fmt::Debug for ShmDict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShmDict")
+            .field("capacity", &self.capacity())
+            .field("pages", &self.g.npages)
+            .field("buckets", &self.g.nbuckets)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShmDict {
+    /// The smallest zone, in bytes.
+    pub const MIN_CAPACITY: usize = layout::MIN_LEN;
+
+    /// Bytes a mapping needs from the dictionary's offset for a zone of `capacity` bytes with
+    /// the lock configured by `cfg` (what [`init_in`](Self::init_in) takes).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmDict};
+    /// let n = ShmDict::required_size(1 << 20, Config::default())?;
+    /// assert!(n > 1 << 20 && n % 4096 == 0);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn required_size(capacity: usize, cfg: Config) -> Result<usize, ShmError> {
+        Geometry::new(capacity).ok_or(ShmError::InvalidConfig(
+            "a dictionary's capacity must be at least ShmDict::MIN_CAPACITY and at most 64 GiB",
+        ))?;
+        let mut plan = MappingLayout::new();
+        plan.mutex::<u64>(cfg)?;
+        let zone = plan.reserve(capacity, PAGE);
+        Ok(zone + capacity)
+    }
+
+    /// A new dictionary with a zone of `capacity` bytes in an anonymous shared mapping,
+    /// shared with children `fork()`ed afterwards. The lock has the default [`Config`].
+    ///
+    /// ```
+    /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
+    /// assert_eq!(d.capacity(), 64 << 10);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn anonymous(capacity: usize) -> Result<Self, ShmError> {
+        Self::anonymous_with(capacity, Config::default())
+    }
+
+    /// [`anonymous`](Self::anonymous) with the lock's sizes.
+    pub fn anonymous_with(capacity: usize, cfg: Config) -> Result<Self, ShmError> {
+        let map = Mapping::anonymous(Self::required_size(capacity, cfg)?)?;
+        Self::init_in(&map, 0, capacity, cfg)
+    }
+
+    /// A new dictionary with a zone of `capacity` bytes at `offset` of `map` (a multiple of
+    /// 4096; it takes [`required_size`](Self::required_size) bytes from there). Whatever was
+    /// there is overwritten; nothing is written if an argument is wrong. The handle keeps the
+    /// mapping alive.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, ShmDict};
+    /// let cfg = Config::default();
+    /// let map = Mapping::anonymous(ShmDict::required_size(1 << 16, cfg)?)?;
+    /// let a = ShmDict::init_in(&map, 0, 1 << 16, cfg)?;
+    /// let b = ShmDict::attach_in(&map, 0)?; // what another process does
+    /// a.set("k", "v", None, 7).unwrap();
+    /// assert_eq!(b.get("k").unwrap().flags, 7);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn init_in(
+        map: &Mapping,
+        offset: usize,
+        capacity: usize,
+        cfg: Config,
+    ) -> Result<Self, ShmError> {
+        let need = Self::required_size(capacity, cfg)?;
+        if !offset.is_multiple_of(PAGE) {
+            return Err(ShmError::Misaligned {
+                addr: map.as_ptr() as usize + offset,
+                required: PAGE,
+            });
+        }
+        if offset.checked_add(need).is_none_or(|end| end > map.len()) {
+            return Err(ShmError::TooSmall {
+                needed: offset.saturating_add(need),
+                actual: map.len(),
+            });
+        }
+        let g = Geometry::new(capacity).expect("checked by required_size");
+        let lock = ShmMutex::init_in(map, offset, 0u64, cfg)?;
+        let zone_off = offset + need - capacity;
+        let mem = Self::claim(map, zone_off, capacity)?;
+        let seed = random_seed();
+        init_zone(&mem, &g, seed);
+        Ok(Self {
+            lock,
+            mem,
+            g,
+            seed,
+            _map: map.clone(),
+        })
+    }
+
+    /// Attach to the dictionary another process (or [`init_in`](Self::init_in)) made at
+    /// `offset` of `map`. Validates the lock's header and the zone's (magic, version, sizes),
+    /// writing nothing if either is wrong; [`ShmError::Uninitialised`] if the creator has not
+    /// finished.
+    pub fn attach_in(map: &Mapping, offset: usize) -> Result<Self, ShmError> {
+        let lock = ShmMutex::<u64>::attach_in(map, offset)?;
+        let zone_off = offset + lock.as_ptr_len().1.next_multiple_of(PAGE);
+        if zone_off + layout::META > map.len() {
+            return Err(ShmError::TooSmall {
+                needed: zone_off + layout::META,
+                actual: map.len(),
+            });
+        }
+        // The header's identity fields, read as atomics before the zone is claimed (its length
+        // is in them).
+        // SAFETY: `zone_off + META <= map.len()`: in the mapping, page-aligned; only atomic
+        // loads of the header are made through it.
+        let head = unsafe { Mem::new(map.as_ptr().add(zone_off), layout::META) };
+        let magic = head.a64(layout::H_MAGIC).load(Ordering::Acquire);
+        if magic == 0 {
+            return Err(ShmError::Uninitialised);
+        }
+        if magic != layout::MAGIC {
+            return Err(ShmError::BadMagic { found: magic });
+        }
+        let version = head.ld32(layout::H_VERSION);
+        if version != layout::VERSION {
+            return Err(ShmError::VersionMismatch {
+                found: version,
+                expected: layout::VERSION,
+            });
+        }
+        let len = usize::try_from(head.ld64(layout::H_LEN))
+            .map_err(|_| ShmError::Corrupt("dictionary length"))?;
+        let g = Geometry::new(len).ok_or(ShmError::Corrupt("dictionary length"))?;
+        if head.ld32(layout::H_PAGE) as usize != PAGE
+            || head.ld32(layout::H_NPAGES) != g.npages
+            || head.ld32(layout::H_NBUCKETS) != g.nbuckets
+            || head.ld64(layout::H_BUCKETS) != g.buckets_off as u64
+            || head.ld64(layout::H_PAGES) != g.pages_off as u64
+        {
+            return Err(ShmError::Corrupt("dictionary geometry"));
+        }
+        if zone_off + len > map.len() {
+            return Err(ShmError::TooSmall {
+                needed: zone_off + len,
+                actual: map.len(),
+            });
+        }
+        let seed = head.ld64(layout::H_SEED);
+        let mem = Self::claim(map, zone_off, len)?;
+        Ok(Self {
+            lock,
+            mem,
+            g,
+            seed,
+            _map: map.clone(),
+        })
+    }
+
+    /// The zone's bytes, claimed in `map` (so no lock of this process is placed over them).
+    fn claim(map: &Mapping, off: usize, len: usize) -> Result<Mem, ShmError> {
+        let words = map.shared_slice::<AtomicU64>(off, len / 8)?;
+        // SAFETY: `words` is in the mapping, which `ShmDict` keeps alive (`_map`), 8-aligned,
+        // and claimed for this dictionary alone; the bytes are only reached under the lock
+        // (or, for the immutable header, after the magic), through atomics or, for entry
+        // bytes, plain copies that the lock keeps from racing.
+        Ok(unsafe { Mem::new(words.as_ptr() as *mut u8, len / 8 * 8) })
+    }
+
+    /// Hold the lock; if a holder died (or panicked) inside an operation, finish its committed
+    /// update first.
+    fn locked(&self) -> ShmMutexGuard<'_, u64> {
+        match self.lock.lock() {
+            Ok(g) => g,
+            Err(e) => {
+                let g = e.into_guard();
+                if redo::replay(&self.mem) {
+                    let n = self.mem.ld64(layout::H_REPLAYED);
+                    self.mem.st64(layout::H_REPLAYED, n + 1);
+                }
+                g.mark_consistent();
+                g
+            }
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&Zone<'_>, u64) -> R) -> R {
+        let _g = self.locked();
+        let zone = Zone {
+            m: &self.mem,
+            g: self.g,
+            seed: self.seed,
+        };
+        f(&zone, ttl::now_ms())
+    }
+
+    fn check_key(key: &[u8]) -> Result<(), DictError> {
+        if key.len() > MAX_KEY {
+            return Err(DictError::KeyTooLong { len: key.len() });
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, key: &[u8], value: &Value<'_>) -> Result<(), DictError> {
+        Self::check_key(key)?;
+        let vlen = match value {
+            Value::Bytes(b) => b.len(),
+            Value::Int(_) => 8,
+        };
+        let max = self.max_value_len().saturating_sub(key.len());
+        if vlen > max {
+            return Err(DictError::ValueTooLarge { len: vlen, max });
+        }
+        Ok(())
+    }
+
+    fn store(
+        &self,
+        key: &[u8],
+        value: Value<'_>,
+        ttl: Option<Duration>,
+        flags: u32,
+        mode: Mode,
+        safe: bool,
+    ) -> Result<u32, DictError> {
+        self.check_size(key, &value)?;
+        self.with(|z, now| {
+            let w = Write {
+                expires: ttl::expiry(ttl, now),
+                flags,
+                mode,
+                safe,
+            };
+            z.store(key, value, w, now)
+        })
+    }
+
+    /// The value and flags of `key`, if it has a live entry (a hit makes it the most recently
+    /// used).
+    ///
+    /// ```
+    /// use gomutex::shm::{OwnedValue, ShmDict};
+    /// let d = ShmDict::anonymous(64 << 10)?;
+    /// d.set("a", "x", None, 3).unwrap();
+    /// let item = d.get("a").unwrap();
+    /// assert_eq!((item.value, item.flags), (OwnedValue::Bytes(b"x".to_vec()), 3));
+    /// assert!(d.get("b").is_none());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Option<Item> {
+        self.get_item(key.as_ref(), false)
+    }
+
+    /// [`get`](Self::get), also returning an expired entry not freed yet (`stale: true`).
+    pub fn get_stale(&self, key: impl AsRef<[u8]>) -> Option<Item> {
+        self.get_item(key.as_ref(), true)
+    }
+
+    fn get_item(&self, key: &[u8], stale: bool) -> Option<Item> {
+        self.with(|z, now| {
+            let (e, expired) = z.get(key, stale, now)?;
+            let (v, flags) = z.value_of(e);
+            Some(Item {
+                value: v.to_owned(),
+                flags,
+                stale: expired,
+            })
+        })
+    }
+
+    /// Run `f` on the value and flags of `key`'s live entry, borrowed from the zone under the
+    /// lock (no copy): `None` without calling `f` if there is none. `f` holds the dictionary's
+    /// lock: keep it short, and do not use the dictionary inside it (that deadlocks).
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmDict, Value};
+    /// let d = ShmDict::anonymous(64 << 10)?;
+    /// d.set("k", b"abc", None, 0).unwrap();
+    /// let mut buf = [0u8; 8];
+    /// let n = d.get_with("k", |v, _| match v {
+    ///     Value::Bytes(b) => { buf[..b.len()].copy_from_slice(b); b.len() }
+    ///     Value::Int(_) => 0,
+    /// });
+    /// assert_eq!((n, &buf[..3]), (Some(3), &b"abc"[..]));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn get_with<R>(
+        &self,
+        key: impl AsRef<[u8]>,
+        f: impl FnOnce(Value<'_>, u32) -> R,
+    ) -> Option<R> {
+        let key = key.as_ref();
+        self.with(|z, now| {
+            let (e, _) = z.get(key, false, now)?;
+            let (v, flags) = z.value_of(e);
+            Some(f(v, flags))
+        })
+    }
+
+    /// Store `value` under `key`, with a time to live (`None`: never expires; millisecond
+    /// resolution) and user `flags`. If it does not fit, frees expired entries and then evicts
+    /// the least recently used ones; returns how many live entries it evicted
+    /// (lua_shared_dict's `forcible` is `> 0`).
+    ///
+    /// ```
+    /// use gomutex::shm::ShmDict;
+    /// use std::time::Duration;
+    /// let d = ShmDict::anonymous(64 << 10)?;
+    /// assert_eq!(d.set("k", "v", Some(Duration::from_secs(10)), 0), Ok(0));
+    /// assert_eq!(d.set("n", 5i64, None, 0), Ok(0)); // an integer, for incr
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn set<'v>(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl Into<Value<'v>>,
+        ttl: Option<Duration>,
+        flags: u32,
+    ) -> Result<u32, DictError> {
+        self.store(key.as_ref(), value.into(), ttl, flags, Mode::Any, false)
+    }
+
+    /// [`set`](Self::set) that never evicts a live entry: [`DictError::NoMemory`] instead.
+    pub fn safe_set<'v>(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl Into<Value<'v>>,
+        ttl: Option<Duration>,
+        flags: u32,
+    ) -> Result<(), DictError> {
+        self.store(key.as_ref(), value.into(), ttl, flags, Mode::Any, true)
+            .map(|_| ())
+    }
+
+    /// [`set`](Self::set) only if `key` has no live entry, else [`DictError::Exists`].
+    ///
+    /// ```
+    /// use gomutex::shm::{DictError, ShmDict};
+    /// let d = ShmDict::anonymous(64 << 10)?;
+    /// assert_eq!(d.add("lock", "me", None, 0), Ok(0));
+    /// assert_eq!(d.add("lock", "you", None, 0), Err(DictError::Exists));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn add<'v>(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl Into<Value<'v>>,
+        ttl: Option<Duration>,
+        flags: u32,
+    ) -> Result<u32, DictError> {
+        self.store(key.as_ref(), value.into(), ttl, flags, Mode::Absent, false)
+    }
+
+    /// [`add`](Self::add) that never evicts a live entry: [`DictError::NoMemory`] instead.
+    pub fn safe_add<'v>(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl Into<Value<'v>>,
+        ttl: Option<Duration>,
+        flags: u32,
+    ) -> Result<(), DictError> {
+        self.store(key.as_ref(), value.into(), ttl, flags, Mode::Absent, true)
+            .map(|_| ())
+    }
+
+    /// [`set`](Self::set) only if `key` has a live entry, else [`DictError::NotFound`].
+    pub fn replace<'v>(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl Into<Value<'v>>,
+        ttl: Option<Duration>,
+        flags: u32,
+    ) -> Result<u32, DictError> {
+        self.store(key.as_ref(), value.into(), ttl, flags, Mode::Present, false)
+    }
+
+    /// Remove `key`; whether it had a live entry.
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> bool {
+        let key = key.as_ref();
+        self.with(|z, now| z.delete(key, now))
+    }
+
+    /// Add `by` to the integer under `key` and return the sum. If the key has no live entry:
+    /// with `init`, store `init + by` (expiring after `init_ttl`), else
+    /// [`DictError::NotFound`]. [`DictError::NotANumber`] if the value is bytes,
+    /// [`DictError::Overflow`] if the sum does not fit (nothing is changed then). An existing
+    /// entry keeps its TTL.
+    ///
+    /// ```
+    /// use gomutex::shm::{DictError, ShmDict};
+    /// let d = ShmDict::anonymous(64 << 10)?;
+    /// assert_eq!(d.incr("n", 1, None, None), Err(DictError::NotFound));
+    /// assert_eq!(d.incr("n", 1, Some(10), None).unwrap().value, 11);
+    /// assert_eq!(d.incr("n", -20, None, None).unwrap().value, -9);
+    /// assert_eq!(d.incr("n", i64::MIN, None, None), Err(DictError::Overflow));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn incr(
+        &self,
+        key: impl AsRef<[u8]>,
+        by: i64,
+        init: Option<i64>,
+        init_ttl: Option<Duration>,
+    ) -> Result<Incr, DictError> {
+        let key = key.as_ref();
+        self.check_size(key, &Value::Int(0))?;
+        self.with(|z, now| {
+            let init = init.map(|i| (i, ttl::expiry(init_ttl, now)));
+            z.incr(key, by, init, now)
+                .map(|(value, evicted)| Incr { value, evicted })
+        })
+    }
+
+    /// Time left before `key`'s entry expires (`None`: never), or [`DictError::NotFound`].
+    pub fn ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, DictError> {
+        let key = key.as_ref();
+        self.with(|z, now| z.ttl(key, now))
+    }
+
+    /// Set the time to live of `key`'s live entry (`None`: never expires), or
+    /// [`DictError::NotFound`].
+    ///
+    /// ```
+    /// use gomutex::shm::ShmDict;
+    /// use std::time::Duration;
+    /// let d = ShmDict::anonymous(64 << 10)?;
+    /// d.set("k", "v", None, 0).unwrap();
+    /// assert_eq!(d.ttl("k"), Ok(None));
+    /// d.expire("k", Some(Duration::from_secs(5))).unwrap();
+    /// assert!(d.ttl("k").unwrap().unwrap() > Duration::from_secs(4));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn expire(&self, key: impl AsRef<[u8]>, ttl: Option<Duration>) -> Result<(), DictError> {
+        let key = key.as_ref();
+        self.with(|z, now| z.expire(key, ttl::expiry(ttl, now), now))
+    }
+
+    /// Expire every entry now (one store; their memory is freed as writes, eviction or
+    /// [`flush_expired`](Self::flush_expired) reach them).
+    ///
+    /// ```
+    /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
+    /// d.set("a", "1", None, 0).unwrap();
+    /// d.flush_all();
+    /// assert!(d.get("a").is_none());
+    /// assert!(d.get_stale("a").unwrap().stale);
+    /// assert_eq!(d.flush_expired(0), 1);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn flush_all(&self) {
+        self.with(|z, _| z.flush_all())
+    }
+
+    /// Free up to `max` expired entries (0: all); how many were freed. Holds the lock while
+    /// it walks the LRU list: with many entries, prefer a bounded `max`.
+    pub fn flush_expired(&self, max: usize) -> usize {
+        self.with(|z, now| z.flush_expired(max, now))
+    }
+
+    /// Up to `max` live keys (0: all), most recently used first. Holds the lock for the walk.
+    pub fn keys(&self, max: usize) -> Vec<Vec<u8>> {
+        self.with(|z, now| z.keys(max, now))
+    }
+
+    /// Bytes of the zone (what it was made with).
+    pub fn capacity(&self) -> usize {
+        self.g.len
+    }
+
+    /// Bytes of free pages: room for entries of any size. Slab pages with free chunks are
+    /// not counted (as in lua_shared_dict), so small entries may still fit at 0.
+    pub fn free_space(&self) -> usize {
+        self.with(|z, _| z.m.ld64(layout::H_FREE_PAGES) as usize * PAGE)
+    }
+
+    /// The largest value a key of 0 bytes may have in this zone.
+    pub fn max_value_len(&self) -> usize {
+        let block = alloc::largest_block(&self.g);
+        (block - layout::E_VALUE) & !7
+    }
+
+    /// Counters (see [`DictStats`]).
+    pub fn stats(&self) -> DictStats {
+        self.with(|z, _| DictStats {
+            entries: z.m.ld64(layout::H_COUNT),
+            used_bytes: z.m.ld64(layout::H_USED),
+            evicted: z.m.ld64(layout::H_EVICTED),
+            replayed: z.m.ld64(layout::H_REPLAYED),
+        })
+    }
+
+    /// Walk and validate every structure of the zone (see [`ShmDict`]); under the
+    /// lock, so it waits for operations in flight and completes a dead one's first. Takes time
+    /// proportional to the zone.
+    ///
+    /// ```
+    /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
+    /// d.set("a", "1", None, 0).unwrap();
+    /// assert_eq!(d.check().unwrap().entries, 1);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn check(&self) -> Result<CheckReport, DictError> {
+        self.with(|z, _| check::check(z.m, &z.g, z.seed))
+            .map_err(DictError::Corrupt)
+    }
+
+    /// Release the lock if process `pid` died holding it (for a supervisor that reaped it with
+    /// `waitpid`; see [`ShmMutex::force_unlock`]). The next operation completes what it was
+    /// doing.
+    pub fn force_unlock(&self, pid: impl TryInto<u32>) -> bool {
+        self.lock.force_unlock(pid)
+    }
+}
+
+/// A seed for the index's hash, from the kernel's random source (the clock if that fails).
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: an 8-byte buffer for the kernel to fill.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 {
+        u64::from_le_bytes(b)
+    } else {
+        crate::shm::sys::mono_ns() ^ u64::from(crate::shm::sys::current_pid()) << 32
+    }
+}
+
+/// Write a new zone's header and structures, publishing it with the magic, last.
+fn init_zone(m: &Mem, g: &Geometry, seed: u64) {
+    use layout::*;
+    m.a64(H_MAGIC).store(0, Ordering::Release);
+    // Header, redo record, descriptors and buckets start at zero; the pages may hold anything.
+    let mut off = 8;
+    while off < g.pages_off {
+        m.st64(off, 0);
+        off += 8;
+    }
+    m.st32(H_VERSION, VERSION);
+    m.st32(H_PAGE, PAGE as u32);
+    m.st64(H_LEN, g.len as u64);
+    m.st32(H_NPAGES, g.npages);
+    m.st32(H_NBUCKETS, g.nbuckets);
+    m.st64(H_BUCKETS, g.buckets_off as u64);
+    m.st64(H_PAGES, g.pages_off as u64);
+    m.st64(H_SEED, seed);
+    alloc::init(m, g);
+    m.a64(H_MAGIC).store(MAGIC, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests;

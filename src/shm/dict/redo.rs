@@ -1,0 +1,212 @@
+//! The redo record: how one update of several words becomes one atomic store.
+//!
+//! An operation plans its changes in a [`Tx`]: every write to a structure word (index link,
+//! LRU link, allocator bitmap or free list, header count) goes into the transaction's overlay,
+//! and every read goes through it, so the plan sees its own writes while the region is left
+//! untouched. Bytes of a *new* entry are written straight into its chunk, which is free (no
+//! structure names it) until the transaction commits. [`Tx::commit`] then
+//!
+//! 1. copies the pairs `(offset|width, value)` into the region's redo record,
+//! 2. stores their count: **the commit point**, one atomic store,
+//! 3. applies them (each an absolute value, so applying twice is applying once),
+//! 4. stores 0.
+//!
+//! A process killed before step 2 changed nothing that anybody can see (its new entry's bytes
+//! sit in a free chunk); killed after it, its whole update will be applied. [`replay`], run by
+//! the next holder of the lock when the lock reports the death, applies a committed record
+//! again and clears it. So every structure is always either before or after a transaction, and
+//! every key holds its old or its new value.
+
+use super::crash;
+use super::layout::{Mem, LOG, LOG_CAP, LOG_ENTRIES};
+use core::sync::atomic::{fence, Ordering};
+
+/// A transaction being planned: writes kept aside until [`commit`](Tx::commit).
+pub(crate) struct Tx<'m> {
+    pub(crate) m: &'m Mem,
+    n: usize,
+    /// `(offset << 1 | is_u64, value)`.
+    w: [(u64, u64); LOG_CAP],
+}
+
+impl<'m> Tx<'m> {
+    pub(crate) fn new(m: &'m Mem) -> Self {
+        Self {
+            m,
+            n: 0,
+            w: [(0, 0); LOG_CAP],
+        }
+    }
+
+    /// Writes planned so far.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+
+    #[inline]
+    fn find(&self, key: u64) -> Option<usize> {
+        self.w[..self.n].iter().rposition(|&(k, _)| k == key)
+    }
+
+    #[inline]
+    pub(crate) fn r32(&self, off: usize) -> u32 {
+        match self.find((off as u64) << 1) {
+            Some(i) => self.w[i].1 as u32,
+            None => self.m.ld32(off),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn r64(&self, off: usize) -> u64 {
+        match self.find((off as u64) << 1 | 1) {
+            Some(i) => self.w[i].1,
+            None => self.m.ld64(off),
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, key: u64, v: u64) {
+        match self.find(key) {
+            Some(i) => self.w[i].1 = v,
+            None => {
+                // Bounded by construction (see `alloc`: the largest plan, an insert that
+                // splits and a free that merges every order, is well under LOG_CAP).
+                assert!(
+                    self.n < LOG_CAP,
+                    "gomutex::shm::ShmDict: transaction too large"
+                );
+                self.w[self.n] = (key, v);
+                self.n += 1;
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn w32(&mut self, off: usize, v: u32) {
+        // Checked now, so that a bad offset fails while planning, not half-way through
+        // applying.
+        self.m.a32(off);
+        self.put((off as u64) << 1, u64::from(v));
+    }
+
+    #[inline]
+    pub(crate) fn w64(&mut self, off: usize, v: u64) {
+        self.m.a64(off);
+        self.put((off as u64) << 1 | 1, v);
+    }
+
+    /// Make the planned writes happen, all or none, whatever instant the process dies at.
+    pub(crate) fn commit(self) {
+        if self.n == 0 {
+            return;
+        }
+        let m = self.m;
+        for (i, &(k, v)) in self.w[..self.n].iter().enumerate() {
+            m.st64(LOG_ENTRIES + 16 * i, k);
+            m.st64(LOG_ENTRIES + 16 * i + 8, v);
+        }
+        crash::point(crash::LOGGED);
+        // The commit point. Release: the pairs and the new entry's bytes (plain copies) are
+        // in memory before the count that makes them count.
+        m.a64(LOG).store(self.n as u64, Ordering::Release);
+        // No applied write may be seen before the commit.
+        fence(Ordering::SeqCst);
+        crash::point(crash::COMMITTED);
+        apply(m, &self.w[..self.n]);
+        // Every applied write lands before the record is cleared.
+        fence(Ordering::SeqCst);
+        crash::point(crash::APPLIED);
+        m.a64(LOG).store(0, Ordering::Release);
+    }
+}
+
+fn apply(m: &Mem, w: &[(u64, u64)]) {
+    let half = w.len() / 2;
+    for (i, &(k, v)) in w.iter().enumerate() {
+        if i == half && i > 0 {
+            crash::point(crash::HALF_APPLIED);
+        }
+        let off = (k >> 1) as usize;
+        if k & 1 == 1 {
+            m.st64(off, v);
+        } else {
+            m.st32(off, v as u32);
+        }
+    }
+}
+
+/// After a death inside the lock: finish a committed transaction (apply its record again) and
+/// clear the record. Returns whether there was one. Idempotent, so a replayer that dies too
+/// leaves it for the next one.
+pub(crate) fn replay(m: &Mem) -> bool {
+    let n = m.a64(LOG).load(Ordering::Acquire);
+    if n == 0 {
+        return false;
+    }
+    let n = (n as usize).min(LOG_CAP);
+    let w: Vec<(u64, u64)> = (0..n)
+        .map(|i| {
+            (
+                m.ld64(LOG_ENTRIES + 16 * i),
+                m.ld64(LOG_ENTRIES + 16 * i + 8),
+            )
+        })
+        .collect();
+    apply(m, &w);
+    fence(Ordering::SeqCst);
+    m.a64(LOG).store(0, Ordering::Release);
+    true
+}
+
+/// Whether a committed record is waiting to be applied (for `check`).
+pub(crate) fn pending(m: &Mem) -> bool {
+    m.a64(LOG).load(Ordering::Acquire) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem(buf: &mut [u64]) -> Mem {
+        // SAFETY: the buffer outlives the Mem in each test, 8-aligned.
+        unsafe { Mem::new(buf.as_mut_ptr().cast(), buf.len() * 8) }
+    }
+
+    #[test]
+    fn overlay_reads_its_writes_and_commit_applies_them() {
+        let mut buf = vec![0u64; 8192 / 8];
+        let m = mem(&mut buf);
+        m.st32(4096, 7);
+        let mut tx = Tx::new(&m);
+        assert_eq!(tx.r32(4096), 7);
+        tx.w32(4096, 8);
+        tx.w64(4104, 9);
+        tx.w32(4096, 10);
+        assert_eq!(tx.len(), 2);
+        assert_eq!((tx.r32(4096), tx.r64(4104)), (10, 9));
+        assert_eq!(m.ld32(4096), 7, "nothing written before the commit");
+        tx.commit();
+        assert_eq!((m.ld32(4096), m.ld64(4104)), (10, 9));
+        assert!(!pending(&m));
+    }
+
+    #[test]
+    fn replay_applies_a_committed_record_once_more() {
+        let mut buf = vec![0u64; 8192 / 8];
+        let m = mem(&mut buf);
+        // A record as a process killed after its commit point leaves it.
+        m.st64(LOG_ENTRIES, 4096 << 1);
+        m.st64(LOG_ENTRIES + 8, 5);
+        m.st64(LOG_ENTRIES + 16, 4104 << 1 | 1);
+        m.st64(LOG_ENTRIES + 24, u64::MAX);
+        m.st64(LOG, 2);
+        assert!(replay(&m));
+        assert_eq!((m.ld32(4096), m.ld64(4104)), (5, u64::MAX));
+        assert!(!replay(&m), "cleared");
+        // Uncommitted pairs (count 0) are ignored.
+        m.st64(LOG_ENTRIES + 8, 6);
+        assert!(!replay(&m));
+        assert_eq!(m.ld32(4096), 5);
+    }
+}

@@ -1,0 +1,337 @@
+use super::*;
+use std::collections::HashMap;
+
+fn dict(cap: usize) -> ShmDict {
+    ShmDict::anonymous(cap).unwrap()
+}
+
+fn ok(d: &ShmDict) -> CheckReport {
+    d.check().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn bytes(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
+    d.get(k).map(|i| i.value.as_bytes().unwrap().to_vec())
+}
+
+#[test]
+fn set_get_replace_delete() {
+    let d = dict(1 << 20);
+    assert_eq!(ok(&d).entries, 0);
+    assert_eq!(d.set("a", "1", None, 5), Ok(0));
+    assert_eq!(bytes(&d, "a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(d.get("a").unwrap().flags, 5);
+    d.set("a", "22", None, 0).unwrap();
+    assert_eq!(bytes(&d, "a").as_deref(), Some(&b"22"[..]));
+    assert_eq!(d.add("a", "x", None, 0), Err(DictError::Exists));
+    assert_eq!(d.replace("b", "x", None, 0), Err(DictError::NotFound));
+    assert_eq!(d.add("b", "x", None, 0), Ok(0));
+    assert_eq!(d.replace("b", "y", None, 0), Ok(0));
+    assert_eq!(bytes(&d, "b").as_deref(), Some(&b"y"[..]));
+    assert_eq!(ok(&d).entries, 2);
+    assert!(d.delete("a"));
+    assert!(!d.delete("a"));
+    assert!(d.get("a").is_none());
+    assert_eq!(ok(&d).entries, 1);
+    // Empty key and empty value are fine; a key too long is refused.
+    d.set("", "", None, 0).unwrap();
+    assert_eq!(bytes(&d, "").as_deref(), Some(&b""[..]));
+    let long = vec![b'k'; MAX_KEY + 1];
+    assert_eq!(
+        d.set(&long, "v", None, 0),
+        Err(DictError::KeyTooLong { len: MAX_KEY + 1 })
+    );
+    ok(&d);
+}
+
+#[test]
+fn values_of_every_size_class_and_large() {
+    let d = dict(4 << 20);
+    let sizes = [
+        0usize, 1, 15, 16, 17, 100, 1000, 2000, 2100, 4000, 5000, 70_000, 500_000,
+    ];
+    for (i, &n) in sizes.iter().enumerate() {
+        let v: Vec<u8> = (0..n).map(|j| (i * 31 + j) as u8).collect();
+        d.set(format!("k{i}"), &v, None, i as u32).unwrap();
+    }
+    let r = ok(&d);
+    assert!(r.large_blocks >= 4 && r.slab_pages >= 4, "{r:?}");
+    for (i, &n) in sizes.iter().enumerate() {
+        let v: Vec<u8> = (0..n).map(|j| (i * 31 + j) as u8).collect();
+        assert_eq!(bytes(&d, &format!("k{i}")), Some(v), "{n}");
+    }
+    // Shrink and grow values across classes.
+    for (i, &n) in sizes.iter().rev().enumerate() {
+        d.set(format!("k{i}"), &vec![7u8; n], None, 0).unwrap();
+    }
+    ok(&d);
+    let too = d.max_value_len() + 1;
+    assert!(matches!(
+        d.set("big", &vec![0u8; too], None, 0),
+        Err(DictError::ValueTooLarge { .. })
+    ));
+}
+
+#[test]
+fn integers_and_incr() {
+    let d = dict(1 << 20);
+    assert_eq!(d.incr("n", 1, None, None), Err(DictError::NotFound));
+    assert_eq!(d.incr("n", 2, Some(40), None).unwrap().value, 42);
+    assert_eq!(d.get("n").unwrap().value, OwnedValue::Int(42));
+    assert_eq!(d.incr("n", -50, Some(1000), None).unwrap().value, -8);
+    d.set("s", "text", None, 0).unwrap();
+    assert_eq!(d.incr("s", 1, Some(0), None), Err(DictError::NotANumber));
+    d.set("m", i64::MAX, None, 0).unwrap();
+    assert_eq!(d.incr("m", 1, None, None), Err(DictError::Overflow));
+    assert_eq!(d.get("m").unwrap().value, OwnedValue::Int(i64::MAX));
+    assert_eq!(
+        d.incr("o", 1, Some(i64::MAX), None),
+        Err(DictError::Overflow)
+    );
+    assert!(d.get("o").is_none());
+    ok(&d);
+}
+
+#[test]
+fn ttl_expire_and_stale() {
+    let d = dict(1 << 20);
+    d.set("t", "v", Some(Duration::from_millis(30)), 0).unwrap();
+    let left = d.ttl("t").unwrap().unwrap();
+    assert!(left <= Duration::from_millis(30) && left > Duration::from_millis(10));
+    assert_eq!(d.ttl("none"), Err(DictError::NotFound));
+    d.expire("t", None).unwrap();
+    assert_eq!(d.ttl("t"), Ok(None));
+    d.expire("t", Some(Duration::from_millis(20))).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(d.get("t").is_none());
+    assert_eq!(d.ttl("t"), Err(DictError::NotFound));
+    assert_eq!(d.expire("t", None), Err(DictError::NotFound));
+    let s = d.get_stale("t").unwrap();
+    assert!(s.stale);
+    // add over an expired entry succeeds, replace does not.
+    assert_eq!(d.replace("t", "w", None, 0), Err(DictError::NotFound));
+    assert_eq!(d.add("t", "w", None, 0), Ok(0));
+    assert_eq!(bytes(&d, "t").as_deref(), Some(&b"w"[..]));
+    // incr on an expired counter starts again from init, with the new TTL.
+    d.incr("c", 5, Some(0), Some(Duration::from_millis(20)))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(d.incr("c", 1, Some(100), None).unwrap().value, 101);
+    assert_eq!(d.ttl("c"), Ok(None));
+    ok(&d);
+}
+
+#[test]
+fn flush_all_then_flush_expired_frees_everything() {
+    let d = dict(1 << 20);
+    let free0 = d.free_space();
+    for i in 0..1000 {
+        d.set(format!("key{i}"), &vec![1u8; i % 300], None, 0)
+            .unwrap();
+    }
+    assert!(d.free_space() < free0);
+    assert_eq!(d.keys(0).len(), 1000);
+    assert_eq!(d.keys(10).len(), 10);
+    d.flush_all();
+    assert!(d.get("key1").is_none());
+    assert!(d.keys(0).is_empty());
+    d.set("after", "1", None, 0).unwrap();
+    assert_eq!(d.keys(0), vec![b"after".to_vec()]);
+    // That write freed the 2 expired entries at the LRU tail first (lua_shared_dict's rule).
+    assert_eq!(d.stats().entries, 999);
+    assert_eq!(d.flush_expired(10), 10);
+    assert_eq!(d.flush_expired(0), 988);
+    assert!(d.delete("after"));
+    assert_eq!(d.free_space(), free0, "every page back, merged");
+    let r = ok(&d);
+    assert_eq!((r.entries, r.slab_pages, r.used_bytes), (0, 0, 0));
+}
+
+#[test]
+fn fill_flush_refill_gives_the_same_count() {
+    let d = dict(256 << 10);
+    let fill = |d: &ShmDict| {
+        let mut n = 0;
+        while d
+            .safe_add(format!("entry-{n:06}"), &[n as u8; 40][..], None, 0)
+            .is_ok()
+        {
+            n += 1;
+        }
+        n
+    };
+    let first = fill(&d);
+    assert!(first > 1000, "{first}");
+    // Full for entries of this size class (same key length) without evicting.
+    assert_eq!(
+        d.safe_set("entry-999999", &[0u8; 40][..], None, 0),
+        Err(DictError::NoMemory)
+    );
+    ok(&d);
+    d.flush_all();
+    assert_eq!(d.flush_expired(0), first);
+    assert_eq!(ok(&d).entries, 0);
+    assert_eq!(fill(&d), first);
+    ok(&d);
+}
+
+#[test]
+fn eviction_takes_expired_first_then_lru() {
+    let d = dict(128 << 10);
+    // Fill with live entries, some touched recently.
+    let mut n = 0;
+    while d
+        .safe_add(format!("k{n}"), &[0u8; 100][..], None, 0)
+        .is_ok()
+    {
+        n += 1;
+    }
+    // k0 is the least recently used; touch it so k1 is.
+    assert!(d.get("k0").is_some());
+    // A full dict: set evicts from the LRU tail, k1 first.
+    let ev = d.set("new", &[1u8; 100][..], None, 0).unwrap();
+    assert!(ev >= 1, "{ev}");
+    assert!(d.get("k1").is_none());
+    assert!(d.get("k0").is_some());
+    ok(&d);
+    // An expired entry in the middle goes before any live one.
+    d.expire(format!("k{}", n / 2), Some(Duration::from_millis(1)))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let before = d.stats().evicted;
+    assert_eq!(d.set("new2", &[1u8; 100][..], None, 0), Ok(0));
+    assert_eq!(d.stats().evicted, before);
+    assert!(d.get_stale(format!("k{}", n / 2)).is_none());
+    // safe_set never evicts a live entry.
+    assert_eq!(
+        d.safe_set("new3", &[1u8; 100][..], None, 0),
+        Err(DictError::NoMemory)
+    );
+    assert!(d.get("new3").is_none());
+    ok(&d);
+}
+
+#[test]
+fn churn_against_a_model_does_not_fragment() {
+    // At most ~40 % of the zone is live at any time: a NoMemory would be fragmentation.
+    let d = dict(2 << 20);
+    let mut model: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut x = 0x1234_5678u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..40_000 {
+        let k = format!("k{}", rnd() % 300);
+        match rnd() % 10 {
+            0..=5 => {
+                let n = match rnd() % 20 {
+                    0 => (rnd() % 20_000) as usize,
+                    _ => (rnd() % 1500) as usize,
+                };
+                let v = vec![(i % 251) as u8; n];
+                d.safe_set(&k, &v, None, 0).unwrap();
+                model.insert(k, v);
+            }
+            6..=7 => {
+                assert_eq!(d.delete(&k), model.remove(&k).is_some());
+            }
+            _ => assert_eq!(bytes(&d, &k).as_ref(), model.get(&k)),
+        }
+        if i % 5000 == 0 {
+            ok(&d);
+        }
+    }
+    ok(&d);
+    for k in model.keys().cloned().collect::<Vec<_>>() {
+        d.delete(&k);
+    }
+    let r = ok(&d);
+    assert_eq!((r.entries, r.slab_pages, r.large_blocks), (0, 0, 0));
+    assert_eq!(
+        d.free_space(),
+        d.g.npages as usize * PAGE,
+        "all pages merged back"
+    );
+}
+
+#[test]
+fn attach_validates_and_writes_nothing() {
+    let cfg = Config::default();
+    let need = ShmDict::required_size(1 << 16, cfg).unwrap();
+    let map = Mapping::anonymous(need).unwrap();
+    assert!(matches!(
+        ShmDict::attach_in(&map, 0),
+        Err(ShmError::Uninitialised)
+    ));
+    assert!(matches!(
+        ShmDict::init_in(&map, 100, 1 << 16, cfg),
+        Err(ShmError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        ShmDict::init_in(&map, 4096, 1 << 16, cfg),
+        Err(ShmError::TooSmall { .. })
+    ));
+    assert!(matches!(
+        ShmDict::init_in(&map, 0, 1000, cfg),
+        Err(ShmError::InvalidConfig(_))
+    ));
+    // SAFETY: reading our own fresh mapping.
+    let all_zero = unsafe { core::slice::from_raw_parts(map.as_ptr(), need) }
+        .iter()
+        .all(|&b| b == 0);
+    assert!(all_zero, "a refused init wrote nothing");
+    let a = ShmDict::init_in(&map, 0, 1 << 16, cfg).unwrap();
+    a.set("x", "y", None, 0).unwrap();
+    let b = ShmDict::attach_in(&map, 0).unwrap();
+    assert_eq!(bytes(&b, "x").as_deref(), Some(&b"y"[..]));
+    // A wrong magic is refused.
+    let zone = need - (1 << 16);
+    // SAFETY: the zone's first byte, in our mapping.
+    unsafe { *map.as_ptr().add(zone) ^= 1 };
+    drop(b);
+    assert!(matches!(
+        ShmDict::attach_in(&map, 0),
+        Err(ShmError::BadMagic { .. })
+    ));
+    // SAFETY: as above.
+    unsafe { *map.as_ptr().add(zone) ^= 1 };
+    ok(&a);
+}
+
+#[test]
+fn a_panicking_reader_leaves_the_dict_usable() {
+    let d = dict(1 << 16);
+    d.set("k", "v", None, 0).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        d.get_with("k", |_, _| panic!("reader"));
+    }));
+    assert!(r.is_err());
+    assert_eq!(bytes(&d, "k").as_deref(), Some(&b"v"[..]));
+    ok(&d);
+}
+
+/// A transaction's pairs left committed in the record (as a process killed after its commit
+/// point leaves them) are applied by the next holder, and `check` sees a pending record.
+#[test]
+fn a_committed_record_is_replayed_by_the_next_holder() {
+    let d = dict(1 << 16);
+    d.set("k", 1i64, None, 0).unwrap();
+    // Plan an incr by hand and commit it without applying: write the record as `commit` does.
+    let e = {
+        let _g = d.locked();
+        let tx = redo::Tx::new(&d.mem);
+        let h = index::hash(d.seed, b"k") as u32;
+        index::find(&tx, &d.g, b"k", h).unwrap().0
+    };
+    d.mem
+        .st64(layout::LOG_ENTRIES, ((e + layout::E_VALUE) as u64) << 1 | 1);
+    d.mem.st64(layout::LOG_ENTRIES + 8, 2);
+    d.mem.st64(layout::LOG, 1);
+    assert!(matches!(d.check(), Err(DictError::Corrupt(_))));
+    // The lock reports no death here, so replay by hand as the owner-died path does.
+    assert!(redo::replay(&d.mem));
+    assert_eq!(d.get("k").unwrap().value, OwnedValue::Int(2));
+    ok(&d);
+}
