@@ -1,0 +1,604 @@
+use gomutex::shm::__dict_crash as crash;
+use gomutex::shm::{DictError, OwnedValue, ShmDict};
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+#[path = "../common/mod.rs"]
+mod common;
+use common::anon::AnonShared;
+use common::procs::{self, fork, kill9, reap};
+
+// ------------------------------------------------------------------ crash points
+
+const POINTS: [(u32, &str); 6] = [
+    (crash::ENTRY_WRITTEN, "entry written"),
+    (crash::LOGGED, "record written"),
+    (crash::COMMITTED, "committed"),
+    (crash::HALF_APPLIED, "half applied"),
+    (crash::APPLIED, "applied"),
+    (crash::BETWEEN, "between transactions"),
+];
+
+fn bytes(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
+    d.get_stale(k).map(|i| match i.value {
+        OwnedValue::Bytes(b) => b,
+        OwnedValue::Int(n) => format!("int:{n}").into_bytes(),
+    })
+}
+
+fn live(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
+    d.get(k).map(|i| match i.value {
+        OwnedValue::Bytes(b) => b,
+        OwnedValue::Int(n) => format!("int:{n}").into_bytes(),
+    })
+}
+
+/// One operation under test: how to set up the dictionary, the operation (run in a child
+/// armed with a crash point), which points it reaches, and what the dictionary must show
+/// after the child died at a point (`committed`: whether the first transaction committed).
+struct Case {
+    name: &'static str,
+    setup: fn(&ShmDict),
+    op: fn(&ShmDict),
+    reaches: &'static [u32],
+    /// The state before the operation's first commit and after it, as the checks see it.
+    before: fn(&ShmDict) -> bool,
+    after: fn(&ShmDict) -> bool,
+}
+
+const ALL: &[u32] = &[
+    crash::ENTRY_WRITTEN,
+    crash::LOGGED,
+    crash::COMMITTED,
+    crash::HALF_APPLIED,
+    crash::APPLIED,
+];
+const NO_ENTRY: &[u32] = &[
+    crash::LOGGED,
+    crash::COMMITTED,
+    crash::HALF_APPLIED,
+    crash::APPLIED,
+];
+const ONE_WORD: &[u32] = &[crash::LOGGED, crash::COMMITTED, crash::APPLIED];
+const MULTI: &[u32] = &[
+    crash::LOGGED,
+    crash::COMMITTED,
+    crash::HALF_APPLIED,
+    crash::APPLIED,
+    crash::BETWEEN,
+];
+const MULTI_STORE: &[u32] = &[
+    crash::ENTRY_WRITTEN,
+    crash::LOGGED,
+    crash::COMMITTED,
+    crash::HALF_APPLIED,
+    crash::APPLIED,
+    crash::BETWEEN,
+];
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "set (new key)",
+            setup: |d| {
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                d.set("k", "new", None, 1).unwrap();
+            },
+            reaches: ALL,
+            before: |d| bytes(d, "k").is_none(),
+            after: |d| live(d, "k").as_deref() == Some(b"new") && d.get("k").unwrap().flags == 1,
+        },
+        Case {
+            name: "set (replace, another size class)",
+            setup: |d| {
+                d.set("k", "old", None, 0).unwrap();
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                d.set("k", &[9u8; 3000][..], None, 0).unwrap();
+            },
+            reaches: ALL,
+            before: |d| live(d, "k").as_deref() == Some(b"old"),
+            after: |d| live(d, "k") == Some(vec![9u8; 3000]),
+        },
+        Case {
+            name: "add",
+            setup: |_| {},
+            op: |d| {
+                d.add("k", "new", None, 0).unwrap();
+            },
+            reaches: ALL,
+            before: |d| bytes(d, "k").is_none(),
+            after: |d| live(d, "k").as_deref() == Some(b"new"),
+        },
+        Case {
+            name: "replace",
+            setup: |d| {
+                d.set("k", "old", None, 0).unwrap();
+            },
+            op: |d| {
+                d.replace("k", "newer", None, 0).unwrap();
+            },
+            reaches: ALL,
+            before: |d| live(d, "k").as_deref() == Some(b"old"),
+            after: |d| live(d, "k").as_deref() == Some(b"newer"),
+        },
+        Case {
+            name: "delete",
+            setup: |d| {
+                d.set("k", "old", None, 0).unwrap();
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                assert!(d.delete("k"));
+            },
+            reaches: NO_ENTRY,
+            before: |d| live(d, "k").as_deref() == Some(b"old"),
+            after: |d| bytes(d, "k").is_none() && live(d, "other").is_some(),
+        },
+        Case {
+            name: "incr (existing)",
+            setup: |d| {
+                d.set("k", 5i64, None, 0).unwrap();
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                d.incr("k", 1, None, None).unwrap();
+            },
+            reaches: NO_ENTRY,
+            before: |d| d.get("k").unwrap().value == OwnedValue::Int(5),
+            after: |d| {
+                d.get("k").unwrap().value == OwnedValue::Int(6) && d.keys(1) == [b"k".to_vec()]
+            },
+        },
+        Case {
+            name: "incr (initialised)",
+            setup: |_| {},
+            op: |d| {
+                d.incr("k", 1, Some(10), Some(Duration::from_secs(60)))
+                    .unwrap();
+            },
+            reaches: ALL,
+            before: |d| bytes(d, "k").is_none(),
+            after: |d| {
+                d.get("k").unwrap().value == OwnedValue::Int(11) && d.ttl("k").unwrap().is_some()
+            },
+        },
+        Case {
+            name: "expire",
+            setup: |d| {
+                d.set("k", "v", None, 0).unwrap();
+            },
+            op: |d| {
+                d.expire("k", Some(Duration::from_secs(3600))).unwrap();
+            },
+            reaches: ONE_WORD,
+            before: |d| d.ttl("k") == Ok(None),
+            after: |d| d.ttl("k").unwrap().is_some(),
+        },
+        Case {
+            name: "get (LRU move)",
+            setup: |d| {
+                d.set("k", "v", None, 0).unwrap();
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                assert!(d.get("k").is_some());
+            },
+            reaches: NO_ENTRY,
+            before: |d| d.keys(0) == [b"other".to_vec(), b"k".to_vec()],
+            after: |d| d.keys(0) == [b"k".to_vec(), b"other".to_vec()],
+        },
+        Case {
+            name: "flush_all",
+            setup: |d| {
+                d.set("k", "v", None, 0).unwrap();
+            },
+            op: |d| d.flush_all(),
+            reaches: ONE_WORD,
+            before: |d| live(d, "k").is_some(),
+            after: |d| live(d, "k").is_none() && bytes(d, "k").is_some(),
+        },
+        Case {
+            name: "flush_expired",
+            setup: |d| {
+                // "live" at the LRU tail: a write's freeing of expired entries at the tail
+                // (however slow this setup runs) stops there.
+                d.set("live", "v", None, 0).unwrap();
+                for k in ["a", "b", "c"] {
+                    d.set(k, "v", Some(Duration::from_millis(1)), 0).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(3));
+            },
+            op: |d| {
+                assert_eq!(d.flush_expired(0), 3);
+            },
+            reaches: MULTI,
+            // The first transaction frees the expired entry nearest the tail, "a"; the others
+            // stay until theirs.
+            before: |d| bytes(d, "a").is_some() && bytes(d, "b").is_some(),
+            after: |d| {
+                bytes(d, "a").is_none() && bytes(d, "c").is_some() && live(d, "live").is_some()
+            },
+        },
+        Case {
+            name: "set (evicting)",
+            setup: |d| {
+                let mut n = 0;
+                while d
+                    .safe_add(format!("f{n:05}"), &[1u8; 200][..], None, 0)
+                    .is_ok()
+                {
+                    n += 1;
+                }
+            },
+            op: |d| {
+                assert!(d.set("f-new0", &[2u8; 200][..], None, 0).unwrap() >= 1);
+            },
+            reaches: MULTI_STORE,
+            // The first transaction evicts the LRU tail, "f00000".
+            before: |d| live(d, "f00000").is_some() && bytes(d, "f-new0").is_none(),
+            after: |d| live(d, "f00000").is_none() && bytes(d, "f-new0").is_none(),
+        },
+    ]
+}
+
+/// A child killed at every crash point of every operation: the dictionary passes `check()`,
+/// and shows the state before the operation if the child died before its commit, after it if
+/// it died after (completed by the next holder: `stats().replayed`). Every point an operation
+/// should reach is reached (the child dies there), and only those.
+fn crash_points_every_operation() {
+    for case in cases() {
+        for &(point, what) in &POINTS {
+            let d = ShmDict::anonymous(256 << 10).unwrap();
+            (case.setup)(&d);
+            d.check().unwrap();
+            let replayed = d.stats().replayed;
+            let pid = fork(|| {
+                gomutex::shm::__crash_at(point);
+                (case.op)(&d);
+                0
+            });
+            let st = reap(pid);
+            let reached = case.reaches.contains(&point);
+            let ctx = format!("{} at {what}", case.name);
+            if reached {
+                assert!(
+                    libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL,
+                    "{ctx}: the child did not die at the point ({})",
+                    procs::exit_code(st)
+                );
+                assert!(d.force_unlock(pid), "{ctx}: it died holding the lock");
+            } else {
+                assert_eq!(
+                    procs::exit_code(st),
+                    0,
+                    "{ctx}: not a point of this operation"
+                );
+            }
+            if let Err(e) = d.check() {
+                panic!("{ctx}: {e}");
+            }
+            if !reached {
+                // The child completed the operation (its own assertions passed: exit 0).
+                continue;
+            }
+            let committed = matches!(
+                point,
+                crash::COMMITTED | crash::HALF_APPLIED | crash::APPLIED
+            ) || point == crash::BETWEEN
+                || (point == crash::ENTRY_WRITTEN && case.reaches.contains(&crash::BETWEEN));
+            if committed {
+                assert!(
+                    (case.after)(&d),
+                    "{ctx}: not the state after the operation's commit"
+                );
+            } else {
+                assert!(
+                    (case.before)(&d),
+                    "{ctx}: not the state before the operation: {:?}",
+                    d.keys(0)
+                );
+            }
+            let was_replayed = matches!(
+                point,
+                crash::COMMITTED | crash::HALF_APPLIED | crash::APPLIED
+            );
+            assert_eq!(
+                d.stats().replayed,
+                replayed + u64::from(was_replayed),
+                "{ctx}: replay count"
+            );
+            d.check().unwrap();
+        }
+    }
+}
+
+// ------------------------------------------------------------------ kill torture
+
+const WORKERS: usize = 4;
+const KEYS: usize = 64;
+/// Keys from this one on are counters (`incr`); the others hold byte strings.
+const COUNTERS: usize = 48;
+/// Per worker slot in the bookkeeping mapping: the model (one u64 per key: a version, 0 =
+/// absent, or a counter's value + 1), the in-flight record (key + 1, old, new), progress.
+const SLOT: usize = KEYS + 4;
+
+fn key(slot: usize, k: usize) -> String {
+    format!("w{slot}:k{k}")
+}
+
+/// The bytes of version `v` of key `k` of worker `slot`: length and content depend on all
+/// three, so a torn or misplaced value cannot pass for another.
+fn value(slot: usize, k: usize, v: u64) -> Vec<u8> {
+    let len = 8 + ((v as usize * 7919 + k * 131) % 6000);
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(&v.to_le_bytes());
+    let mut x = (slot as u64) << 40 ^ (k as u64) << 20 ^ v;
+    while b.len() < len {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        b.push((x >> 56) as u8);
+    }
+    b
+}
+
+/// What the dictionary holds for key `k` of `slot`, in the model's terms (a version, or a
+/// counter + 1; 0 = absent); `Err` for a value that is no version of this key (torn).
+fn observe(d: &ShmDict, slot: usize, k: usize) -> Result<u64, String> {
+    match d.get(key(slot, k)) {
+        None => Ok(0),
+        Some(item) => match (k >= COUNTERS, item.value) {
+            (true, OwnedValue::Int(n)) if n >= 0 => Ok(n as u64 + 1),
+            (false, OwnedValue::Bytes(b)) if b.len() >= 8 => {
+                let v = u64::from_le_bytes(b[..8].try_into().unwrap());
+                if b == value(slot, k, v) {
+                    Ok(v)
+                } else {
+                    Err(format!("{}: torn value of {} bytes", key(slot, k), b.len()))
+                }
+            }
+            (_, v) => Err(format!("{}: unexpected {v:?}", key(slot, k))),
+        },
+    }
+}
+
+fn worker(d: &ShmDict, book: &AnonShared, slot: usize, seed: u64, crash: u32) -> i32 {
+    if crash != 0 {
+        gomutex::shm::__crash_at(crash);
+    }
+    let base = slot * SLOT;
+    let model = |k: usize| book.at(base + k);
+    let (inflight_key, inflight_old, inflight_new, progress) = (
+        book.at(base + KEYS),
+        book.at(base + KEYS + 1),
+        book.at(base + KEYS + 2),
+        book.at(base + KEYS + 3),
+    );
+    let mut x = seed | 1;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let stop = book.at(WORKERS * SLOT);
+    while stop.load(SeqCst) == 0 {
+        let k = (rnd() % KEYS as u64) as usize;
+        let name = key(slot, k);
+        let old = model(k).load(SeqCst);
+        let choice = rnd() % 10;
+        let new = if k >= COUNTERS {
+            match choice {
+                0 => 0,
+                _ => old.max(1) + 1,
+            }
+        } else {
+            match choice {
+                0..=1 => 0,
+                _ => old.max(book.at(base + KEYS + 3).load(SeqCst)) + 1,
+            }
+        };
+        inflight_old.store(old, SeqCst);
+        inflight_new.store(new, SeqCst);
+        inflight_key.store(k as u64 + 1, SeqCst);
+        let r = if new == 0 {
+            d.delete(&name);
+            Ok(0)
+        } else if k >= COUNTERS {
+            d.incr(&name, 1, Some(0), None).map(|i| {
+                assert_eq!(i.value as u64 + 1, new);
+                i.evicted
+            })
+        } else if old == 0 && choice < 5 {
+            d.add(&name, &value(slot, k, new), None, k as u32)
+        } else if old != 0 && choice < 5 {
+            d.replace(&name, &value(slot, k, new), None, k as u32)
+        } else {
+            d.set(&name, &value(slot, k, new), None, k as u32)
+        };
+        match r {
+            Ok(0) => {}
+            Ok(n) => return 20 + n.min(9) as i32, // evictions would break the model
+            Err(e) => {
+                eprintln!("worker {slot}: {name}: {e}");
+                return 10;
+            }
+        }
+        model(k).store(new, SeqCst);
+        inflight_key.store(0, SeqCst);
+        progress.fetch_add(1, SeqCst);
+    }
+    0
+}
+
+/// Check the keys of a dead (or stopped) worker's slot against its model: exact, except the
+/// key of the operation it was in, which holds the old or the new value. Then settle the
+/// model to what is stored. Returns how many keys were checked exactly.
+fn verify_slot(d: &ShmDict, book: &AnonShared, slot: usize) -> Result<usize, String> {
+    let base = slot * SLOT;
+    let inflight = book.at(base + KEYS).load(SeqCst);
+    let mut exact = 0;
+    for k in 0..KEYS {
+        let seen = observe(d, slot, k)?;
+        let model = book.at(base + k).load(SeqCst);
+        if inflight == k as u64 + 1 {
+            let (old, new) = (
+                book.at(base + KEYS + 1).load(SeqCst),
+                book.at(base + KEYS + 2).load(SeqCst),
+            );
+            if seen != old && seen != new {
+                return Err(format!(
+                    "{}: {seen}, neither old {old} nor new {new}",
+                    key(slot, k)
+                ));
+            }
+            book.at(base + k).store(seen, SeqCst);
+        } else if seen != model {
+            return Err(format!("{}: {seen}, model {model}", key(slot, k)));
+        } else {
+            exact += 1;
+        }
+        // Versions only grow: the next one starts past every one seen.
+        book.at(base + KEYS + 3).fetch_max(seen, SeqCst);
+    }
+    book.at(base + KEYS).store(0, SeqCst);
+    Ok(exact)
+}
+
+/// Several processes update their keys; the parent kills them at random moments (and a third
+/// of them kill themselves at a random crash point). After every death: `check()` passes, the
+/// dead worker's keys agree exactly with its model except the one it was updating, which is
+/// old or new, never torn; the survivors keep progressing (no stall). At the end every key
+/// agrees exactly.
+fn kill_torture() {
+    let secs: u64 = std::env::var("GOMUTEX_DICT_TORTURE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    let d = ShmDict::anonymous(8 << 20).unwrap();
+    let book = AnonShared::counters(WORKERS * SLOT + 1);
+    let mut x = 0x9e37_79b9u64 ^ u64::from(std::process::id());
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let spawn = |slot: usize, seed: u64, crash: u32| fork(|| worker(&d, &book, slot, seed, crash));
+    let mut pids: Vec<i32> = (0..WORKERS).map(|s| spawn(s, rnd(), 0)).collect();
+    let (mut deaths, mut self_kills, mut exact) = (0u64, 0u64, 0usize);
+    let t = Instant::now();
+    let mut last_progress = (Instant::now(), 0u64);
+    while t.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_millis(rnd() % 30));
+        // Reap workers that died at their crash point, kill one at random now and then.
+        let slot = (rnd() % WORKERS as u64) as usize;
+        let mut st = 0;
+        // SAFETY: our own child.
+        let done = unsafe { libc::waitpid(pids[slot], &mut st, libc::WNOHANG) } == pids[slot];
+        if !done {
+            if rnd() % 3 != 0 {
+                continue;
+            }
+            kill9(pids[slot]);
+            st = reap(pids[slot]);
+        } else {
+            self_kills += 1;
+        }
+        assert!(
+            libc::WIFSIGNALED(st),
+            "worker {slot} exited with {} instead of dying",
+            procs::exit_code(st)
+        );
+        deaths += 1;
+        d.force_unlock(pids[slot]);
+        if let Err(e) = d.check() {
+            panic!("after death {deaths} (worker {slot}): {e}");
+        }
+        exact += verify_slot(&d, &book, slot).unwrap_or_else(|e| panic!("death {deaths}: {e}"));
+        let crash = if rnd() % 3 == 0 {
+            crash::ENTRY_WRITTEN + (rnd() % 6) as u32
+        } else {
+            0
+        };
+        pids[slot] = spawn(slot, rnd(), crash);
+        // Progress of everybody, every second: no stall.
+        if last_progress.0.elapsed() > Duration::from_secs(2) {
+            let p: u64 = (0..WORKERS)
+                .map(|s| book.at(s * SLOT + KEYS + 3).load(SeqCst))
+                .sum();
+            assert!(p > last_progress.1, "no progress in 2 s: a stall");
+            last_progress = (Instant::now(), p);
+        }
+    }
+    book.at(WORKERS * SLOT).store(1, SeqCst);
+    for (slot, &pid) in pids.iter().enumerate() {
+        let st = reap(pid);
+        // A worker armed with a crash point may have died at it meanwhile.
+        if libc::WIFSIGNALED(st) {
+            d.force_unlock(pid);
+        } else {
+            assert_eq!(procs::exit_code(st), 0, "worker {slot}");
+        }
+        verify_slot(&d, &book, slot).unwrap();
+    }
+    let r = d.check().unwrap();
+    println!(
+        "  {deaths} deaths ({self_kills} at crash points), {exact} keys checked exactly after \
+         deaths, {} entries, {} replays, 0 torn, 0 check failures",
+        r.entries,
+        d.stats().replayed
+    );
+    assert!(deaths >= 10, "only {deaths} deaths in {secs} s");
+}
+
+/// Workers forked from one parent count per-client hits with `incr`: the sums are exact, and
+/// evictions of a small zone are reported, never silent.
+fn counters_of_forked_workers() {
+    let d = ShmDict::anonymous(1 << 20).unwrap();
+    let pids: Vec<i32> = (0..4)
+        .map(|w| {
+            fork(|| {
+                for i in 0..5000u64 {
+                    let c = (i * 7 + w) % 50;
+                    if d.incr(format!("client:{c}"), 1, Some(0), None).is_err() {
+                        return 1;
+                    }
+                }
+                0
+            })
+        })
+        .collect();
+    for p in pids {
+        assert_eq!(procs::exit_code(reap(p)), 0);
+    }
+    let total: i64 = (0..50)
+        .map(|c| {
+            d.get(format!("client:{c}"))
+                .unwrap()
+                .value
+                .as_int()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(total, 20_000);
+    assert_eq!(
+        d.incr("client:0", i64::MAX, None, None),
+        Err(DictError::Overflow)
+    );
+    d.check().unwrap();
+}
+
+pub fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tests: &[(&str, fn())] = &[
+        ("counters_of_forked_workers", counters_of_forked_workers),
+        ("crash_points_every_operation", crash_points_every_operation),
+        ("kill_torture", kill_torture),
+    ];
+    procs::run_cases("shm_dict", &args, tests);
+}

@@ -1,0 +1,18 @@
+//! Multi-process tests of `gomutex::shm::ShmDict`: a death at every crash point of every
+//! operation, and a kill torture against a reference model.
+//!
+//! `harness = false`: the cases run one after another on the main thread, so the process is
+//! single-threaded whenever it forks. Run one with `cargo test --test shm_dict -- <name>`.
+//! `GOMUTEX_DICT_TORTURE_SECS` sets the torture's length (default 12 s).
+//!
+//! Linux only: the tests are in `linux.rs`; elsewhere this binary runs nothing.
+
+#[cfg(target_os = "linux")]
+mod linux;
+
+fn main() {
+    #[cfg(target_os = "linux")]
+    linux::main();
+    #[cfg(not(target_os = "linux"))]
+    println!("shm_dict: Linux only, 0 tests");
+}
