@@ -10,6 +10,7 @@ pub mod crash;
 mod index;
 mod layout;
 mod lru;
+mod named;
 mod ops;
 mod redo;
 mod ttl;
@@ -378,8 +379,9 @@ impl ShmDict {
         let need = Self::required_size(capacity, cfg)?;
         if !offset.is_multiple_of(PAGE) {
             return Err(ShmError::Misaligned {
-                addr: map.as_ptr() as usize + offset,
+                addr: (map.as_ptr() as usize).wrapping_add(offset),
                 required: PAGE,
+                offset: Some(offset),
             });
         }
         if offset.checked_add(need).is_none_or(|end| end > map.len()) {

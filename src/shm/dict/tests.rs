@@ -335,3 +335,50 @@ fn a_committed_record_is_replayed_by_the_next_holder() {
     assert_eq!(d.get("k").unwrap().value, OwnedValue::Int(2));
     ok(&d);
 }
+
+#[test]
+fn named_create_open_and_refusals() {
+    let name = format!("/gomutex-unit-dict-{}", std::process::id());
+    let (a, created) = ShmDict::open_or_create(&name, 1 << 16, Config::default()).unwrap();
+    assert!(created);
+    let (b, created) = ShmDict::open_or_create(&name, 1 << 16, Config::default()).unwrap();
+    assert!(!created);
+    let e = ShmDict::create(&name, 1 << 16, Config::default()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    assert_eq!(e.object_name(), Some(name.as_str()));
+    a.set("k", "v", None, 0).unwrap();
+    assert!(b.get("k").is_some());
+    crate::shm::unlink(&name).unwrap();
+    let e = ShmDict::open(&name).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    // A lock's object is no (named mapping of a) dictionary: refused, nothing written.
+    let m = ShmMutex::create(&name, 0u64, Config::default()).unwrap();
+    let e = ShmDict::open(&name).unwrap_err();
+    assert!(matches!(e.cause(), ShmError::BadMagic { .. }), "{e:?}");
+    assert_eq!(*m.lock().unwrap(), 0);
+    crate::shm::unlink(&name).unwrap();
+    // A named mapping of something else: the dictionary's own headers refuse it.
+    let mut plan = MappingLayout::new();
+    plan.mutex::<u32>(Config::default()).unwrap();
+    plan.reserve(1 << 16, 4096);
+    let other = Mapping::create(&name, &plan, |map| {
+        ShmMutex::init_in(map, 0, 0u32, Config::default()).map(drop)
+    })
+    .unwrap();
+    let e = ShmDict::open(&name).unwrap_err();
+    assert!(matches!(e.cause(), ShmError::ValueMismatch { .. }), "{e:?}");
+    assert_eq!(e.object_name(), Some(name.as_str()));
+    drop(other);
+    crate::shm::unlink(&name).unwrap();
+    assert!(matches!(
+        ShmDict::create(&name, 10, Config::default())
+            .unwrap_err()
+            .cause(),
+        ShmError::InvalidConfig(_)
+    ));
+    assert_eq!(
+        ShmDict::open(&name).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT),
+        "a refused create leaves no object"
+    );
+}
