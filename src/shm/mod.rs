@@ -179,7 +179,7 @@ pub use diagnostics::{Diagnostics, RecoveryCounts};
 #[doc(hidden)]
 pub use dict::crash as __dict_crash;
 pub use dict::{
-    CheckReport, DictError, DictStats, Incr, Item, OwnedValue, ShmDict, Value, MAX_KEY,
+    CheckReport, DictConfig, DictError, DictStats, Incr, Item, OwnedValue, ShmDict, Value, MAX_KEY,
 };
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};

@@ -1,5 +1,5 @@
 use gomutex::shm::__dict_crash as crash;
-use gomutex::shm::{DictError, OwnedValue, ShmDict};
+use gomutex::shm::{DictConfig, DictError, OwnedValue, ShmDict};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
@@ -479,7 +479,8 @@ fn kill_torture() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(12);
-    let d = ShmDict::anonymous(8 << 20).unwrap();
+    // Sharded: a worker's keys spread over every shard's lock and zone.
+    let d = ShmDict::anonymous_with(8 << 20, DictConfig::new().shards(4)).unwrap();
     let book = AnonShared::counters(WORKERS * SLOT + 1);
     let mut x = 0x9e37_79b9u64 ^ u64::from(std::process::id());
     let mut rnd = move || {

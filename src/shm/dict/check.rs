@@ -36,6 +36,18 @@ pub struct CheckReport {
     pub longest_chain: u64,
 }
 
+impl CheckReport {
+    /// Add another shard's figures (the longest chain is the longest of both).
+    pub(crate) fn add(&mut self, o: &CheckReport) {
+        self.entries += o.entries;
+        self.free_pages += o.free_pages;
+        self.slab_pages += o.slab_pages;
+        self.large_blocks += o.large_blocks;
+        self.used_bytes += o.used_bytes;
+        self.longest_chain = self.longest_chain.max(o.longest_chain);
+    }
+}
+
 macro_rules! ensure {
     ($c:expr, $($fmt:tt)*) => {
         if !$c {

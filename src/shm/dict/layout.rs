@@ -43,6 +43,10 @@ pub(crate) const H_NBUCKETS: usize = 28;
 pub(crate) const H_BUCKETS: usize = 32;
 pub(crate) const H_PAGES: usize = 40;
 pub(crate) const H_SEED: usize = 48;
+/// u32: this zone's shard index.
+pub(crate) const H_SHARD: usize = 56;
+/// u32: the dictionary's number of shards.
+pub(crate) const H_SHARDS: usize = 60;
 // Mutable, changed only through transactions (`redo`).
 /// u64: sequence number of the last entry written.
 pub(crate) const H_SEQ: usize = 64;

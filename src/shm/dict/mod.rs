@@ -13,15 +13,18 @@ mod lru;
 mod named;
 mod ops;
 mod redo;
+mod shard;
 mod ttl;
 
 pub use check::CheckReport;
 
-use self::layout::{Geometry, Mem, PAGE};
-use self::ops::{Mode, Write, Zone};
-use super::{Config, Mapping, MappingLayout, ShmError, ShmMutex, ShmMutexGuard};
+use self::layout::{Geometry, PAGE};
+use self::ops::{Mode, Write};
+use self::shard::Shard;
+#[cfg(doc)]
+use super::ShmMutex;
+use super::{Config, Mapping, ShmError};
 use core::fmt;
-use core::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The longest key, in bytes.
@@ -297,48 +300,106 @@ pub struct DictStats {
 /// * A peer that corrupts the zone (writes it outside this code) makes operations panic
 ///   ("region corrupt") rather than read outside it.
 pub struct ShmDict {
-    lock: ShmMutex<u64>,
-    mem: Mem,
-    g: Geometry,
-    seed: u64,
+    shards: Box<[Shard]>,
+    /// Seed of the hash that picks a key's shard (from shard 0's header).
+    route: u64,
     _map: Mapping,
+}
+
+/// How a dictionary is made: its number of shards and its locks' sizes.
+///
+/// ```
+/// use gomutex::shm::{Config, DictConfig, ShmDict};
+/// let cfg = DictConfig::new().shards(4).lock(Config::new().participants(16));
+/// let d = ShmDict::anonymous_with(1 << 20, cfg)?;
+/// assert_eq!(d.shards(), 4);
+/// assert!(d.capacity() <= 1 << 20);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DictConfig {
+    /// Independent parts, each a lock and a zone of `capacity / shards` bytes (rounded down
+    /// to 4096); a key lives in the one its hash picks. Default 1 (nginx's single lock per
+    /// zone); at most 1024.
+    pub shards: u32,
+    /// The sizes of each shard's lock.
+    pub lock: Config,
+}
+
+impl Default for DictConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DictConfig {
+    /// One shard, the lock's default [`Config`].
+    pub const fn new() -> Self {
+        Self {
+            shards: 1,
+            lock: Config::new(),
+        }
+    }
+
+    /// This configuration with [`shards`](Self::shards) set to `n`.
+    #[must_use]
+    pub const fn shards(self, n: u32) -> Self {
+        Self { shards: n, ..self }
+    }
+
+    /// This configuration with the locks' sizes `cfg`.
+    #[must_use]
+    pub const fn lock(self, cfg: Config) -> Self {
+        Self { lock: cfg, ..self }
+    }
+
+    /// Each shard's zone for a dictionary of `capacity` bytes.
+    fn zone(&self, capacity: usize) -> Result<Geometry, ShmError> {
+        if self.shards == 0 || self.shards > 1024 {
+            return Err(ShmError::InvalidConfig("a dictionary has 1 to 1024 shards"));
+        }
+        let zone = if self.shards == 1 {
+            capacity
+        } else {
+            capacity / self.shards as usize / PAGE * PAGE
+        };
+        Geometry::new(zone).ok_or(ShmError::InvalidConfig(
+            "a dictionary's capacity must be at least ShmDict::MIN_CAPACITY per shard and at \
+             most 64 GiB per shard",
+        ))
+    }
 }
 
 impl fmt::Debug for ShmDict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmDict")
             .field("capacity", &self.capacity())
-            .field("pages", &self.g.npages)
-            .field("buckets", &self.g.nbuckets)
+            .field("shards", &self.shards.len())
             .finish_non_exhaustive()
     }
 }
 
 impl ShmDict {
-    /// The smallest zone, in bytes.
+    /// The smallest zone (per shard), in bytes.
     pub const MIN_CAPACITY: usize = layout::MIN_LEN;
 
-    /// Bytes a mapping needs from the dictionary's offset for a zone of `capacity` bytes with
-    /// the lock configured by `cfg` (what [`init_in`](Self::init_in) takes).
+    /// Bytes a mapping needs from the dictionary's offset for `capacity` bytes of zones made
+    /// as `cfg` says (what [`init_in`](Self::init_in) takes).
     ///
     /// ```
-    /// use gomutex::shm::{Config, ShmDict};
-    /// let n = ShmDict::required_size(1 << 20, Config::default())?;
+    /// use gomutex::shm::{DictConfig, ShmDict};
+    /// let n = ShmDict::required_size(1 << 20, DictConfig::new())?;
     /// assert!(n > 1 << 20 && n % 4096 == 0);
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
-    pub fn required_size(capacity: usize, cfg: Config) -> Result<usize, ShmError> {
-        Geometry::new(capacity).ok_or(ShmError::InvalidConfig(
-            "a dictionary's capacity must be at least ShmDict::MIN_CAPACITY and at most 64 GiB",
-        ))?;
-        let mut plan = MappingLayout::new();
-        plan.mutex::<u64>(cfg)?;
-        let zone = plan.reserve(capacity, PAGE);
-        Ok(zone + capacity)
+    pub fn required_size(capacity: usize, cfg: DictConfig) -> Result<usize, ShmError> {
+        let g = cfg.zone(capacity)?;
+        Ok((shard::lock_pad(cfg.lock)? + g.len) * cfg.shards as usize)
     }
 
     /// A new dictionary with a zone of `capacity` bytes in an anonymous shared mapping,
-    /// shared with children `fork()`ed afterwards. The lock has the default [`Config`].
+    /// shared with children `fork()`ed afterwards: one shard, the lock's default sizes.
     ///
     /// ```
     /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
@@ -346,23 +407,23 @@ impl ShmDict {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn anonymous(capacity: usize) -> Result<Self, ShmError> {
-        Self::anonymous_with(capacity, Config::default())
+        Self::anonymous_with(capacity, DictConfig::new())
     }
 
-    /// [`anonymous`](Self::anonymous) with the lock's sizes.
-    pub fn anonymous_with(capacity: usize, cfg: Config) -> Result<Self, ShmError> {
+    /// [`anonymous`](Self::anonymous), made as `cfg` says.
+    pub fn anonymous_with(capacity: usize, cfg: DictConfig) -> Result<Self, ShmError> {
         let map = Mapping::anonymous(Self::required_size(capacity, cfg)?)?;
         Self::init_in(&map, 0, capacity, cfg)
     }
 
-    /// A new dictionary with a zone of `capacity` bytes at `offset` of `map` (a multiple of
+    /// A new dictionary of `capacity` bytes of zones at `offset` of `map` (a multiple of
     /// 4096; it takes [`required_size`](Self::required_size) bytes from there). Whatever was
     /// there is overwritten; nothing is written if an argument is wrong. The handle keeps the
     /// mapping alive.
     ///
     /// ```
-    /// use gomutex::shm::{Config, Mapping, ShmDict};
-    /// let cfg = Config::default();
+    /// use gomutex::shm::{DictConfig, Mapping, ShmDict};
+    /// let cfg = DictConfig::new();
     /// let map = Mapping::anonymous(ShmDict::required_size(1 << 16, cfg)?)?;
     /// let a = ShmDict::init_in(&map, 0, 1 << 16, cfg)?;
     /// let b = ShmDict::attach_in(&map, 0)?; // what another process does
@@ -374,7 +435,7 @@ impl ShmDict {
         map: &Mapping,
         offset: usize,
         capacity: usize,
-        cfg: Config,
+        cfg: DictConfig,
     ) -> Result<Self, ShmError> {
         let need = Self::required_size(capacity, cfg)?;
         if !offset.is_multiple_of(PAGE) {
@@ -390,116 +451,64 @@ impl ShmDict {
                 actual: map.len(),
             });
         }
-        let g = Geometry::new(capacity).expect("checked by required_size");
-        let lock = ShmMutex::init_in(map, offset, 0u64, cfg)?;
-        let zone_off = offset + need - capacity;
-        let mem = Self::claim(map, zone_off, capacity)?;
-        let seed = random_seed();
-        init_zone(&mem, &g, seed);
-        Ok(Self {
-            lock,
-            mem,
-            g,
-            seed,
+        let g = cfg.zone(capacity)?;
+        let stride = need / cfg.shards as usize;
+        // The last shard first: shard 0's magic, written last, says the whole is there.
+        let mut shards = (0..cfg.shards)
+            .rev()
+            .map(|i| {
+                let off = offset + i as usize * stride;
+                Shard::init_in(map, off, g, cfg.lock, (i, cfg.shards))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        shards.reverse();
+        Ok(Self::from_shards(shards, map))
+    }
+
+    fn from_shards(shards: Vec<Shard>, map: &Mapping) -> Self {
+        let route = shards[0].seed ^ 0x5348_4152_4453_2121;
+        Self {
+            shards: shards.into_boxed_slice(),
+            route,
             _map: map.clone(),
-        })
+        }
     }
 
     /// Attach to the dictionary another process (or [`init_in`](Self::init_in)) made at
-    /// `offset` of `map`. Validates the lock's header and the zone's (magic, version, sizes),
-    /// writing nothing if either is wrong; [`ShmError::Uninitialised`] if the creator has not
-    /// finished.
+    /// `offset` of `map`. Validates every lock's header and every zone's (magic, version,
+    /// sizes, shard numbers), writing nothing if one is wrong; [`ShmError::Uninitialised`] if
+    /// the creator has not finished.
     pub fn attach_in(map: &Mapping, offset: usize) -> Result<Self, ShmError> {
-        let lock = ShmMutex::<u64>::attach_in(map, offset)?;
-        let zone_off = offset + lock.as_ptr_len().1.next_multiple_of(PAGE);
-        if zone_off + layout::META > map.len() {
-            return Err(ShmError::TooSmall {
-                needed: zone_off + layout::META,
-                actual: map.len(),
-            });
+        let (first, index, n) = Shard::attach_in(map, offset)?;
+        if index != 0 {
+            return Err(ShmError::Corrupt("dictionary shards"));
         }
-        // The header's identity fields, read as atomics before the zone is claimed (its length
-        // is in them).
-        // SAFETY: `zone_off + META <= map.len()`: in the mapping, page-aligned; only atomic
-        // loads of the header are made through it.
-        let head = unsafe { Mem::new(map.as_ptr().add(zone_off), layout::META) };
-        let magic = head.a64(layout::H_MAGIC).load(Ordering::Acquire);
-        if magic == 0 {
-            return Err(ShmError::Uninitialised);
-        }
-        if magic != layout::MAGIC {
-            return Err(ShmError::BadMagic { found: magic });
-        }
-        let version = head.ld32(layout::H_VERSION);
-        if version != layout::VERSION {
-            return Err(ShmError::VersionMismatch {
-                found: version,
-                expected: layout::VERSION,
-            });
-        }
-        let len = usize::try_from(head.ld64(layout::H_LEN))
-            .map_err(|_| ShmError::Corrupt("dictionary length"))?;
-        let g = Geometry::new(len).ok_or(ShmError::Corrupt("dictionary length"))?;
-        if head.ld32(layout::H_PAGE) as usize != PAGE
-            || head.ld32(layout::H_NPAGES) != g.npages
-            || head.ld32(layout::H_NBUCKETS) != g.nbuckets
-            || head.ld64(layout::H_BUCKETS) != g.buckets_off as u64
-            || head.ld64(layout::H_PAGES) != g.pages_off as u64
-        {
-            return Err(ShmError::Corrupt("dictionary geometry"));
-        }
-        if zone_off + len > map.len() {
-            return Err(ShmError::TooSmall {
-                needed: zone_off + len,
-                actual: map.len(),
-            });
-        }
-        let seed = head.ld64(layout::H_SEED);
-        let mem = Self::claim(map, zone_off, len)?;
-        Ok(Self {
-            lock,
-            mem,
-            g,
-            seed,
-            _map: map.clone(),
-        })
-    }
-
-    /// The zone's bytes, claimed in `map` (so no lock of this process is placed over them).
-    fn claim(map: &Mapping, off: usize, len: usize) -> Result<Mem, ShmError> {
-        let words = map.shared_slice::<AtomicU64>(off, len / 8)?;
-        // SAFETY: `words` is in the mapping, which `ShmDict` keeps alive (`_map`), 8-aligned,
-        // and claimed for this dictionary alone; the bytes are only reached under the lock
-        // (or, for the immutable header, after the magic), through atomics or, for entry
-        // bytes, plain copies that the lock keeps from racing.
-        Ok(unsafe { Mem::new(words.as_ptr() as *mut u8, len / 8 * 8) })
-    }
-
-    /// Hold the lock; if a holder died (or panicked) inside an operation, finish its committed
-    /// update first.
-    fn locked(&self) -> ShmMutexGuard<'_, u64> {
-        match self.lock.lock() {
-            Ok(g) => g,
-            Err(e) => {
-                let g = e.into_guard();
-                if redo::replay(&self.mem) {
-                    let n = self.mem.ld64(layout::H_REPLAYED);
-                    self.mem.st64(layout::H_REPLAYED, n + 1);
-                }
-                g.mark_consistent();
-                g
+        let stride = first.stride();
+        let mut shards = vec![first];
+        for i in 1..n {
+            let (s, index, m) = Shard::attach_in(map, offset + i as usize * stride)?;
+            if index != i || m != n || s.g != shards[0].g {
+                return Err(ShmError::Corrupt("dictionary shards"));
             }
+            shards.push(s);
         }
+        Ok(Self::from_shards(shards, map))
     }
 
-    fn with<R>(&self, f: impl FnOnce(&Zone<'_>, u64) -> R) -> R {
-        let _g = self.locked();
-        let zone = Zone {
-            m: &self.mem,
-            g: self.g,
-            seed: self.seed,
-        };
-        f(&zone, ttl::now_ms())
+    /// The shard of `key`.
+    #[inline]
+    fn shard(&self, key: &[u8]) -> &Shard {
+        let n = self.shards.len();
+        if n == 1 {
+            return &self.shards[0];
+        }
+        let h = index::hash(self.route, key) >> 32;
+        &self.shards[((h * n as u64) >> 32) as usize]
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
     }
 
     fn check_key(key: &[u8]) -> Result<(), DictError> {
@@ -532,7 +541,7 @@ impl ShmDict {
         safe: bool,
     ) -> Result<u32, DictError> {
         self.check_size(key, &value)?;
-        self.with(|z, now| {
+        self.shard(key).with(|z, now| {
             let w = Write {
                 expires: ttl::expiry(ttl, now),
                 flags,
@@ -565,7 +574,7 @@ impl ShmDict {
     }
 
     fn get_item(&self, key: &[u8], stale: bool) -> Option<Item> {
-        self.with(|z, now| {
+        self.shard(key).with(|z, now| {
             let (e, expired) = z.get(key, stale, now)?;
             let (v, flags) = z.value_of(e);
             Some(Item {
@@ -598,7 +607,7 @@ impl ShmDict {
         f: impl FnOnce(Value<'_>, u32) -> R,
     ) -> Option<R> {
         let key = key.as_ref();
-        self.with(|z, now| {
+        self.shard(key).with(|z, now| {
             let (e, _) = z.get(key, false, now)?;
             let (v, flags) = z.value_of(e);
             Some(f(v, flags))
@@ -685,7 +694,7 @@ impl ShmDict {
     /// Remove `key`; whether it had a live entry.
     pub fn delete(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
-        self.with(|z, now| z.delete(key, now))
+        self.shard(key).with(|z, now| z.delete(key, now))
     }
 
     /// Add `by` to the integer under `key` and return the sum. If the key has no live entry:
@@ -712,7 +721,7 @@ impl ShmDict {
     ) -> Result<Incr, DictError> {
         let key = key.as_ref();
         self.check_size(key, &Value::Int(0))?;
-        self.with(|z, now| {
+        self.shard(key).with(|z, now| {
             let init = init.map(|i| (i, ttl::expiry(init_ttl, now)));
             z.incr(key, by, init, now)
                 .map(|(value, evicted)| Incr { value, evicted })
@@ -722,7 +731,7 @@ impl ShmDict {
     /// Time left before `key`'s entry expires (`None`: never), or [`DictError::NotFound`].
     pub fn ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, DictError> {
         let key = key.as_ref();
-        self.with(|z, now| z.ttl(key, now))
+        self.shard(key).with(|z, now| z.ttl(key, now))
     }
 
     /// Set the time to live of `key`'s live entry (`None`: never expires), or
@@ -740,7 +749,8 @@ impl ShmDict {
     /// ```
     pub fn expire(&self, key: impl AsRef<[u8]>, ttl: Option<Duration>) -> Result<(), DictError> {
         let key = key.as_ref();
-        self.with(|z, now| z.expire(key, ttl::expiry(ttl, now), now))
+        self.shard(key)
+            .with(|z, now| z.expire(key, ttl::expiry(ttl, now), now))
     }
 
     /// Expire every entry now (one store; their memory is freed as writes, eviction or
@@ -756,48 +766,78 @@ impl ShmDict {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn flush_all(&self) {
-        self.with(|z, _| z.flush_all())
+        for s in self.shards.iter() {
+            s.with(|z, _| z.flush_all());
+        }
     }
 
     /// Free up to `max` expired entries (0: all); how many were freed. Holds the lock while
     /// it walks the LRU list: with many entries, prefer a bounded `max`.
     pub fn flush_expired(&self, max: usize) -> usize {
-        self.with(|z, now| z.flush_expired(max, now))
+        let mut freed = 0;
+        for s in self.shards.iter() {
+            if max != 0 && freed >= max {
+                break;
+            }
+            let left = if max == 0 { 0 } else { max - freed };
+            freed += s.with(|z, now| z.flush_expired(left, now));
+        }
+        freed
     }
 
     /// Up to `max` live keys (0: all), most recently used first. Holds the lock for the walk.
     pub fn keys(&self, max: usize) -> Vec<Vec<u8>> {
-        self.with(|z, now| z.keys(max, now))
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            if max != 0 && out.len() >= max {
+                break;
+            }
+            let left = if max == 0 { 0 } else { max - out.len() };
+            out.extend(s.with(|z, now| z.keys(left, now)));
+        }
+        out
     }
 
     /// Bytes of the zone (what it was made with).
     pub fn capacity(&self) -> usize {
-        self.g.len
+        self.shards.iter().map(|s| s.g.len).sum()
     }
 
     /// Bytes of free pages: room for entries of any size. Slab pages with free chunks are
     /// not counted (as in lua_shared_dict), so small entries may still fit at 0.
     pub fn free_space(&self) -> usize {
-        self.with(|z, _| z.m.ld64(layout::H_FREE_PAGES) as usize * PAGE)
+        self.shards
+            .iter()
+            .map(|s| s.with(|z, _| z.m.ld64(layout::H_FREE_PAGES) as usize * PAGE))
+            .sum()
     }
 
     /// The largest value a key of 0 bytes may have in this zone.
     pub fn max_value_len(&self) -> usize {
-        let block = alloc::largest_block(&self.g);
+        let block = alloc::largest_block(&self.shards[0].g);
         (block - layout::E_VALUE) & !7
     }
 
     /// Counters (see [`DictStats`]).
     pub fn stats(&self) -> DictStats {
-        self.with(|z, _| DictStats {
-            entries: z.m.ld64(layout::H_COUNT),
-            used_bytes: z.m.ld64(layout::H_USED),
-            evicted: z.m.ld64(layout::H_EVICTED),
-            replayed: z.m.ld64(layout::H_REPLAYED),
-        })
+        let mut t = DictStats {
+            entries: 0,
+            used_bytes: 0,
+            evicted: 0,
+            replayed: 0,
+        };
+        for s in self.shards.iter() {
+            s.with(|z, _| {
+                t.entries += z.m.ld64(layout::H_COUNT);
+                t.used_bytes += z.m.ld64(layout::H_USED);
+                t.evicted += z.m.ld64(layout::H_EVICTED);
+                t.replayed += z.m.ld64(layout::H_REPLAYED);
+            });
+        }
+        t
     }
 
-    /// Walk and validate every structure of the zone (see [`ShmDict`]); under the
+    /// Walk and validate every structure of every zone (see [`ShmDict`]); under each shard's
     /// lock, so it waits for operations in flight and completes a dead one's first. Takes time
     /// proportional to the zone.
     ///
@@ -808,50 +848,29 @@ impl ShmDict {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn check(&self) -> Result<CheckReport, DictError> {
-        self.with(|z, _| check::check(z.m, &z.g, z.seed))
-            .map_err(DictError::Corrupt)
+        let mut total = CheckReport::default();
+        for (i, s) in self.shards.iter().enumerate() {
+            let r = s
+                .with(|z, _| check::check(z.m, &z.g, z.seed))
+                .map_err(|e| DictError::Corrupt(format!("shard {i}: {e}")))?;
+            total.add(&r);
+        }
+        Ok(total)
     }
 
     /// Release the lock if process `pid` died holding it (for a supervisor that reaped it with
     /// `waitpid`; see [`ShmMutex::force_unlock`]). The next operation completes what it was
     /// doing.
     pub fn force_unlock(&self, pid: impl TryInto<u32>) -> bool {
-        self.lock.force_unlock(pid)
+        let Ok(pid) = pid.try_into() else {
+            return false;
+        };
+        let mut held = false;
+        for s in self.shards.iter() {
+            held |= s.lock.force_unlock(pid);
+        }
+        held
     }
-}
-
-/// A seed for the index's hash, from the kernel's random source (the clock if that fails).
-fn random_seed() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: an 8-byte buffer for the kernel to fill.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
-    if n == 8 {
-        u64::from_le_bytes(b)
-    } else {
-        crate::shm::sys::mono_ns() ^ u64::from(crate::shm::sys::current_pid()) << 32
-    }
-}
-
-/// Write a new zone's header and structures, publishing it with the magic, last.
-fn init_zone(m: &Mem, g: &Geometry, seed: u64) {
-    use layout::*;
-    m.a64(H_MAGIC).store(0, Ordering::Release);
-    // Header, redo record, descriptors and buckets start at zero; the pages may hold anything.
-    let mut off = 8;
-    while off < g.pages_off {
-        m.st64(off, 0);
-        off += 8;
-    }
-    m.st32(H_VERSION, VERSION);
-    m.st32(H_PAGE, PAGE as u32);
-    m.st64(H_LEN, g.len as u64);
-    m.st32(H_NPAGES, g.npages);
-    m.st32(H_NBUCKETS, g.nbuckets);
-    m.st64(H_BUCKETS, g.buckets_off as u64);
-    m.st64(H_PAGES, g.pages_off as u64);
-    m.st64(H_SEED, seed);
-    alloc::init(m, g);
-    m.a64(H_MAGIC).store(MAGIC, Ordering::Release);
 }
 
 #[cfg(test)]

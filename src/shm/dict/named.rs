@@ -1,11 +1,11 @@
 //! Named dictionaries, for unrelated processes: a named [`Mapping`] (`shm_open`, published by
 //! its own header once the dictionary is made) holding the dictionary at offset 0.
 
-use super::ShmDict;
-use crate::shm::{Config, Mapping, MappingLayout, OpenOptions, ShmError};
+use super::{DictConfig, ShmDict};
+use crate::shm::{Mapping, MappingLayout, OpenOptions, ShmError};
 
 /// The mapping's contents: the dictionary, from offset 0.
-fn plan(capacity: usize, cfg: Config) -> Result<MappingLayout, ShmError> {
+fn plan(capacity: usize, cfg: DictConfig) -> Result<MappingLayout, ShmError> {
     let mut plan = MappingLayout::new();
     plan.reserve(ShmDict::required_size(capacity, cfg)?, 4096);
     Ok(plan)
@@ -23,16 +23,16 @@ impl ShmDict {
     /// is made.
     ///
     /// ```
-    /// use gomutex::shm::{self, Config, ShmDict};
+    /// use gomutex::shm::{self, DictConfig, ShmDict};
     /// let name = format!("/gomutex-doc-dict-{}", std::process::id());
-    /// let a = ShmDict::create(&name, 1 << 20, Config::new())?;
+    /// let a = ShmDict::create(&name, 1 << 20, DictConfig::new())?;
     /// let b = ShmDict::open(&name)?; // another process would do this
     /// shm::unlink(&name)?;
     /// a.set("k", "v", None, 0).unwrap();
     /// assert!(b.get("k").is_some());
     /// # Ok::<(), shm::ShmError>(())
     /// ```
-    pub fn create(name: &str, capacity: usize, cfg: Config) -> Result<Self, ShmError> {
+    pub fn create(name: &str, capacity: usize, cfg: DictConfig) -> Result<Self, ShmError> {
         Self::create_with(name, capacity, cfg, OpenOptions::new())
     }
 
@@ -40,7 +40,7 @@ impl ShmDict {
     pub fn create_with(
         name: &str,
         capacity: usize,
-        cfg: Config,
+        cfg: DictConfig,
         opts: OpenOptions,
     ) -> Result<Self, ShmError> {
         let plan = plan(capacity, cfg).map_err(|e| about(name, e))?;
@@ -73,7 +73,7 @@ impl ShmDict {
     pub fn open_or_create(
         name: &str,
         capacity: usize,
-        cfg: Config,
+        cfg: DictConfig,
     ) -> Result<(Self, bool), ShmError> {
         let plan = plan(capacity, cfg).map_err(|e| about(name, e))?;
         let mut made = None;

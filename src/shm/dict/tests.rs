@@ -1,4 +1,5 @@
 use super::*;
+use crate::shm::{Mapping, MappingLayout, ShmMutex};
 use std::collections::HashMap;
 
 fn dict(cap: usize) -> ShmDict {
@@ -251,14 +252,14 @@ fn churn_against_a_model_does_not_fragment() {
     assert_eq!((r.entries, r.slab_pages, r.large_blocks), (0, 0, 0));
     assert_eq!(
         d.free_space(),
-        d.g.npages as usize * PAGE,
+        d.shards[0].g.npages as usize * PAGE,
         "all pages merged back"
     );
 }
 
 #[test]
 fn attach_validates_and_writes_nothing() {
-    let cfg = Config::default();
+    let cfg = DictConfig::new();
     let need = ShmDict::required_size(1 << 16, cfg).unwrap();
     let map = Mapping::anonymous(need).unwrap();
     assert!(matches!(
@@ -319,19 +320,20 @@ fn a_committed_record_is_replayed_by_the_next_holder() {
     let d = dict(1 << 16);
     d.set("k", 1i64, None, 0).unwrap();
     // Plan an incr by hand and commit it without applying: write the record as `commit` does.
+    let s = &d.shards[0];
     let e = {
-        let _g = d.locked();
-        let tx = redo::Tx::new(&d.mem);
-        let h = index::hash(d.seed, b"k") as u32;
-        index::find(&tx, &d.g, b"k", h).unwrap().0
+        let _g = s.locked();
+        let tx = redo::Tx::new(&s.mem);
+        let h = index::hash(s.seed, b"k") as u32;
+        index::find(&tx, &s.g, b"k", h).unwrap().0
     };
-    d.mem
+    s.mem
         .st64(layout::LOG_ENTRIES, ((e + layout::E_VALUE) as u64) << 1 | 1);
-    d.mem.st64(layout::LOG_ENTRIES + 8, 2);
-    d.mem.st64(layout::LOG, 1);
+    s.mem.st64(layout::LOG_ENTRIES + 8, 2);
+    s.mem.st64(layout::LOG, 1);
     assert!(matches!(d.check(), Err(DictError::Corrupt(_))));
     // The lock reports no death here, so replay by hand as the owner-died path does.
-    assert!(redo::replay(&d.mem));
+    assert!(redo::replay(&s.mem));
     assert_eq!(d.get("k").unwrap().value, OwnedValue::Int(2));
     ok(&d);
 }
@@ -339,11 +341,11 @@ fn a_committed_record_is_replayed_by_the_next_holder() {
 #[test]
 fn named_create_open_and_refusals() {
     let name = format!("/gomutex-unit-dict-{}", std::process::id());
-    let (a, created) = ShmDict::open_or_create(&name, 1 << 16, Config::default()).unwrap();
+    let (a, created) = ShmDict::open_or_create(&name, 1 << 16, DictConfig::new()).unwrap();
     assert!(created);
-    let (b, created) = ShmDict::open_or_create(&name, 1 << 16, Config::default()).unwrap();
+    let (b, created) = ShmDict::open_or_create(&name, 1 << 16, DictConfig::new()).unwrap();
     assert!(!created);
-    let e = ShmDict::create(&name, 1 << 16, Config::default()).unwrap_err();
+    let e = ShmDict::create(&name, 1 << 16, DictConfig::new()).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
     assert_eq!(e.object_name(), Some(name.as_str()));
     a.set("k", "v", None, 0).unwrap();
@@ -371,7 +373,7 @@ fn named_create_open_and_refusals() {
     drop(other);
     crate::shm::unlink(&name).unwrap();
     assert!(matches!(
-        ShmDict::create(&name, 10, Config::default())
+        ShmDict::create(&name, 10, DictConfig::new())
             .unwrap_err()
             .cause(),
         ShmError::InvalidConfig(_)
@@ -381,4 +383,42 @@ fn named_create_open_and_refusals() {
         Some(libc::ENOENT),
         "a refused create leaves no object"
     );
+}
+
+#[test]
+fn shards_split_the_keys_and_attach_validates_them() {
+    let cfg = DictConfig::new().shards(4);
+    let cap = 1 << 20;
+    let need = ShmDict::required_size(cap, cfg).unwrap();
+    let map = Mapping::anonymous(need).unwrap();
+    let a = ShmDict::init_in(&map, 0, cap, cfg).unwrap();
+    let b = ShmDict::attach_in(&map, 0).unwrap();
+    assert_eq!((a.shards(), b.shards()), (4, 4));
+    assert_eq!(a.capacity(), cap);
+    for i in 0..2000 {
+        a.set(format!("k{i}"), i as i64, None, 0).unwrap();
+    }
+    for i in 0..2000 {
+        assert_eq!(b.get(format!("k{i}")).unwrap().value, OwnedValue::Int(i));
+    }
+    // Every shard got a share.
+    for s in a.shards.iter() {
+        let n = s.with(|z, _| z.m.ld64(layout::H_COUNT));
+        assert!((300..700).contains(&n), "{n}");
+    }
+    assert_eq!(ok(&b).entries, 2000);
+    assert_eq!(a.keys(0).len(), 2000);
+    assert_eq!(a.keys(1500).len(), 1500);
+    b.flush_all();
+    assert_eq!(a.flush_expired(100), 100);
+    assert_eq!(a.flush_expired(0), 1900);
+    ok(&a);
+    assert!(matches!(
+        ShmDict::anonymous_with(1 << 16, DictConfig::new().shards(0)),
+        Err(ShmError::InvalidConfig(_))
+    ));
+    assert!(matches!(
+        ShmDict::anonymous_with(1 << 16, DictConfig::new().shards(8)),
+        Err(ShmError::InvalidConfig(_))
+    ));
 }

@@ -1,0 +1,174 @@
+//! One shard of a dictionary: a lock region and the zone it guards, placed one after the other
+//! in a [`Mapping`] (the zone on the next 4096-byte boundary). A dictionary is 1 or more
+//! shards of equal size, back to back; a key lives in the shard its hash picks.
+
+use super::layout::{self, Geometry, Mem, PAGE};
+use super::ops::Zone;
+use super::{alloc, redo, ttl};
+use crate::shm::{Config, Mapping, ShmError, ShmMutex, ShmMutexGuard};
+use core::sync::atomic::{AtomicU64, Ordering};
+
+pub(crate) struct Shard {
+    pub lock: ShmMutex<u64>,
+    pub mem: Mem,
+    pub g: Geometry,
+    pub seed: u64,
+}
+
+/// Bytes of a shard's lock region, rounded up to a page (where its zone starts).
+pub(crate) fn lock_pad(cfg: Config) -> Result<usize, ShmError> {
+    Ok(ShmMutex::<u64>::required_size(cfg)?.next_multiple_of(PAGE))
+}
+
+impl Shard {
+    /// A new shard at `off` (checked by the caller: page-aligned, in the mapping) with a zone
+    /// of `g.len` bytes, shard `index` of `shards`.
+    pub(crate) fn init_in(
+        map: &Mapping,
+        off: usize,
+        g: Geometry,
+        cfg: Config,
+        (index, shards): (u32, u32),
+    ) -> Result<Self, ShmError> {
+        let lock = ShmMutex::init_in(map, off, 0u64, cfg)?;
+        let mem = claim(map, off + lock_pad(cfg)?, g.len)?;
+        let seed = random_seed();
+        init_zone(&mem, &g, seed, index, shards);
+        Ok(Self { lock, mem, g, seed })
+    }
+
+    /// Attach to the shard at `off`, validating the lock's header and the zone's; its
+    /// `(index, shards)` as recorded.
+    pub(crate) fn attach_in(map: &Mapping, off: usize) -> Result<(Self, u32, u32), ShmError> {
+        let lock = ShmMutex::<u64>::attach_in(map, off)?;
+        let zone_off = off + lock.as_ptr_len().1.next_multiple_of(PAGE);
+        if zone_off + layout::META > map.len() {
+            return Err(ShmError::TooSmall {
+                needed: zone_off + layout::META,
+                actual: map.len(),
+            });
+        }
+        // The header's identity fields, read as atomics before the zone is claimed (its
+        // length is among them).
+        // SAFETY: `zone_off + META <= map.len()`: in the mapping, page-aligned; only atomic
+        // loads of the header are made through it.
+        let head = unsafe { Mem::new(map.as_ptr().add(zone_off), layout::META) };
+        let magic = head.a64(layout::H_MAGIC).load(Ordering::Acquire);
+        if magic == 0 {
+            return Err(ShmError::Uninitialised);
+        }
+        if magic != layout::MAGIC {
+            return Err(ShmError::BadMagic { found: magic });
+        }
+        let version = head.ld32(layout::H_VERSION);
+        if version != layout::VERSION {
+            return Err(ShmError::VersionMismatch {
+                found: version,
+                expected: layout::VERSION,
+            });
+        }
+        let len = usize::try_from(head.ld64(layout::H_LEN))
+            .map_err(|_| ShmError::Corrupt("dictionary length"))?;
+        let g = Geometry::new(len).ok_or(ShmError::Corrupt("dictionary length"))?;
+        if head.ld32(layout::H_PAGE) as usize != PAGE
+            || head.ld32(layout::H_NPAGES) != g.npages
+            || head.ld32(layout::H_NBUCKETS) != g.nbuckets
+            || head.ld64(layout::H_BUCKETS) != g.buckets_off as u64
+            || head.ld64(layout::H_PAGES) != g.pages_off as u64
+        {
+            return Err(ShmError::Corrupt("dictionary geometry"));
+        }
+        let (index, shards) = (head.ld32(layout::H_SHARD), head.ld32(layout::H_SHARDS));
+        if shards == 0 || index >= shards {
+            return Err(ShmError::Corrupt("dictionary shards"));
+        }
+        if zone_off + len > map.len() {
+            return Err(ShmError::TooSmall {
+                needed: zone_off + len,
+                actual: map.len(),
+            });
+        }
+        let seed = head.ld64(layout::H_SEED);
+        let mem = claim(map, zone_off, len)?;
+        Ok((Self { lock, mem, g, seed }, index, shards))
+    }
+
+    /// Bytes from this shard's start to the next one's.
+    pub(crate) fn stride(&self) -> usize {
+        self.lock.as_ptr_len().1.next_multiple_of(PAGE) + self.g.len
+    }
+
+    /// Hold the lock; if a holder died (or panicked) inside an operation, finish its committed
+    /// update first.
+    pub(crate) fn locked(&self) -> ShmMutexGuard<'_, u64> {
+        match self.lock.lock() {
+            Ok(g) => g,
+            Err(e) => {
+                let g = e.into_guard();
+                if redo::replay(&self.mem) {
+                    let n = self.mem.ld64(layout::H_REPLAYED);
+                    self.mem.st64(layout::H_REPLAYED, n + 1);
+                }
+                g.mark_consistent();
+                g
+            }
+        }
+    }
+
+    /// Run `f` on the zone under the lock, with the time now (ms).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&Zone<'_>, u64) -> R) -> R {
+        let _g = self.locked();
+        let zone = Zone {
+            m: &self.mem,
+            g: self.g,
+            seed: self.seed,
+        };
+        f(&zone, ttl::now_ms())
+    }
+}
+
+/// The zone's bytes, claimed in `map` (so no lock of this process is placed over them).
+fn claim(map: &Mapping, off: usize, len: usize) -> Result<Mem, ShmError> {
+    let words = map.shared_slice::<AtomicU64>(off, len / 8)?;
+    // SAFETY: `words` is in the mapping, which the dictionary keeps alive, 8-aligned, and
+    // claimed for this zone alone; the bytes are only reached under the lock (or, for the
+    // immutable header, after the magic), through atomics or, for entry bytes, plain copies
+    // that the lock keeps from racing.
+    Ok(unsafe { Mem::new(words.as_ptr() as *mut u8, len / 8 * 8) })
+}
+
+/// A seed for the index's hash, from the kernel's random source (the clock if that fails).
+pub(crate) fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: an 8-byte buffer for the kernel to fill.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 {
+        u64::from_le_bytes(b)
+    } else {
+        crate::shm::sys::mono_ns() ^ u64::from(crate::shm::sys::current_pid()) << 32
+    }
+}
+
+/// Write a new zone's header and structures, publishing it with the magic, last.
+fn init_zone(m: &Mem, g: &Geometry, seed: u64, index: u32, shards: u32) {
+    use layout::*;
+    m.a64(H_MAGIC).store(0, Ordering::Release);
+    // Header, redo record, descriptors and buckets start at zero; the pages may hold anything.
+    let mut off = 8;
+    while off < g.pages_off {
+        m.st64(off, 0);
+        off += 8;
+    }
+    m.st32(H_VERSION, VERSION);
+    m.st32(H_PAGE, PAGE as u32);
+    m.st64(H_LEN, g.len as u64);
+    m.st32(H_NPAGES, g.npages);
+    m.st32(H_NBUCKETS, g.nbuckets);
+    m.st64(H_BUCKETS, g.buckets_off as u64);
+    m.st64(H_PAGES, g.pages_off as u64);
+    m.st64(H_SEED, seed);
+    m.st32(H_SHARD, index);
+    m.st32(H_SHARDS, shards);
+    alloc::init(m, g);
+    m.a64(H_MAGIC).store(MAGIC, Ordering::Release);
+}
