@@ -24,35 +24,37 @@ use core::sync::atomic::{fence, Ordering};
 /// A transaction being planned: writes kept aside until [`commit`](Tx::commit).
 pub(crate) struct Tx<'m> {
     pub(crate) m: &'m Mem,
-    n: usize,
-    /// `(offset << 1 | is_u64, value)`.
-    w: [(u64, u64); LOG_CAP],
+    /// `(offset << 1 | is_u64, value)`. A `Vec`, so that a transaction is cheap to make and
+    /// move (a read-only one, most lookups, allocates nothing).
+    w: Vec<(u64, u64)>,
 }
 
 impl<'m> Tx<'m> {
     pub(crate) fn new(m: &'m Mem) -> Self {
-        Self {
-            m,
-            n: 0,
-            w: [(0, 0); LOG_CAP],
-        }
+        Self { m, w: Vec::new() }
+    }
+
+    /// The writes planned so far.
+    #[inline]
+    fn planned(&self) -> &[(u64, u64)] {
+        &self.w
     }
 
     /// Writes planned so far.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.n
+        self.w.len()
     }
 
     #[inline]
     fn find(&self, key: u64) -> Option<usize> {
-        self.w[..self.n].iter().rposition(|&(k, _)| k == key)
+        self.planned().iter().rposition(|&(k, _)| k == key)
     }
 
     #[inline]
     pub(crate) fn r32(&self, off: usize) -> u32 {
         match self.find((off as u64) << 1) {
-            Some(i) => self.w[i].1 as u32,
+            Some(i) => self.planned()[i].1 as u32,
             None => self.m.ld32(off),
         }
     }
@@ -60,7 +62,7 @@ impl<'m> Tx<'m> {
     #[inline]
     pub(crate) fn r64(&self, off: usize) -> u64 {
         match self.find((off as u64) << 1 | 1) {
-            Some(i) => self.w[i].1,
+            Some(i) => self.planned()[i].1,
             None => self.m.ld64(off),
         }
     }
@@ -73,11 +75,13 @@ impl<'m> Tx<'m> {
                 // Bounded by construction (see `alloc`: the largest plan, an insert that
                 // splits and a free that merges every order, is well under LOG_CAP).
                 assert!(
-                    self.n < LOG_CAP,
+                    self.w.len() < LOG_CAP,
                     "gomutex::shm::ShmDict: transaction too large"
                 );
-                self.w[self.n] = (key, v);
-                self.n += 1;
+                if self.w.is_empty() {
+                    self.w.reserve(32);
+                }
+                self.w.push((key, v));
             }
         }
     }
@@ -98,22 +102,22 @@ impl<'m> Tx<'m> {
 
     /// Make the planned writes happen, all or none, whatever instant the process dies at.
     pub(crate) fn commit(self) {
-        if self.n == 0 {
+        if self.w.is_empty() {
             return;
         }
         let m = self.m;
-        for (i, &(k, v)) in self.w[..self.n].iter().enumerate() {
+        for (i, &(k, v)) in self.planned().iter().enumerate() {
             m.st64(LOG_ENTRIES + 16 * i, k);
             m.st64(LOG_ENTRIES + 16 * i + 8, v);
         }
         crash::point(crash::LOGGED);
         // The commit point. Release: the pairs and the new entry's bytes (plain copies) are
         // in memory before the count that makes them count.
-        m.a64(LOG).store(self.n as u64, Ordering::Release);
+        m.a64(LOG).store(self.w.len() as u64, Ordering::Release);
         // No applied write may be seen before the commit.
         fence(Ordering::SeqCst);
         crash::point(crash::COMMITTED);
-        apply(m, &self.w[..self.n]);
+        apply(m, self.planned());
         // Every applied write lands before the record is cleared.
         fence(Ordering::SeqCst);
         crash::point(crash::APPLIED);
