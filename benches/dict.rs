@@ -1,0 +1,418 @@
+//! `ShmDict` against Redis, the store a user would otherwise pick for state shared between
+//! worker processes: operations per second of P processes (1, 2, 8), each with its own
+//! connection to `redis-server` over a unix socket (no pipelining), or its own handle on the
+//! dictionary; and memory per entry.
+//!
+//! Workloads: `get90` (90 % `get`, 10 % `set` of random keys among 10 000, 32-byte values)
+//! and `incr` (`incr` of random counters among 1 000). Contenders: Redis, `ShmDict` with one
+//! lock (nginx's and lua_shared_dict's layout), `ShmDict` with 16 shards. Each round runs
+//! every contender once, in turn; ratios are taken per round, then their median.
+//!
+//! `cargo bench --bench dict` (inside benches/). Environment: `DICT_ROUNDS` (default 5),
+//! `DICT_MS` (each run's length, default 300), `DICT_REDIS` (the server binary, default
+//! `redis-server`; skipped if it does not start). Without `--bench` (`cargo test --benches`)
+//! every case runs once, briefly, and the counts are checked.
+//!
+//! The Redis client is the few lines of RESP this needs (`GET`, `SET`, `INCR`, `INFO`), not the
+//! `redis` crate: nothing to add to the bench's dependencies for three commands.
+
+mod common;
+
+use gomutex::shm::{DictConfig, ShmDict};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+const KEYS: u64 = 10_000;
+const COUNTERS: u64 = 1_000;
+const VALUE: [u8; 32] = [b'v'; 32];
+
+// ------------------------------------------------------------------ a minimal RESP client
+
+struct Redis {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+    line: Vec<u8>,
+}
+
+impl Redis {
+    fn connect(path: &str) -> std::io::Result<Self> {
+        let w = UnixStream::connect(path)?;
+        let r = BufReader::new(w.try_clone()?);
+        Ok(Self {
+            w,
+            r,
+            line: Vec::new(),
+        })
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        let mut b = Vec::with_capacity(64);
+        write!(b, "*{}\r\n", args.len()).unwrap();
+        for a in args {
+            write!(b, "${}\r\n", a.len()).unwrap();
+            b.extend_from_slice(a);
+            b.extend_from_slice(b"\r\n");
+        }
+        self.w.write_all(&b).unwrap();
+    }
+
+    /// One reply; bulk strings' bytes (discarded except their length), integers' value.
+    fn reply(&mut self) -> i64 {
+        self.line.clear();
+        self.r.read_until(b'\n', &mut self.line).unwrap();
+        let body = std::str::from_utf8(&self.line[1..self.line.len() - 2]).unwrap();
+        match self.line[0] {
+            b'+' => 0,
+            b':' => body.parse().unwrap(),
+            b'$' => {
+                let n: i64 = body.parse().unwrap();
+                if n >= 0 {
+                    let mut skip = vec![0u8; n as usize + 2];
+                    std::io::Read::read_exact(&mut self.r, &mut skip).unwrap();
+                }
+                n
+            }
+            _ => panic!("redis: {}", String::from_utf8_lossy(&self.line)),
+        }
+    }
+
+    fn cmd(&mut self, args: &[&[u8]]) -> i64 {
+        self.send(args);
+        self.reply()
+    }
+
+    /// `used_memory` from `INFO memory`.
+    fn used_memory(&mut self) -> u64 {
+        self.send(&[b"INFO", b"memory"]);
+        self.line.clear();
+        self.r.read_until(b'\n', &mut self.line).unwrap();
+        let n: usize = std::str::from_utf8(&self.line[1..self.line.len() - 2])
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut body = vec![0u8; n + 2];
+        std::io::Read::read_exact(&mut self.r, &mut body).unwrap();
+        let text = String::from_utf8_lossy(&body);
+        text.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+struct Server {
+    child: Child,
+    sock: String,
+}
+
+impl Server {
+    fn start() -> Option<Self> {
+        let bin = std::env::var("DICT_REDIS").unwrap_or_else(|_| "redis-server".into());
+        let sock = format!("/tmp/gomutex-bench-redis-{}.sock", std::process::id());
+        let child = Command::new(bin)
+            .args(["--port", "0", "--unixsocket", &sock, "--save", ""])
+            .args(["--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut s = Self { child, sock };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if Redis::connect(&s.sock).is_ok() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = s.child.kill();
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+// ------------------------------------------------------------------ the contenders
+
+#[derive(Clone, Copy, PartialEq)]
+enum Work {
+    Get90,
+    Incr,
+}
+
+/// One process's handle on a store.
+trait Store {
+    fn get(&mut self, k: &[u8]) -> bool;
+    fn set(&mut self, k: &[u8], v: &[u8]);
+    fn incr(&mut self, k: &[u8]) -> i64;
+}
+
+impl Store for &ShmDict {
+    fn get(&mut self, k: &[u8]) -> bool {
+        // The value is read in place (as a server would copy it out to a client).
+        self.get_with(k, |_, flags| flags).is_some()
+    }
+    fn set(&mut self, k: &[u8], v: &[u8]) {
+        assert_eq!(ShmDict::set(self, k, v, None, 0), Ok(0));
+    }
+    fn incr(&mut self, k: &[u8]) -> i64 {
+        ShmDict::incr(self, k, 1, Some(0), None).unwrap().value
+    }
+}
+
+impl Store for Redis {
+    fn get(&mut self, k: &[u8]) -> bool {
+        self.cmd(&[b"GET", k]) >= 0
+    }
+    fn set(&mut self, k: &[u8], v: &[u8]) {
+        self.cmd(&[b"SET", k, v]);
+    }
+    fn incr(&mut self, k: &[u8]) -> i64 {
+        self.cmd(&[b"INCR", k])
+    }
+}
+
+fn key(buf: &mut Vec<u8>, prefix: &str, i: u64) {
+    buf.clear();
+    write!(buf, "{prefix}:{i}").unwrap();
+}
+
+/// Run `work` on `store` until `stop` is set; operations done (incr: their sum, to check).
+fn run(store: &mut impl Store, work: Work, seed: u64, stop: &AtomicU64) -> (u64, u64) {
+    let mut x = seed | 1;
+    let (mut ops, mut incrs) = (0u64, 0u64);
+    let mut k = Vec::with_capacity(32);
+    while stop.load(SeqCst) == 0 {
+        for _ in 0..64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match work {
+                Work::Get90 => {
+                    key(&mut k, "key", x % KEYS);
+                    if (x >> 32).is_multiple_of(10) {
+                        store.set(&k, &VALUE);
+                    } else {
+                        assert!(store.get(&k), "preloaded key missing");
+                    }
+                }
+                Work::Incr => {
+                    key(&mut k, "ctr", x % COUNTERS);
+                    store.incr(&k);
+                    incrs += 1;
+                }
+            }
+            ops += 1;
+        }
+    }
+    (ops, incrs)
+}
+
+/// Shared between the parent and its forked workers: start and stop flags, per-worker counts.
+struct Board {
+    map: gomutex::shm::Mapping,
+}
+
+impl Board {
+    fn new() -> Self {
+        Self {
+            map: gomutex::shm::Mapping::anonymous(4096).unwrap(),
+        }
+    }
+    fn at(&self, i: usize) -> &AtomicU64 {
+        &self.map.shared_slice::<AtomicU64>(0, 512).unwrap()[i]
+    }
+}
+
+/// Operations per second of `procs` forked processes running `work` on the store `open`
+/// gives each for `ms`.
+fn measure<S: Store>(procs: usize, ms: u64, work: Work, open: impl Fn() -> S) -> (f64, u64) {
+    let board = Board::new();
+    let mut pids = Vec::new();
+    for p in 0..procs {
+        // SAFETY: the bench is single-threaded when it forks; the child leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let mut s = open();
+            board.at(2).fetch_add(1, SeqCst);
+            while board.at(0).load(SeqCst) == 0 {
+                std::hint::spin_loop();
+            }
+            let (ops, incrs) = run(&mut s, work, 0x9e37_79b9 * (p as u64 + 1), board.at(1));
+            board.at(8 + 2 * p).store(ops, SeqCst);
+            board.at(9 + 2 * p).store(incrs, SeqCst);
+            // SAFETY: leaving the child.
+            unsafe { libc::_exit(0) };
+        }
+        pids.push(pid);
+    }
+    while board.at(2).load(SeqCst) < procs as u64 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let t = Instant::now();
+    board.at(0).store(1, SeqCst);
+    std::thread::sleep(Duration::from_millis(ms));
+    board.at(1).store(1, SeqCst);
+    for pid in pids {
+        let mut st = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "worker failed"
+        );
+    }
+    let wall = t.elapsed().as_secs_f64();
+    let ops: u64 = (0..procs).map(|p| board.at(8 + 2 * p).load(SeqCst)).sum();
+    let incrs: u64 = (0..procs).map(|p| board.at(9 + 2 * p).load(SeqCst)).sum();
+    (ops as f64 / wall, incrs)
+}
+
+fn preload(store: &mut impl Store) {
+    let mut k = Vec::new();
+    for i in 0..KEYS {
+        key(&mut k, "key", i);
+        store.set(&k, &VALUE);
+    }
+}
+
+/// Sum of every counter.
+fn counters(store: &mut impl Store) -> i64 {
+    let mut k = Vec::new();
+    (0..COUNTERS)
+        .map(|i| {
+            key(&mut k, "ctr", i);
+            store.incr(&k) - 1
+        })
+        .sum()
+}
+
+/// Bytes per entry of 10-byte keys and 32-byte values: the dictionary's zone over the entries
+/// that fit it, and Redis's `used_memory` growth over the entries added.
+fn memory(server: Option<&Server>) {
+    let cap = 16 << 20;
+    let d = ShmDict::anonymous(cap).unwrap();
+    let mut n = 0u64;
+    let mut k = Vec::new();
+    loop {
+        key(&mut k, "mem", 1_000_000 + n);
+        if d.safe_add(&k, &VALUE, None, 0).is_err() {
+            break;
+        }
+        n += 1;
+    }
+    let payload = k.len() + VALUE.len();
+    println!(
+        "memory: ShmDict {:.1} bytes/entry ({n} entries of {payload} bytes fill {} MiB; \
+         chunks {:.1} bytes/entry)",
+        cap as f64 / n as f64,
+        cap >> 20,
+        d.stats().used_bytes as f64 / n as f64
+    );
+    if let Some(s) = server {
+        let mut r = Redis::connect(&s.sock).unwrap();
+        r.cmd(&[b"FLUSHALL"]);
+        let before = r.used_memory();
+        for i in 0..n {
+            key(&mut k, "mem", 1_000_000 + i);
+            r.cmd(&[b"SET", &k, &VALUE]);
+        }
+        let after = r.used_memory();
+        println!(
+            "memory: Redis   {:.1} bytes/entry (used_memory growth over {n} entries)",
+            (after - before) as f64 / n as f64
+        );
+        r.cmd(&[b"FLUSHALL"]);
+    }
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let rounds = if bench {
+        common::env_or("DICT_ROUNDS", 5)
+    } else {
+        1
+    };
+    let ms = if bench {
+        common::env_or("DICT_MS", 300)
+    } else {
+        20
+    };
+    let server = Server::start();
+    if server.is_none() {
+        println!("dict: redis-server did not start: Redis rows skipped");
+    }
+    let single = ShmDict::anonymous(64 << 20).unwrap();
+    let sharded = ShmDict::anonymous_with(64 << 20, DictConfig::new().shards(16)).unwrap();
+    preload(&mut &single);
+    preload(&mut &sharded);
+    if let Some(s) = &server {
+        preload(&mut Redis::connect(&s.sock).unwrap());
+    }
+    // incr operations done per contender, to check against the counters at the end.
+    let mut incr_done = [0u64; 3];
+    println!(
+        "{:<6} {:>5} {:>14} {:>14} {:>14} {:>10} {:>10}",
+        "work", "procs", "redis op/s", "1 lock op/s", "16 shards op/s", "1lock/redis", "16sh/1lock"
+    );
+    for work in [Work::Get90, Work::Incr] {
+        for procs in [1usize, 2, 8] {
+            let mut res: [Vec<f64>; 3] = Default::default();
+            for _ in 0..rounds {
+                for (c, r) in res.iter_mut().enumerate() {
+                    let (ops, incrs) = match c {
+                        0 => match &server {
+                            Some(s) => {
+                                measure(procs, ms, work, || Redis::connect(&s.sock).unwrap())
+                            }
+                            None => continue,
+                        },
+                        1 => measure(procs, ms, work, || &single),
+                        _ => measure(procs, ms, work, || &sharded),
+                    };
+                    incr_done[c] += incrs;
+                    r.push(ops);
+                }
+            }
+            let med: Vec<f64> = res.iter().map(|r| common::median(r)).collect();
+            let vs_redis = if res[0].is_empty() {
+                f64::NAN
+            } else {
+                common::paired_ratio(&res[1], &res[0])
+            };
+            println!(
+                "{:<6} {:>5} {:>14.0} {:>14.0} {:>14.0} {:>10.1} {:>10.2}",
+                if work == Work::Get90 { "get90" } else { "incr" },
+                procs,
+                med[0],
+                med[1],
+                med[2],
+                vs_redis,
+                common::paired_ratio(&res[2], &res[1])
+            );
+        }
+    }
+    // Every incr counted, none lost: the counters against the workers' counts.
+    assert_eq!(counters(&mut &single) as u64, incr_done[1]);
+    assert_eq!(counters(&mut &sharded) as u64, incr_done[2]);
+    if let Some(s) = &server {
+        assert_eq!(
+            counters(&mut Redis::connect(&s.sock).unwrap()) as u64,
+            incr_done[0]
+        );
+    }
+    single.check().unwrap();
+    sharded.check().unwrap();
+    memory(server.as_ref());
+}
