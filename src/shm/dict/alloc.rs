@@ -17,8 +17,10 @@
 //! new entry into a chunk that is still free changes no structure: a transaction ([`Tx`])
 //! allocates, the entry is written, and the commit publishes both at once.
 //!
-//! Bounds of one transaction: an allocation splits at most ORDERS − 1 times (4 writes each)
-//! and a free merges at most as often (6 writes each), well under the redo record's 256.
+//! Bounds of one transaction: an allocation splits at most ORDERS − 1 = 23 times and a free
+//! merges at most as often, each step writing at most 6 words (a descriptor's kind and order,
+//! and a list push or removal); with the entry's links and the counts, a store plans at most
+//! about 310 writes, under the redo record's 512.
 
 use super::layout::*;
 use super::redo::Tx;

@@ -5,7 +5,7 @@
 //! offset 0        header: identity and geometry (written once, before the magic), then the
 //!                 mutable fields (sequence numbers, counts, LRU ends, free-list heads)
 //! LOG (1024)      the redo record: committed length, then LOG_CAP (offset, value) pairs
-//! META (8192)     page descriptors: npages × 32 bytes
+//! META (12288)    page descriptors: npages × 32 bytes
 //! buckets_off     index buckets: nbuckets × u32 (an entry reference, 0 = empty)
 //! pages_off       npages × 4096-byte pages (4096-aligned): slab pages of one size class,
 //!                 or runs of 2^k pages holding one large entry, or free buddy blocks
@@ -25,7 +25,7 @@ pub(crate) const VERSION: u32 = 1;
 /// Bytes of a page (the unit of the buddy allocator and of a slab).
 pub(crate) const PAGE: usize = 4096;
 /// Bytes before the page descriptors: header and redo record.
-pub(crate) const META: usize = 8192;
+pub(crate) const META: usize = 12288;
 /// Bytes of a page descriptor.
 pub(crate) const DESC: usize = 32;
 /// Buddy orders: blocks of 2^0 ..= 2^(ORDERS-1) pages.
@@ -77,7 +77,7 @@ const _: () = assert!(H_PARTIAL + 4 * super::alloc::CLASSES.len() <= LOG);
 pub(crate) const LOG: usize = 1024;
 pub(crate) const LOG_ENTRIES: usize = LOG + 64;
 /// Pairs a redo record holds (enough for the largest transaction: see `redo`).
-pub(crate) const LOG_CAP: usize = 256;
+pub(crate) const LOG_CAP: usize = 512;
 const _: () = assert!(LOG_ENTRIES + 16 * LOG_CAP <= META);
 
 // A page descriptor, at `META + DESC * page`.

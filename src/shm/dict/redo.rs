@@ -72,8 +72,8 @@ impl<'m> Tx<'m> {
         match self.find(key) {
             Some(i) => self.w[i].1 = v,
             None => {
-                // Bounded by construction (see `alloc`: the largest plan, an insert that
-                // splits and a free that merges every order, is well under LOG_CAP).
+                // Bounded by construction (see `alloc`: the largest plan, a store that splits
+                // and frees an entry that merges every order, is well under LOG_CAP).
                 assert!(
                     self.w.len() < LOG_CAP,
                     "gomutex::shm::ShmDict: transaction too large"

@@ -422,3 +422,19 @@ fn shards_split_the_keys_and_attach_validates_them() {
         Err(ShmError::InvalidConfig(_))
     ));
 }
+
+/// In a zone of 2^16 pages the first allocation splits 16 buddy orders, and replacing its
+/// entry by a large one splits again and merges every order back: the largest plans, which
+/// must fit the redo record.
+#[test]
+fn the_largest_plans_fit_the_redo_record() {
+    let d = dict(256 << 20);
+    let all = d.free_space();
+    d.set("a", "x", None, 0).unwrap();
+    d.set("a", &vec![1u8; 5000][..], None, 0).unwrap();
+    d.set("a", "y", None, 0).unwrap();
+    ok(&d);
+    assert!(d.delete("a"));
+    assert_eq!(d.free_space(), all, "merged back into one block per order");
+    ok(&d);
+}
