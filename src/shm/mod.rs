@@ -164,6 +164,7 @@ mod dict;
 mod error;
 mod journal;
 mod layout;
+mod limit_req;
 mod map;
 mod mapping;
 mod participants;
@@ -183,6 +184,7 @@ pub use dict::{
 };
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
+pub use limit_req::{Decision, RateLimiter};
 pub use map::{Mapping, MappingLayout};
 pub use mapping::{unlink, OpenOptions};
 pub use types::{ShmBool, ShmShared};

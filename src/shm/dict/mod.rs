@@ -614,6 +614,54 @@ impl ShmDict {
         })
     }
 
+    /// Read-modify-write `key` under one hold of the lock: `f` gets the live value (`None` if
+    /// there is none) and returns a result and the new value (`None`: leave the entry as it
+    /// is), stored as [`set`](Self::set) stores it (expiring after `ttl`, evicting if needed).
+    /// So no other process updates the key between the read and the write, and a process
+    /// killed in it leaves the old value or the new. Returns `f`'s result and the live entries
+    /// evicted; on an error `f`'s result is dropped and nothing is written. `f` holds the lock:
+    /// keep it short, and do not use the dictionary inside it.
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmDict, Value};
+    /// let d = ShmDict::anonymous(64 << 10)?;
+    /// let bump = |v: Option<Value<'_>>| {
+    ///     let n = match v {
+    ///         Some(Value::Bytes(b)) => u64::from_le_bytes(b.try_into().unwrap()),
+    ///         _ => 0,
+    ///     };
+    ///     (n, Some((n + 1).to_le_bytes()))
+    /// };
+    /// assert_eq!(d.update("k", None, bump), Ok((0, 0)));
+    /// assert_eq!(d.update("k", None, bump), Ok((1, 0)));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn update<R, const N: usize>(
+        &self,
+        key: impl AsRef<[u8]>,
+        ttl: Option<Duration>,
+        f: impl FnOnce(Option<Value<'_>>) -> (R, Option<[u8; N]>),
+    ) -> Result<(R, u32), DictError> {
+        let key = key.as_ref();
+        self.check_size(key, &Value::Bytes(&[0u8; N]))?;
+        self.shard(key).with(|z, now| {
+            let (r, new) = {
+                let old = z.get(key, false, now).map(|(e, _)| z.value_of(e).0);
+                f(old)
+            };
+            let Some(new) = new else {
+                return Ok((r, 0));
+            };
+            let w = Write {
+                expires: ttl::expiry(ttl, now),
+                flags: 0,
+                mode: Mode::Any,
+                safe: false,
+            };
+            z.store(key, Value::Bytes(&new), w, now).map(|ev| (r, ev))
+        })
+    }
+
     /// Store `value` under `key`, with a time to live (`None`: never expires; millisecond
     /// resolution) and user `flags`. If it does not fit, frees expired entries and then evicts
     /// the least recently used ones; returns how many live entries it evicted

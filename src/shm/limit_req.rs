@@ -1,0 +1,376 @@
+//! [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key), kept in a [`ShmDict`] that
+//! worker processes share, so that the rate holds across them.
+
+use super::{DictError, ShmDict, ShmError, Value};
+use std::time::Duration;
+
+/// What [`RateLimiter::check`] decides for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Serve it now.
+    Allowed,
+    /// Refuse it (nginx answers `limit_req_status`, 503 by default).
+    Rejected,
+    /// Serve it after this delay (it is within the burst, past the no-delay part). It is
+    /// already counted: do not check it again.
+    Delay(Duration),
+}
+
+/// nginx's `limit_req` over a [`ShmDict`]: per key, the time of the last accepted request and
+/// the excess in thousandths of a request (`ngx_http_limit_req_lookup` in nginx's
+/// `src/http/modules/ngx_http_limit_req_module.c`):
+///
+/// * the first request of a key is allowed, with an excess of 0;
+/// * a later one computes `excess = excess - rate * ms / 1000 + 1000` (rate in thousandths of
+///   a request per second, `ms` since the last accepted request), floored at 0;
+/// * it is rejected if `excess > burst * 1000` (the bucket is not changed), else stored;
+/// * an accepted one past the `delay` threshold waits `(excess - delay) * 1000 / rate` ms.
+///   As in nginx, the threshold is 0 by default (every request in excess is delayed);
+///   [`nodelay`](Self::nodelay) sets it to the burst, [`delay`](Self::delay) to a number.
+///
+/// Each key's state is one 16-byte entry, read and written under one hold of the dictionary's
+/// lock ([`ShmDict::update`]), so workers never lose each other's updates and a worker
+/// killed in the middle leaves the bucket as it was or as updated. An entry expires when the
+/// bucket has been idle for 60 s and would have drained (nginx's `ngx_http_limit_req_expire`
+/// frees such nodes); a full zone evicts the least recently used keys instead of failing.
+/// As nginx does, a key too long for the zone is not limited (allowed) and a zone that cannot
+/// make room rejects.
+///
+/// ```
+/// use gomutex::shm::{Decision, RateLimiter, ShmDict};
+/// let lim = RateLimiter::new(ShmDict::anonymous(64 << 10)?, 10, 1)?.nodelay();
+/// let t = 1_000; // ms, from any clock all the processes share
+/// assert_eq!(lim.check_at("10.0.0.1", t), Decision::Allowed);
+/// assert_eq!(lim.check_at("10.0.0.1", t), Decision::Allowed); // the burst of 1
+/// assert_eq!(lim.check_at("10.0.0.1", t), Decision::Rejected);
+/// assert_eq!(lim.check_at("10.0.0.1", t + 100), Decision::Allowed); // 10 r/s: 100 ms each
+/// assert_eq!(lim.check_at("10.0.0.2", t), Decision::Allowed); // another key
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+#[derive(Debug)]
+pub struct RateLimiter {
+    dict: ShmDict,
+    /// Thousandths of a request per second (nginx's `ctx->rate`).
+    rate: u64,
+    /// Thousandths of a request (nginx's `limit->burst`).
+    burst: u64,
+    /// Thousandths of a request (nginx's `limit->delay`).
+    delay: u64,
+    ttl: Duration,
+}
+
+/// Idle time after which nginx frees a drained node.
+const IDLE_MS: u64 = 60_000;
+
+impl RateLimiter {
+    /// A limiter of `rate_per_s` requests per second per key and a burst of `burst` requests,
+    /// keeping its buckets in `dict` (nginx's `rate=Nr/s` and `burst=N`, delaying the excess).
+    /// [`ShmError::InvalidConfig`] if the rate is 0.
+    pub fn new(dict: ShmDict, rate_per_s: u32, burst: u32) -> Result<Self, ShmError> {
+        Self::with_milli_rate(dict, u64::from(rate_per_s) * 1000, burst)
+    }
+
+    /// [`new`](Self::new) with the rate in thousandths of a request per second (nginx's
+    /// `rate=30r/m` is 500).
+    pub fn with_milli_rate(dict: ShmDict, rate: u64, burst: u32) -> Result<Self, ShmError> {
+        if rate == 0 || rate > u64::from(u32::MAX) * 1000 {
+            return Err(ShmError::InvalidConfig(
+                "a rate limit is 1 to 2^32 - 1 requests per second (in thousandths: 1 to 2^32 * 1000 - 1000)",
+            ));
+        }
+        let burst = u64::from(burst) * 1000;
+        // Time for a full bucket to drain, plus a second, at least nginx's idle minute.
+        let drain = burst.saturating_mul(1000) / rate + 1000;
+        Ok(Self {
+            dict,
+            rate,
+            burst,
+            delay: 0,
+            ttl: Duration::from_millis(drain.max(IDLE_MS)),
+        })
+    }
+
+    /// This limiter serving every request within the burst at once (nginx's `nodelay`).
+    #[must_use]
+    pub fn nodelay(self) -> Self {
+        let delay = self.burst;
+        Self { delay, ..self }
+    }
+
+    /// This limiter serving the first `n` requests of the excess at once and delaying the
+    /// rest (nginx's `delay=N`; at most the burst).
+    #[must_use]
+    pub fn delay(self, n: u32) -> Self {
+        let delay = (u64::from(n) * 1000).min(self.burst);
+        Self { delay, ..self }
+    }
+
+    /// The dictionary holding the buckets.
+    pub fn dict(&self) -> &ShmDict {
+        &self.dict
+    }
+
+    /// Count a request of `key` now (milliseconds on `CLOCK_MONOTONIC`, one clock for all the
+    /// processes of the machine).
+    pub fn check(&self, key: impl AsRef<[u8]>) -> Decision {
+        self.check_at(key, super::sys::mono_ns() / 1_000_000)
+    }
+
+    /// [`check`](Self::check) at time `now_ms` of a clock the caller keeps (the same for
+    /// every process using the dictionary; it may step back by up to a minute, as nginx
+    /// tolerates).
+    pub fn check_at(&self, key: impl AsRef<[u8]>, now_ms: u64) -> Decision {
+        let key = key.as_ref();
+        let r = self.dict.update(key, Some(self.ttl), |old| {
+            let Some(old) = old.and_then(Bucket::decode) else {
+                // The first request of the key (or of one whose bucket expired).
+                let b = Bucket {
+                    last: now_ms,
+                    excess: 0,
+                };
+                return (Some(0), Some(b.encode()));
+            };
+            let mut ms = now_ms.wrapping_sub(old.last) as i64;
+            if ms < -60_000 {
+                ms = 1;
+            } else if ms < 0 {
+                ms = 0;
+            }
+            let decay = (self.rate as i128 * ms as i128 / 1000).min(i64::MAX as i128) as i64;
+            let excess = old.excess.saturating_sub(decay).saturating_add(1000).max(0);
+            if excess as u64 > self.burst {
+                return (None, None);
+            }
+            let b = Bucket {
+                last: if ms != 0 { now_ms } else { old.last },
+                excess,
+            };
+            (Some(excess as u64), Some(b.encode()))
+        });
+        match r {
+            Ok((Some(excess), _)) if excess <= self.delay => Decision::Allowed,
+            Ok((Some(excess), _)) => Decision::Delay(Duration::from_millis(
+                (excess - self.delay) * 1000 / self.rate,
+            )),
+            Ok((None, _)) => Decision::Rejected,
+            Err(DictError::KeyTooLong { .. } | DictError::ValueTooLarge { .. }) => {
+                Decision::Allowed
+            }
+            Err(_) => Decision::Rejected,
+        }
+    }
+}
+
+/// One key's state, as stored: `last` then `excess`, little-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bucket {
+    last: u64,
+    excess: i64,
+}
+
+impl Bucket {
+    fn encode(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.last.to_le_bytes());
+        b[8..].copy_from_slice(&self.excess.to_le_bytes());
+        b
+    }
+
+    /// A stored bucket; `None` (a fresh bucket) for an entry of another shape.
+    fn decode(v: Value<'_>) -> Option<Self> {
+        let Value::Bytes(b) = v else { return None };
+        let b: &[u8; 16] = b.try_into().ok()?;
+        let (last, excess) = b.split_at(8);
+        Some(Self {
+            last: u64::from_le_bytes(last.try_into().ok()?),
+            excess: i64::from_le_bytes(excess.try_into().ok()?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Decision::*;
+
+    fn lim(rate: u32, burst: u32) -> RateLimiter {
+        RateLimiter::new(ShmDict::anonymous(64 << 10).unwrap(), rate, burst).unwrap()
+    }
+
+    fn bucket(l: &RateLimiter, key: &str) -> Bucket {
+        l.dict
+            .get_with(key, |v, _| Bucket::decode(v))
+            .flatten()
+            .expect("no bucket")
+    }
+
+    #[test]
+    fn first_request_of_a_key_is_allowed_with_no_excess() {
+        let l = lim(10, 0);
+        assert_eq!(l.check_at("a", 5_000), Allowed);
+        assert_eq!(
+            bucket(&l, "a"),
+            Bucket {
+                last: 5_000,
+                excess: 0
+            }
+        );
+        // Another key has its own bucket.
+        assert_eq!(l.check_at("b", 5_000), Allowed);
+    }
+
+    #[test]
+    fn rate_without_burst_admits_one_request_per_interval() {
+        let l = lim(10, 0);
+        assert_eq!(l.check_at("a", 0), Allowed);
+        // 0 - 10000 * 50 / 1000 + 1000 = 500 > 0.
+        assert_eq!(l.check_at("a", 50), Rejected);
+        // A rejection leaves the bucket alone: 100 ms since the last accepted one.
+        assert_eq!(bucket(&l, "a"), Bucket { last: 0, excess: 0 });
+        assert_eq!(l.check_at("a", 99), Rejected);
+        assert_eq!(l.check_at("a", 100), Allowed);
+        let accepted = (101..=10_100)
+            .filter(|t| l.check_at("a", *t) == Allowed)
+            .count();
+        assert_eq!(accepted, 100, "10 s at 10 r/s");
+    }
+
+    #[test]
+    fn burst_is_delayed_by_default_and_then_rejected() {
+        let l = lim(10, 5);
+        assert_eq!(l.check_at("a", 0), Allowed);
+        for n in 1..=5u64 {
+            // excess n * 1000, delayed n * 1000 * 1000 / 10000 ms.
+            assert_eq!(l.check_at("a", 0), Delay(Duration::from_millis(n * 100)));
+        }
+        assert_eq!(l.check_at("a", 0), Rejected);
+        assert_eq!(bucket(&l, "a").excess, 5_000);
+    }
+
+    #[test]
+    fn nodelay_and_delay_thresholds() {
+        let l = lim(10, 5).nodelay();
+        for _ in 0..6 {
+            assert_eq!(l.check_at("a", 0), Allowed);
+        }
+        assert_eq!(l.check_at("a", 0), Rejected);
+        let l = lim(10, 5).delay(2);
+        let got: Vec<_> = (0..7).map(|_| l.check_at("a", 0)).collect();
+        let ms = |n| Delay(Duration::from_millis(n));
+        assert_eq!(
+            got,
+            [
+                Allowed,
+                Allowed,
+                Allowed,
+                ms(100),
+                ms(200),
+                ms(300),
+                Rejected
+            ]
+        );
+    }
+
+    #[test]
+    fn excess_decays_at_the_rate() {
+        let l = lim(10, 5).nodelay();
+        for _ in 0..6 {
+            l.check_at("a", 1_000);
+        }
+        assert_eq!(bucket(&l, "a").excess, 5_000);
+        // 5000 - 10000 * 250 / 1000 + 1000.
+        assert_eq!(l.check_at("a", 1_250), Allowed);
+        assert_eq!(
+            bucket(&l, "a"),
+            Bucket {
+                last: 1_250,
+                excess: 3_500
+            }
+        );
+        // Long idle: floored at 0.
+        assert_eq!(l.check_at("a", 9_000), Allowed);
+        assert_eq!(
+            bucket(&l, "a"),
+            Bucket {
+                last: 9_000,
+                excess: 0
+            }
+        );
+    }
+
+    #[test]
+    fn fractional_rate_truncates_as_nginx() {
+        // 30r/m: 500 thousandths per second, one request per 2 s.
+        let l =
+            RateLimiter::with_milli_rate(ShmDict::anonymous(64 << 10).unwrap(), 500, 0).unwrap();
+        assert_eq!(l.check_at("a", 0), Allowed);
+        // 0 - 500 * 1999 / 1000 + 1000 = 1.
+        assert_eq!(l.check_at("a", 1_999), Rejected);
+        assert_eq!(l.check_at("a", 2_000), Allowed);
+    }
+
+    #[test]
+    fn clock_steps_back_as_nginx_tolerates() {
+        let l = lim(10, 5).nodelay();
+        assert_eq!(l.check_at("a", 100_000), Allowed);
+        // Up to a minute back: ms = 0, so `last` stays.
+        assert_eq!(l.check_at("a", 99_000), Allowed);
+        assert_eq!(
+            bucket(&l, "a"),
+            Bucket {
+                last: 100_000,
+                excess: 1_000
+            }
+        );
+        // More than a minute back: ms = 1, `last` moves.
+        assert_eq!(l.check_at("a", 30_000), Allowed);
+        assert_eq!(
+            bucket(&l, "a"),
+            Bucket {
+                last: 30_000,
+                excess: 1_990
+            }
+        );
+    }
+
+    #[test]
+    fn idle_buckets_expire_after_a_minute_or_their_drain() {
+        let l = lim(10, 0);
+        l.check_at("a", 0);
+        let ttl = l.dict.ttl("a").unwrap().unwrap();
+        assert!(
+            ttl > Duration::from_secs(59) && ttl <= Duration::from_secs(60),
+            "{ttl:?}"
+        );
+        // A burst of 1000 at 1 r/s drains in 1000 s.
+        let l = lim(1, 1000);
+        l.check_at("a", 0);
+        let ttl = l.dict.ttl("a").unwrap().unwrap();
+        assert!(ttl > Duration::from_secs(1000), "{ttl:?}");
+    }
+
+    #[test]
+    fn a_full_zone_evicts_the_least_recently_used_keys() {
+        let l = lim(1, 0);
+        let n = 20_000; // far more than 64 KiB holds
+        for i in 0..n {
+            assert_eq!(l.check_at(format!("key{i}"), 0), Allowed, "key {i}");
+        }
+        let s = l.dict.stats();
+        assert!(s.entries < n as u64 && s.evicted > 0, "{s:?}");
+        // The most recent key is still limited; the oldest was evicted (a fresh bucket).
+        assert_eq!(l.check_at(format!("key{}", n - 1), 0), Rejected);
+        assert_eq!(l.check_at("key0", 0), Allowed);
+        l.dict.check().unwrap();
+    }
+
+    #[test]
+    fn bad_rates_are_refused() {
+        let d = || ShmDict::anonymous(64 << 10).unwrap();
+        assert!(matches!(
+            RateLimiter::new(d(), 0, 1),
+            Err(ShmError::InvalidConfig(_))
+        ));
+        assert!(RateLimiter::with_milli_rate(d(), 1, 0).is_ok());
+    }
+}
