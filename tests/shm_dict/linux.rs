@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 #[path = "../common/mod.rs"]
-mod common;
+pub(crate) mod common;
 use common::anon::AnonShared;
 use common::procs::{self, fork, kill9, reap};
 
@@ -600,6 +600,14 @@ pub fn main() {
         ("counters_of_forked_workers", counters_of_forked_workers),
         ("crash_points_every_operation", crash_points_every_operation),
         ("kill_torture", kill_torture),
+        (
+            "limit_req_rate_across_two_workers",
+            crate::limit_req::rate_across_two_workers,
+        ),
+        (
+            "limit_req_worker_killed_while_updating_its_bucket",
+            crate::limit_req::worker_killed_while_updating_its_bucket,
+        ),
     ];
     procs::run_cases("shm_dict", &args, tests);
 }

@@ -8,6 +8,8 @@
 //! Linux only: the tests are in `linux.rs`; elsewhere this binary runs nothing.
 
 #[cfg(target_os = "linux")]
+mod limit_req;
+#[cfg(target_os = "linux")]
 mod linux;
 
 fn main() {
