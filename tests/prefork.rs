@@ -488,6 +488,11 @@ fn bad_flags_are_usage_errors() {
         &["--spread-margin", "-1"],
         &["--spread-retry", "soon"],
         &["--no-spread=1"],
+        &["--limit-req", "0"],
+        &["--limit-req", "fast"],
+        &["--limit-req", "10", "--limit-key", "host"],
+        &["--limit-req", "10", "--limit-zone", "100"],
+        &["--limit-burst", "5"],
     ] {
         let out = run_example(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -498,6 +503,87 @@ fn bad_flags_are_usage_errors() {
     let out = run_example(&["--help"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("--accept MODE"));
+}
+
+/// `--limit-req` on one key at a high request rate: the first request and the burst pass,
+/// then at most the rate does (counted on the clock around the whole run), over both workers
+/// (two connections, so both may serve); the rest are 503s, and the stats count both.
+#[test]
+fn limit_req_answers_503_over_the_rate_on_one_key() {
+    const RATE: u64 = 20;
+    const BURST: u64 = 2;
+    const PER_CONN: usize = 150;
+    let srv = Server::start_with(
+        "mutex",
+        &[
+            "--limit-req",
+            "20",
+            "--limit-burst",
+            "2",
+            "--limit-key",
+            "uri",
+        ],
+        &[],
+    );
+    let addr = srv.addr;
+    let t = Instant::now();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            thread::spawn(move || {
+                let s = connect(addr);
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                let (mut ok, mut limited) = (0u64, 0u64);
+                for _ in 0..PER_CONN {
+                    // The query is not part of the key.
+                    w.write_all(b"GET /k?n=1 HTTP/1.1\r\nHost: test\r\n\r\n")
+                        .unwrap();
+                    match read_response(&mut r).expect("response") {
+                        (200, body, false) if body == "ok" => ok += 1,
+                        (503, body, false) if body.is_empty() => limited += 1,
+                        other => panic!("unexpected response {other:?}"),
+                    }
+                }
+                (ok, limited)
+            })
+        })
+        .collect();
+    let (mut ok, mut limited) = (0, 0);
+    for c in clients {
+        let (o, l) = c.join().expect("client");
+        ok += o;
+        limited += l;
+    }
+    let elapsed_ms = t.elapsed().as_millis() as u64;
+    // Another key has its own bucket.
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    w.write_all(b"GET /other HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut r).expect("response").0, 200);
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let sent = 2 * PER_CONN as u64;
+    assert_eq!(ok + limited, sent);
+    let most = 1 + BURST + RATE * elapsed_ms / 1000;
+    assert!(
+        (1 + BURST..=most).contains(&ok),
+        "{ok} passed in {elapsed_ms} ms (at most {most})"
+    );
+    // (Implied by the bound unless the run was slower than the rate itself.)
+    if elapsed_ms < (sent - 1 - BURST) * 1000 / RATE {
+        assert!(limited > 0, "no 503 in {elapsed_ms} ms");
+    }
+    assert_eq!(json_num(&out.json, "totals", "limit_passed"), ok + 1);
+    assert_eq!(json_num(&out.json, "totals", "limit_rejected"), limited);
+    assert_eq!(json_num(&out.json, "totals", "requests"), sent + 1);
+    let rows: u64 = workers(&out.json)
+        .iter()
+        .map(|r| row_num(r, "limit_rejected"))
+        .sum();
+    assert_eq!(rows, limited);
+    assert!(out.stdout.contains("limit_503"), "{}", out.stdout);
 }
 
 #[test]

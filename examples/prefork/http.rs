@@ -21,6 +21,8 @@ pub struct Request {
     pub keep_alive: bool,
     /// `HEAD`: answer without a body.
     pub head: bool,
+    /// The request target's bytes in the buffer (`start..end`, the path and query).
+    pub target: (usize, usize),
 }
 
 /// Why a request could not be parsed.
@@ -91,16 +93,38 @@ pub fn parse(buf: &[u8]) -> Result<Option<Request>, Bad> {
     if buf.len() < len {
         return Ok(None);
     }
+    let start = method.len() + 1;
     Ok(Some(Request {
         len,
         keep_alive,
         head: method == "HEAD",
+        target: (start, start + target.len()),
     }))
 }
 
 /// Index of the `\r\n\r\n` that ends the head.
 fn find_head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// Append a `503 Service Temporarily Unavailable` (nginx's `limit_req_status` default, with
+/// its reason phrase), keeping the connection as the request asked.
+pub fn respond_limited(out: &mut Vec<u8>, req: &Request) {
+    let conn = if req.keep_alive {
+        "keep-alive"
+    } else {
+        "close"
+    };
+    let _ = write!(
+        out,
+        "HTTP/1.1 503 Service Temporarily Unavailable\r\nServer: gomutex-prefork\r\nContent-Length: 0\r\nConnection: {conn}\r\n\r\n"
+    );
+}
+
+/// Whether to serve a request: given the connection's stream and the request's target,
+/// `true` to answer 200, `false` for 503.
+pub trait Admit {
+    fn admit(&mut self, stream: &TcpStream, target: &[u8]) -> bool;
 }
 
 /// Append the response to `out`.
@@ -176,7 +200,7 @@ impl Conn {
 
     /// Handle readiness: read what is there, answer every complete request, write. Adds the
     /// number of requests answered to `served`.
-    pub fn on_ready(&mut self, served: &mut u64) -> Next {
+    pub fn on_ready(&mut self, served: &mut u64, admit: &mut impl Admit) -> Next {
         self.last = Instant::now();
         if self.wpos < self.wbuf.len() {
             match self.flush() {
@@ -212,7 +236,12 @@ impl Conn {
         while !self.closing {
             match parse(&self.rbuf[used..]) {
                 Ok(Some(req)) => {
-                    respond(&mut self.wbuf, &req);
+                    let (a, b) = req.target;
+                    if admit.admit(&self.stream, &self.rbuf[used + a..used + b]) {
+                        respond(&mut self.wbuf, &req);
+                    } else {
+                        respond_limited(&mut self.wbuf, &req);
+                    }
                     *served += 1;
                     used += req.len;
                     if !req.keep_alive {
@@ -269,7 +298,8 @@ mod tests {
             Ok(Some(Request {
                 len: r.len(),
                 keep_alive: true,
-                head: false
+                head: false,
+                target: (4, 5),
             }))
         );
         let r = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";

@@ -32,9 +32,17 @@
 //! mean or the least loaded worker (or more than `--spread-rate-slack` percent above the least
 //! recent accepts) skips the lock, and a holder accepts at most `--spread-batch` per turn; a
 //! worker without the lock polls at most `--spread-retry` (2 ms) instead of `--accept-delay`.
+//!
+//! `--limit-req RATE` is nginx's `limit_req ... nodelay` on a [`gomutex::shm::RateLimiter`]:
+//! per key (`--limit-key addr|uri`) RATE requests per second and a burst of `--limit-burst`
+//! (0), the buckets in a [`gomutex::shm::ShmDict`] of `--limit-zone` bytes that the master
+//! creates before forking, so the rate holds across the workers; a request over it gets `503`.
+//! (Within the burst requests are served at once: the example has no timers to delay them.)
 
 #[cfg(target_os = "linux")]
 mod http;
+#[cfg(target_os = "linux")]
+mod limit;
 #[cfg(target_os = "linux")]
 mod lock;
 #[cfg(target_os = "linux")]
@@ -47,7 +55,9 @@ mod worker;
 #[cfg(target_os = "linux")]
 use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, Spread, DEFAULT_DELAY};
 #[cfg(target_os = "linux")]
-use gomutex::shm::{Mapping, MappingLayout};
+use gomutex::shm::{DictConfig, Mapping, MappingLayout, RateLimiter, ShmDict};
+#[cfg(target_os = "linux")]
+use limit::KeyBy;
 #[cfg(target_os = "linux")]
 use lock::SharedLock;
 #[cfg(target_os = "linux")]
@@ -75,6 +85,7 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                [--accept-delay MS] [--worker-connections N] [--multi-accept]
                [--no-spread] [--spread-margin N] [--spread-batch N] [--spread-retry MS]
                [--spread-rate-slack PCT|off]
+               [--limit-req RATE] [--limit-burst N] [--limit-key addr|uri] [--limit-zone BYTES]
 
   --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
   --workers N               worker processes (default: number of CPUs)
@@ -97,6 +108,13 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --spread-retry MS         spread rule: poll cap of a worker without the lock (default 2)
   --spread-rate-slack PCT   spread rule: percent by which a worker's recent accepts may exceed
                             the least's before it skips the lock (default 20; off: ignore them)
+  --limit-req RATE          nginx's limit_req nodelay: RATE requests per second per key, across
+                            all workers; over it the answer is 503
+  --limit-burst N           requests a key may send above the rate at once (default 0)
+  --limit-key addr|uri      what a request is limited by: the client address (default) or
+                            the request's path
+  --limit-zone BYTES        the limiter's shared dictionary (default 1048576; a full one
+                            evicts the least recently used keys)
 
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
@@ -152,6 +170,11 @@ struct Args {
     multi_accept: bool,
     /// The load-aware spread rule (lock modes); `None`: `--no-spread`.
     spread: Option<Spread>,
+    /// `--limit-req` (requests per second per key), if given.
+    limit_req: Option<u32>,
+    limit_burst: u32,
+    limit_key: KeyBy,
+    limit_zone: usize,
 }
 
 #[cfg(target_os = "linux")]
@@ -166,6 +189,10 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         connections: 1024,
         multi_accept: false,
         spread: Some(Spread::DEFAULT),
+        limit_req: None,
+        limit_burst: 0,
+        limit_key: KeyBy::Addr,
+        limit_zone: 1 << 20,
     };
     let (mut margin, mut batch, mut retry, mut slack) = (
         Spread::DEFAULT.margin,
@@ -191,6 +218,10 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 | "--spread-batch"
                 | "--spread-retry"
                 | "--spread-rate-slack"
+                | "--limit-req"
+                | "--limit-burst"
+                | "--limit-key"
+                | "--limit-zone"
         );
         let value = if has_value {
             match inline.or_else(|| it.next()) {
@@ -278,8 +309,43 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                     })?),
                 }
             }
+            "--limit-req" => {
+                a.limit_req = match value.parse() {
+                    Ok(n) if n >= 1 => Some(n),
+                    _ => {
+                        return Err(format!(
+                            "--limit-req: expected requests per second >= 1, got {value:?}"
+                        ))
+                    }
+                }
+            }
+            "--limit-burst" => {
+                a.limit_burst = value
+                    .parse()
+                    .map_err(|_| format!("--limit-burst: expected a number, got {value:?}"))?
+            }
+            "--limit-key" => {
+                a.limit_key = KeyBy::parse(&value)
+                    .ok_or_else(|| format!("--limit-key: expected addr|uri, got {value:?}"))?
+            }
+            "--limit-zone" => {
+                a.limit_zone = match value.parse() {
+                    Ok(n) if n >= ShmDict::MIN_CAPACITY => n,
+                    _ => {
+                        return Err(format!(
+                            "--limit-zone: expected bytes >= {}, got {value:?}",
+                            ShmDict::MIN_CAPACITY
+                        ))
+                    }
+                }
+            }
             _ => return Err(format!("unknown argument {arg:?}")),
         }
+    }
+    if a.limit_req.is_none()
+        && (a.limit_burst != 0 || a.limit_key != KeyBy::Addr || a.limit_zone != 1 << 20)
+    {
+        return Err("--limit-burst, --limit-key and --limit-zone need --limit-req".into());
     }
     if a.spread.is_some() {
         a.spread = Some(
@@ -324,6 +390,7 @@ struct Master<'a> {
     args: &'a Args,
     listeners: &'a [TcpListener],
     lock: Option<&'a SharedLock>,
+    limiter: Option<&'a RateLimiter>,
     region: &'a Region<'a>,
     /// Read end of the shutdown pipe (workers watch it).
     pipe_rd: &'a OwnedFd,
@@ -397,6 +464,11 @@ impl Master<'_> {
             connections: self.args.connections,
             multi_accept: self.args.multi_accept,
             hold_ms: self.hold_ms,
+            limit: self.limiter.map(|limiter| limit::Limit {
+                limiter,
+                key: self.args.limit_key,
+                slot: self.region.slot(i),
+            }),
         };
         match w.run() {
             Ok(()) => 0,
@@ -520,6 +592,21 @@ fn run(args: Args) -> Result<(), String> {
         None => None,
     };
     let region = Region::new(&map, stats_at).map_err(|e| format!("cannot place the stats: {e}"))?;
+    let limiter = match args.limit_req {
+        Some(rate) => {
+            let limit_error = |e| format!("cannot create the --limit-req zone: {e}");
+            // Every worker a participant of the zone's lock, respawned ones too.
+            let lock = gomutex::shm::Config::new().participants((args.workers as u32 * 2).max(64));
+            let dict = ShmDict::anonymous_with(args.limit_zone, DictConfig::new().lock(lock))
+                .map_err(limit_error)?;
+            Some(
+                RateLimiter::new(dict, rate, args.limit_burst)
+                    .map_err(limit_error)?
+                    .nodelay(),
+            )
+        }
+        None => None,
+    };
     let signals = sys::master_signals();
     sys::block_signals(&signals, true).map_err(|e| format!("sigprocmask: {e}"))?;
     let (rd, wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
@@ -534,6 +621,7 @@ fn run(args: Args) -> Result<(), String> {
         args: &args,
         listeners: &listeners,
         lock: lock.as_ref(),
+        limiter: limiter.as_ref(),
         region: &region,
         pipe_rd: &rd,
         pipe_wr: Some(wr),
@@ -606,6 +694,8 @@ impl<'a> Report<'a> {
             total.owner_died += w.owner_died;
             total.live += w.live;
             total.spread_skips += w.spread_skips;
+            total.limit_passed += w.limit_passed;
+            total.limit_rejected += w.limit_rejected;
             per_slot[w.slot] += w.accepted;
         }
         let (min, max) = (
@@ -646,8 +736,17 @@ impl<'a> Report<'a> {
         );
         let _ = writeln!(
             s,
-            "{:>8} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12} {:>10}",
-            "pid", "slot", "status", "accepted", "requests", "wasted", "acquisitions", "owner_died"
+            "{:>8} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12} {:>10} {:>10} {:>10}",
+            "pid",
+            "slot",
+            "status",
+            "accepted",
+            "requests",
+            "wasted",
+            "acquisitions",
+            "owner_died",
+            "limit_ok",
+            "limit_503"
         );
         for w in self.workers.iter().chain(std::iter::once(&self.total)) {
             let (pid, slot) = if std::ptr::eq(w, &self.total) {
@@ -657,8 +756,17 @@ impl<'a> Report<'a> {
             };
             let _ = writeln!(
                 s,
-                "{:>8} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12} {:>10}",
-                pid, slot, w.status, w.accepted, w.requests, w.wasted, w.acquisitions, w.owner_died
+                "{:>8} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12} {:>10} {:>10} {:>10}",
+                pid,
+                slot,
+                w.status,
+                w.accepted,
+                w.requests,
+                w.wasted,
+                w.acquisitions,
+                w.owner_died,
+                w.limit_passed,
+                w.limit_rejected
             );
         }
         let _ = writeln!(
@@ -676,7 +784,8 @@ impl<'a> Report<'a> {
         let counters = |w: &WorkerStats| {
             format!(
                 "\"accepted\": {}, \"requests\": {}, \"wasted_wakeups\": {}, \"accept_wakeups\": {}, \
-                 \"lock_acquisitions\": {}, \"owner_died\": {}, \"live\": {}, \"spread_skips\": {}",
+                 \"lock_acquisitions\": {}, \"owner_died\": {}, \"live\": {}, \"spread_skips\": {}, \
+                 \"limit_passed\": {}, \"limit_rejected\": {}",
                 w.accepted,
                 w.requests,
                 w.wasted,
@@ -684,7 +793,9 @@ impl<'a> Report<'a> {
                 w.acquisitions,
                 w.owner_died,
                 w.live,
-                w.spread_skips
+                w.spread_skips,
+                w.limit_passed,
+                w.limit_rejected
             )
         };
         let mut s = String::new();

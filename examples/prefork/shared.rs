@@ -44,6 +44,10 @@ pub struct Slot {
     /// yet). A worker whose heartbeat is older than [`STALE_AFTER_MS`] is left out of the
     /// others' spread rule, so a stopped or hung worker cannot hold them back.
     pub heartbeat_ms: AtomicU64,
+    /// Requests `--limit-req` let through.
+    pub limit_passed: AtomicU64,
+    /// Requests `--limit-req` answered with 503.
+    pub limit_rejected: AtomicU64,
 }
 
 /// How long a worker may go without starting an event-loop iteration before the others'
@@ -91,6 +95,8 @@ pub struct WorkerStats {
     pub owner_died: u64,
     pub live: u64,
     pub spread_skips: u64,
+    pub limit_passed: u64,
+    pub limit_rejected: u64,
 }
 
 impl Slot {
@@ -109,6 +115,8 @@ impl Slot {
             &self.spread_skips,
             &self.recent,
             &self.heartbeat_ms,
+            &self.limit_passed,
+            &self.limit_rejected,
         ] {
             c.store(0, Relaxed);
         }
@@ -129,6 +137,8 @@ impl Slot {
             owner_died: self.owner_died.load(Relaxed),
             live: self.live.load(Relaxed),
             spread_skips: self.spread_skips.load(Relaxed),
+            limit_passed: self.limit_passed.load(Relaxed),
+            limit_rejected: self.limit_rejected.load(Relaxed),
         }
     }
 

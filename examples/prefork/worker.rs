@@ -2,6 +2,7 @@
 //! the accept mode.
 
 use crate::http::{Conn, Next};
+use crate::limit::Limit;
 use crate::shared::{mono_ms, Header, Region, Slot, RATE_HALF_LIFE};
 use crate::sys::{self, Epoll};
 use crate::Mode;
@@ -42,6 +43,8 @@ pub struct Worker<'a, L: AcceptMutex> {
     pub multi_accept: bool,
     /// Test hook: hold the accept lock this long, once per server.
     pub hold_ms: Option<u64>,
+    /// `--limit-req`.
+    pub limit: Option<Limit<'a>>,
 }
 
 struct Entry {
@@ -94,6 +97,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
         let mut fresh: Vec<OwnedFd> = Vec::new();
         let mut next_sweep = Instant::now() + SWEEP_EVERY;
         let mut stop = false;
+        let mut limit = self.limit.take();
         let total = self.connections;
         // Recent accepts (exponentially decayed), published in `slot.recent`.
         let mut recent = 0f64;
@@ -214,7 +218,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 let fd = t as u32 as RawFd;
                 let g = (t >> 32) as u32;
                 let next = match conns.get_mut(fd as usize) {
-                    Some(Some(e)) if e.conn.gen == g => e.conn.on_ready(&mut served),
+                    Some(Some(e)) if e.conn.gen == g => e.conn.on_ready(&mut served, &mut limit),
                     _ => continue,
                 };
                 apply(&ep, &mut conns, &mut live, fd, next)?;
@@ -225,7 +229,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 let mut conn = Conn::new(TcpStream::from(fd), gen);
                 ep.add(raw, libc::EPOLLIN as u32, token(raw, gen))?;
                 // Optimistic read: the request has often arrived with the connection.
-                let next = conn.on_ready(&mut served);
+                let next = conn.on_ready(&mut served, &mut limit);
                 if conns.len() <= raw as usize {
                     conns.resize_with(raw as usize + 1, || None);
                 }

@@ -1,0 +1,65 @@
+//! `--limit-req`: nginx's `limit_req` in the workers, on a [`RateLimiter`] whose dictionary
+//! the master created before forking, so the rate per key holds across all the workers.
+
+use crate::http::Admit;
+use crate::shared::Slot;
+use gomutex::shm::{Decision, RateLimiter};
+use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// What a request is limited by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyBy {
+    /// The client address, as bytes (nginx's `$binary_remote_addr`).
+    Addr,
+    /// The request's path, without the query (nginx's `$uri`, not normalized).
+    Uri,
+}
+
+impl KeyBy {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "addr" => Some(KeyBy::Addr),
+            "uri" => Some(KeyBy::Uri),
+            _ => None,
+        }
+    }
+}
+
+/// One worker's limiter: checks each request and counts the decisions in its stats slot.
+pub struct Limit<'a> {
+    pub limiter: &'a RateLimiter,
+    pub key: KeyBy,
+    pub slot: &'a Slot,
+}
+
+impl Admit for Option<Limit<'_>> {
+    fn admit(&mut self, stream: &TcpStream, target: &[u8]) -> bool {
+        let Some(l) = self else { return true };
+        let mut addr = [0u8; 16];
+        let key: &[u8] = match l.key {
+            KeyBy::Addr => match stream.peer_addr().map(|a| a.ip()) {
+                Ok(IpAddr::V4(ip)) => {
+                    addr[..4].copy_from_slice(&ip.octets());
+                    &addr[..4]
+                }
+                Ok(IpAddr::V6(ip)) => {
+                    addr.copy_from_slice(&ip.octets());
+                    &addr
+                }
+                // nginx skips a limit whose key is empty.
+                Err(_) => return true,
+            },
+            KeyBy::Uri => target.split(|&b| b == b'?').next().unwrap_or(target),
+        };
+        // The limiter is `nodelay`: within the burst it never answers `Delay`.
+        let pass = !matches!(l.limiter.check(key), Decision::Rejected);
+        let c = if pass {
+            &l.slot.limit_passed
+        } else {
+            &l.slot.limit_rejected
+        };
+        c.fetch_add(1, Relaxed);
+        pass
+    }
+}
