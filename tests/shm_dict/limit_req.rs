@@ -133,3 +133,42 @@ pub fn worker_killed_while_updating_its_bucket() {
         }
     }
 }
+
+/// Two workers start together and each sends one request of every key of a list, in the
+/// same order, all at one instant of the test's clock (burst 0): exactly one request per key
+/// passes. A read and a write in separate lock holds lets both pass when the workers meet on
+/// a key (they contend for the same lock, so they run interleaved).
+pub fn one_request_per_key_passes_across_workers() {
+    const KEYS: u64 = 20_000;
+    let l = RateLimiter::new(ShmDict::anonymous(4 << 20).unwrap(), 1, 0)
+        .unwrap()
+        .nodelay();
+    // [go, ready, accepted]
+    let book = AnonShared::counters(4);
+    let pids: Vec<_> = (0..2)
+        .map(|_| {
+            let (l, book) = (&l, &book);
+            fork(move || {
+                book.at(1).fetch_add(1, SeqCst);
+                while book.at(0).load(SeqCst) == 0 {
+                    std::hint::spin_loop();
+                }
+                for k in 0..KEYS {
+                    if l.check_at(k.to_le_bytes(), 1_000) == Decision::Allowed {
+                        book.at(2).fetch_add(1, SeqCst);
+                    }
+                }
+                0
+            })
+        })
+        .collect();
+    while book.at(1).load(SeqCst) < 2 {
+        std::thread::yield_now();
+    }
+    book.at(0).store(1, SeqCst);
+    for pid in pids {
+        assert_eq!(procs::exit_code(reap(pid)), 0, "a worker failed");
+    }
+    assert_eq!(l.dict().stats().evicted, 0, "the zone must hold every key");
+    assert_eq!(book.at(2).load(SeqCst), KEYS, "requests passed");
+}

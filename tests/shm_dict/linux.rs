@@ -605,6 +605,10 @@ pub fn main() {
             crate::limit_req::rate_across_two_workers,
         ),
         (
+            "limit_req_one_request_per_key_passes_across_workers",
+            crate::limit_req::one_request_per_key_passes_across_workers,
+        ),
+        (
             "limit_req_worker_killed_while_updating_its_bucket",
             crate::limit_req::worker_killed_while_updating_its_bucket,
         ),
