@@ -35,12 +35,9 @@ CASES=${CASES:-"addr uri"}
 
 log() { echo "limit-compare: $*" >&2; }
 
-if ! command -v wrk >/dev/null || ! { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; }; then
-    log "installing wrk and nginx from Debian"
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y wrk nginx
-fi
-NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+# shellcheck source=scripts/servers.sh
+. scripts/servers.sh
+need_wrk_nginx
 
 log "building the example"
 cargo build --release --example prefork >&2
@@ -50,41 +47,11 @@ BIN="${CARGO_TARGET_DIR:-target}/release/examples/prefork"
 TMP=$(mktemp -d /tmp/limit-compare.XXXXXX)
 chmod 755 "$TMP" # nginx's workers (user nobody when started as root) read the file
 PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$p" 2>/dev/null || true
-    done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+servers_trap
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in "$PORT" "$NGX_PORT"; do
     port_free "$p" || { log "port $p is in use (set PORT=...)"; exit 1; }
 done
-
-stop() { # pid signal
-    local pid=$1 sig=$2
-    kill "-$sig" "$pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    local keep=()
-    for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
-    PIDS=("${keep[@]}")
-}
-
-wait_port() {
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    log "nothing listening on port $1"
-    return 1
-}
 
 # 1,000 paths, a seed per wrk thread.
 cat >"$TMP/paths.lua" <<'EOF'

@@ -110,15 +110,20 @@ fn find_head_end(buf: &[u8]) -> Option<usize> {
 /// Append a `503 Service Temporarily Unavailable` (nginx's `limit_req_status` default, with
 /// its reason phrase), keeping the connection as the request asked.
 pub fn respond_limited(out: &mut Vec<u8>, req: &Request) {
-    let conn = if req.keep_alive {
+    let _ = write!(
+        out,
+        "HTTP/1.1 503 Service Temporarily Unavailable\r\nServer: gomutex-prefork\r\nContent-Length: 0\r\nConnection: {}\r\n\r\n",
+        connection(req)
+    );
+}
+
+/// The `Connection` header's value for the answer to `req`.
+fn connection(req: &Request) -> &'static str {
+    if req.keep_alive {
         "keep-alive"
     } else {
         "close"
-    };
-    let _ = write!(
-        out,
-        "HTTP/1.1 503 Service Temporarily Unavailable\r\nServer: gomutex-prefork\r\nContent-Length: 0\r\nConnection: {conn}\r\n\r\n"
-    );
+    }
 }
 
 /// Whether to serve a request: given the connection's stream and the request's target,
@@ -129,15 +134,11 @@ pub trait Admit {
 
 /// Append the response to `out`.
 pub fn respond(out: &mut Vec<u8>, req: &Request) {
-    let conn = if req.keep_alive {
-        "keep-alive"
-    } else {
-        "close"
-    };
     let _ = write!(
         out,
-        "HTTP/1.1 200 OK\r\nServer: gomutex-prefork\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: {conn}\r\n\r\n",
-        BODY.len()
+        "HTTP/1.1 200 OK\r\nServer: gomutex-prefork\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
+        BODY.len(),
+        connection(req)
     );
     if !req.head {
         out.extend_from_slice(BODY.as_bytes());
