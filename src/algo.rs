@@ -37,6 +37,9 @@ use crate::spin;
 use crate::sync::{fatal, AtomicU32, Ordering};
 use std::time::Instant;
 
+mod rules;
+pub use rules::{deregistered, deregistered_up_to, handoff_declined};
+
 /// Bit 0: the lock is held.
 pub const LOCKED: u32 = 1;
 /// Bit 1: an awake contender exists; unlock must not wake another.
@@ -70,15 +73,34 @@ pub trait StateWord {
     fn load(&self) -> u32;
     /// The lock fast path: `0 -> LOCKED`, with acquire ordering on success.
     fn try_acquire_fast(&self) -> bool;
-    /// Compare-and-swap (`Err` carries the current value). May fail with the value unchanged
-    /// (`Err(old)`) only when the word serves a call with a deadline that has passed and the
-    /// change could not be made in time; the algorithm then gives up as at its deadline.
-    fn cas(&self, old: u32, new: u32) -> Result<u32, u32>;
+    /// Compare-and-swap, returning `old` on success.
+    fn cas(&self, old: u32, new: u32) -> Result<u32, CasError>;
     /// Add `delta` (wrapping), returning the previous value. Used by the starvation hand-off
     /// receiver to take ownership.
     fn fetch_add(&self, delta: u32) -> u32;
     /// The unlock fast path: subtract `LOCKED` with release ordering, returning the new value.
     fn release_locked(&self) -> u32;
+}
+
+/// Why a [`StateWord::cas`] did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CasError {
+    /// The word holds this other value.
+    Moved(u32),
+    /// Only a word serving a call whose deadline has passed: the change could not be made in
+    /// time (the word is unchanged). The algorithm then gives up as at its deadline.
+    OutOfTime,
+}
+
+impl CasError {
+    /// The value to try the next compare-and-swap from: the current one, or `old` again.
+    #[inline]
+    pub fn retry_from(self, old: u32) -> u32 {
+        match self {
+            CasError::Moved(cur) => cur,
+            CasError::OutOfTime => old,
+        }
+    }
 }
 
 impl StateWord for AtomicU32 {
@@ -92,8 +114,9 @@ impl StateWord for AtomicU32 {
             .is_ok()
     }
     #[inline]
-    fn cas(&self, old: u32, new: u32) -> Result<u32, u32> {
+    fn cas(&self, old: u32, new: u32) -> Result<u32, CasError> {
         self.compare_exchange(old, new, Ordering::SeqCst, Ordering::Relaxed)
+            .map_err(CasError::Moved)
     }
     #[inline]
     fn fetch_add(&self, delta: u32) -> u32 {
@@ -145,7 +168,7 @@ pub fn try_lock<W: StateWord>(word: &W) -> bool {
         }
         match word.cas(old, old | LOCKED) {
             Ok(_) => return true,
-            Err(cur) => old = cur,
+            Err(e) => old = e.retry_from(old),
         }
     }
 }
@@ -227,22 +250,22 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
             // Out of time: leave instead of queueing.
             match leave(word, old, awoke) {
                 Ok(()) => return false,
-                Err(cur) => {
-                    old = cur;
+                Err(e) => {
+                    old = e.retry_from(old);
                     continue;
                 }
             }
         }
         match word.cas(old, new) {
-            Err(cur) if cur == old && deadline.is_some_and(|d| Instant::now() >= d) => {
+            Err(CasError::OutOfTime) => {
                 // The change could not be made by the deadline (a shared-memory word whose
-                // internal lock is held by a stalled process; see `StateWord::cas`): leave.
+                // internal lock is held by a stalled process): leave.
                 match leave(word, old, awoke) {
                     Ok(()) => return false,
-                    Err(cur) => old = cur,
+                    Err(e) => old = e.retry_from(old),
                 }
             }
-            Err(cur) => old = cur,
+            Err(CasError::Moved(cur)) => old = cur,
             Ok(_) if !queueing => return true, // locked with the CAS
             Ok(_) => {
                 // Registered as a waiter: sleep. A waiter that slept before goes to the front.
@@ -278,9 +301,9 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
 
 /// Leave `lock_slow` at the deadline, from state `old`, before registering (or again after a
 /// wake-up): nothing to undo unless this contender owns `WOKEN`, which it clears (the
-/// holder's unlock will then wake a sleeper). `Err(cur)` if that compare-and-swap failed.
+/// holder's unlock will then wake a sleeper). `Err` if that compare-and-swap failed.
 #[inline]
-fn leave<W: StateWord>(word: &W, old: u32, awoke: bool) -> Result<(), u32> {
+fn leave<W: StateWord>(word: &W, old: u32, awoke: bool) -> Result<(), CasError> {
     if !awoke {
         return Ok(());
     }
@@ -305,34 +328,6 @@ fn wait_for_token_or_leave<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q) -> b
     }
 }
 
-/// The deregister rule, as a pure transition: the state after one registered waiter that holds
-/// no token leaves the count, or `None` while it may not.
-///
-/// It may leave only while the remaining waiters can still consume every token in flight (see
-/// the module docs). During a hand-off (`STARVING && !LOCKED`) its receiver stays counted, and
-/// so does one more waiter, since the receiver may already have read "not the last waiter" and
-/// will keep `STARVING` in its fix-up add; leaving it alone would strand the lock in starvation
-/// mode with no waiter (found by loom: `loom-tests/tests/timed.rs`). Removing the last waiter
-/// leaves starvation mode.
-///
-/// ```
-/// use gomutex::algo::{deregistered, LOCKED, STARVING, WAITER};
-/// assert_eq!(deregistered(LOCKED | 2 * WAITER), Some(LOCKED | WAITER));
-/// assert_eq!(deregistered(LOCKED | STARVING | WAITER), Some(LOCKED));
-/// // A hand-off in flight keeps its receiver and one more waiter counted.
-/// assert_eq!(deregistered(STARVING | 2 * WAITER), None);
-/// assert_eq!(deregistered(STARVING | 3 * WAITER), Some(STARVING | 2 * WAITER));
-/// ```
-#[inline]
-pub const fn deregistered(state: u32) -> Option<u32> {
-    let handoff_in_flight = state & (STARVING | LOCKED) == STARVING;
-    let keep = if handoff_in_flight { 3 } else { 1 };
-    if waiters(state) < keep {
-        return None;
-    }
-    Some(one_waiter_less(state))
-}
-
 /// Remove one registered waiter that holds no token, under the rule of [`deregistered`].
 /// Returns whether it did.
 fn deregister<W: StateWord>(word: &W) -> bool {
@@ -343,7 +338,7 @@ fn deregister<W: StateWord>(word: &W) -> bool {
         };
         match word.cas(old, new) {
             Ok(_) => return true,
-            Err(cur) => old = cur,
+            Err(e) => old = e.retry_from(old),
         }
     }
 }
@@ -368,53 +363,17 @@ pub fn unlock_slow<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q, new: u32) {
                     queue.release(false);
                     return;
                 }
-                // Could not be made by a deadline (see `StateWord::cas`): only a shared-memory
+                // Could not be made by a deadline: only a shared-memory
                 // recovery, waking on behalf of a dead owner, unlocks with a deadline; its next
                 // probe finds the lock free with nobody awake and wakes a waiter then.
-                Err(cur) if cur == old => return,
-                Err(cur) => old = cur,
+                Err(CasError::OutOfTime) => return,
+                Err(CasError::Moved(cur)) => old = cur,
             }
         }
     } else {
         // Starvation mode: hand ownership to the front waiter. LOCKED stays clear, STARVING
         // keeps newcomers out; the receiver sets LOCKED and removes itself from the count.
         queue.release(true);
-    }
-}
-
-/// The hand-off rule, as a pure transition: the state after the receiver of a hand-off in
-/// flight (`STARVING && !LOCKED`, the receiver still counted) leaves without taking ownership,
-/// or `None` if no hand-off is in flight. The receiver leaves the count; if it was the last
-/// waiter, starvation mode ends (a starving lock must have a waiter, as in
-/// [`deregistered`]); otherwise the result is still starving and the hand-off passes to the
-/// next waiter. (Go's receiver never declines; a shared-memory lock whose receiver died does
-/// this on its behalf.)
-///
-/// ```
-/// use gomutex::algo::{handoff_declined, LOCKED, STARVING, WAITER};
-/// assert_eq!(handoff_declined(STARVING | 2 * WAITER), Some(STARVING | WAITER));
-/// assert_eq!(handoff_declined(STARVING | WAITER), Some(0));
-/// // No hand-off in flight: the lock is held, or not starving.
-/// assert_eq!(handoff_declined(LOCKED | STARVING | WAITER), None);
-/// assert_eq!(handoff_declined(WAITER), None);
-/// ```
-#[inline]
-pub const fn handoff_declined(state: u32) -> Option<u32> {
-    if state & (STARVING | LOCKED) != STARVING || waiters(state) == 0 {
-        return None;
-    }
-    Some(one_waiter_less(state))
-}
-
-/// `state` with one registered waiter less; removing the last waiter leaves starvation mode (a
-/// starving lock must have a waiter: unlock hands it to one).
-#[inline]
-const fn one_waiter_less(state: u32) -> u32 {
-    let new = state - WAITER;
-    if waiters(new) == 0 {
-        new & !STARVING
-    } else {
-        new
     }
 }
 
@@ -451,7 +410,7 @@ pub fn unlock_fair<W: StateWord, Q: WaitQueue>(word: &W, queue: &Q) {
                 queue.release(true);
                 return;
             }
-            Err(cur) => old = cur,
+            Err(e) => old = e.retry_from(old),
         }
     }
 }

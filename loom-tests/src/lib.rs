@@ -30,7 +30,7 @@ compile_error!(
      that file, so add `--cfg gomutex_loom` to it if you set one"
 );
 
-use gomutex::algo::{self, waiters, StateWord, LOCKED, STARVING, WAITER, WOKEN};
+use gomutex::algo::{self, waiters, CasError, StateWord, LOCKED, STARVING, WAITER, WOKEN};
 use gomutex::clock::Clock;
 use gomutex::rwalgo::{Counter, RwParts};
 use gomutex::sema::{ParkSema, Semaphore, WaitQueue};
@@ -797,12 +797,13 @@ impl StateWord for CheckedWord {
         }
         ok
     }
-    fn cas(&self, old: u32, new: u32) -> Result<u32, u32> {
+    fn cas(&self, old: u32, new: u32) -> Result<u32, CasError> {
         let t = me();
         let r = <AtomicU32 as StateWord>::cas(&self.atom, old, new);
         match r {
             Ok(_) => self.g().transition(t, Op::Cas, old, new),
-            Err(cur) => self.g().observe(t, cur),
+            Err(CasError::Moved(cur)) => self.g().observe(t, cur),
+            Err(CasError::OutOfTime) => unreachable!("an in-process word never runs out of time"),
         }
         r
     }

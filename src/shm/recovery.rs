@@ -46,28 +46,6 @@ pub(crate) const REC_HANDOFFS: usize = 5;
 /// faulty peer could ask for more.
 const UNDO_BUDGET: u32 = 16;
 
-/// `state` with up to `n` of a dead participant's registered waiters removed, under
-/// [`algo::deregistered`]'s rule (as many single removals would do): `(new state, removed)`, or
-/// `None` if none may leave now.
-fn deregistered_up_to(state: u32, n: u32) -> Option<(u32, u32)> {
-    let handoff_in_flight = state & (STARVING | LOCKED) == STARVING;
-    let keep = if handoff_in_flight { 3 } else { 1 };
-    let waiters = algo::waiters(state);
-    if waiters < keep || n == 0 {
-        return None;
-    }
-    let k = n.min(waiters - keep + 1);
-    let new = state - k * algo::WAITER;
-    Some((
-        if algo::waiters(new) == 0 {
-            new & !STARVING
-        } else {
-            new
-        },
-        k,
-    ))
-}
-
 impl Ctx<'_> {
     /// Run what a recovery left for after the journal lock.
     fn finish(&self, mut post: Post) {
@@ -513,7 +491,7 @@ impl Ctx<'_> {
                     // if none may, retry at a later scan (the fix-up is a few instructions
                     // away).
                     let cur = h.state.load(SeqCst);
-                    let Some((new_low, k)) = deregistered_up_to(low(cur), registered) else {
+                    let Some((new_low, k)) = algo::deregistered_up_to(low(cur), registered) else {
                         // A token it could take is owed by a live unlocker, or a live hand-off
                         // receiver has not taken ownership yet: finish later.
                         return;
@@ -604,26 +582,6 @@ mod tests {
         });
         rx.recv_timeout(limit)
             .unwrap_or_else(|_| panic!("{what}: not done after {limit:?}"))
-    }
-
-    #[test]
-    fn bulk_deregistration_is_repeated_single_ones() {
-        for flags in 0..8u32 {
-            for waiters in 0..6u32 {
-                let state = flags | (waiters * algo::WAITER);
-                for n in 0..8u32 {
-                    let (mut s, mut k) = (state, 0);
-                    while k < n {
-                        match algo::deregistered(s) {
-                            Some(next) => (s, k) = (next, k + 1),
-                            None => break,
-                        }
-                    }
-                    let want = (k > 0).then_some((s, k));
-                    assert_eq!(deregistered_up_to(state, n), want, "{state:#x} {n}");
-                }
-            }
-        }
     }
 
     #[test]

@@ -26,7 +26,7 @@
 
 use super::journal::{Target, Txn, JLOCK_GRACE};
 use super::layout::*;
-use crate::algo::{self, StateWord, LOCKED, STARVING, WOKEN};
+use crate::algo::{self, CasError, StateWord, LOCKED, STARVING, WOKEN};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Instant;
@@ -208,7 +208,7 @@ impl StateWord for Ctx<'_> {
     }
 
     #[inline]
-    fn cas(&self, old: u32, new: u32) -> Result<u32, u32> {
+    fn cas(&self, old: u32, new: u32) -> Result<u32, CasError> {
         let st = &self.r.hdr().state;
         if old & LOCKED == 0 && new == old | LOCKED {
             // Barging acquisition: only LOCKED and the owner change, lock-free. No load first:
@@ -219,7 +219,7 @@ impl StateWord for Ctx<'_> {
                 match st.compare_exchange(cur, word(new, self.tag()), SeqCst, Relaxed) {
                     Ok(_) => return Ok(old),
                     Err(c) if low(c) == old => cur = c,
-                    Err(c) => return Err(low(c)),
+                    Err(c) => return Err(CasError::Moved(low(c))),
                 }
             }
         }
@@ -321,12 +321,12 @@ impl Ctx<'_> {
     /// A compare-and-swap that changes more than `LOCKED` and the owner: one journal
     /// transaction.
     #[inline(never)]
-    fn cas_journaled(&self, old: u32, new: u32) -> Result<u32, u32> {
+    fn cas_journaled(&self, old: u32, new: u32) -> Result<u32, CasError> {
         let st = &self.r.hdr().state;
         // Fail without the journal lock if the word moved on already.
         let cur = st.load(Relaxed);
         if low(cur) != old {
-            return Err(low(cur));
+            return Err(CasError::Moved(low(cur)));
         }
         // Joining the queue waits until the deadline; handing something back a little longer.
         let by = if algo::waiters(new) > algo::waiters(old) {
@@ -340,7 +340,7 @@ impl Ctx<'_> {
         loop {
             let cur = st.load(SeqCst);
             if low(cur) != old {
-                return Err(low(cur));
+                return Err(CasError::Moved(low(cur)));
             }
             let mut tx = Txn::new();
             tx.word = Some((cur, self.successor(cur, new)));
@@ -355,16 +355,16 @@ impl Ctx<'_> {
     /// another process (stopped, say). What the caller gives up by it, a registration leaving
     /// the count or `WOKEN` being dropped, is handed to the next journal-lock holder
     /// (`queue::settle_abandoned`) and the CAS reported done; any other change fails with the
-    /// word unchanged, which [`crate::algo`] takes for "out of time".
+    /// word unchanged: [`CasError::OutOfTime`].
     #[cold]
-    fn cas_abandoned(&self, old: u32, new: u32) -> Result<u32, u32> {
+    fn cas_abandoned(&self, old: u32, new: u32) -> Result<u32, CasError> {
         let p = self.r.proc(self.me);
         if algo::deregistered(old) == Some(new) {
             p.ab_reg_posted.fetch_add(1, SeqCst);
         } else if old & WOKEN != 0 && new == old & !WOKEN {
             p.ab_woken_posted.fetch_add(1, SeqCst);
         } else {
-            return Err(old);
+            return Err(CasError::OutOfTime);
         }
         self.r.hdr().abandoned.fetch_add(1, SeqCst);
         Ok(old)

@@ -209,3 +209,23 @@ fn deregister_keeps_enough_waiters_for_tokens_in_flight() {
         assert_eq!(w.get(), after, "deregister in state {s:#x}");
     }
 }
+
+#[test]
+fn bulk_deregistration_is_repeated_single_ones() {
+    for flags in 0..8u32 {
+        for waiters in 0..6u32 {
+            let state = flags | (waiters * WAITER);
+            for n in 0..8u32 {
+                let (mut s, mut k) = (state, 0);
+                while k < n {
+                    match deregistered(s) {
+                        Some(next) => (s, k) = (next, k + 1),
+                        None => break,
+                    }
+                }
+                let want = (k > 0).then_some((s, k));
+                assert_eq!(deregistered_up_to(state, n), want, "{state:#x} {n}");
+            }
+        }
+    }
+}

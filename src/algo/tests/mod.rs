@@ -120,14 +120,14 @@ impl StateWord for Word {
             false
         }
     }
-    fn cas(&self, old: u32, new: u32) -> Result<u32, u32> {
+    fn cas(&self, old: u32, new: u32) -> Result<u32, CasError> {
         self.run_hook(Op::Cas { old, new });
         let cur = self.v.get();
         if cur == old {
             self.v.set(new);
             Ok(cur)
         } else {
-            Err(cur)
+            Err(CasError::Moved(cur))
         }
     }
     fn fetch_add(&self, delta: u32) -> u32 {
