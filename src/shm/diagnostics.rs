@@ -2,9 +2,6 @@
 //! summed over participants, and what recovery has done.
 
 use super::layout::*;
-use super::recovery::{
-    REC_HANDOFFS, REC_OWED, REC_REGISTRATIONS, REC_REPLAYS, REC_STEALS, REC_WOKEN,
-};
 use super::region::{low, owner_of, Region};
 use super::{sys, ShmMutex, ShmSafe};
 use crate::algo;
@@ -96,12 +93,12 @@ impl<T: ShmSafe> ShmMutex<T> {
             owner_died: h.owner_died.load(SeqCst) != 0,
             poisoned: h.poisoned.load(SeqCst) != 0,
             recovery: RecoveryCounts {
-                journal_takeovers: h.rec[REC_STEALS].load(SeqCst),
-                journal_replays: h.rec[REC_REPLAYS].load(SeqCst),
-                dead_waiters_removed: h.rec[REC_REGISTRATIONS].load(SeqCst),
-                dead_woken_cleared: h.rec[REC_WOKEN].load(SeqCst),
-                owed_wakeups_delivered: h.rec[REC_OWED].load(SeqCst),
-                handoffs_passed_on: h.rec[REC_HANDOFFS].load(SeqCst),
+                journal_takeovers: h.rec[rec::JOURNAL_TAKEOVERS].load(SeqCst),
+                journal_replays: h.rec[rec::JOURNAL_REPLAYS].load(SeqCst),
+                dead_waiters_removed: h.rec[rec::DEAD_WAITERS_REMOVED].load(SeqCst),
+                dead_woken_cleared: h.rec[rec::DEAD_WOKEN_CLEARED].load(SeqCst),
+                owed_wakeups_delivered: h.rec[rec::OWED_WAKEUPS_DELIVERED].load(SeqCst),
+                handoffs_passed_on: h.rec[rec::HANDOFFS_PASSED_ON].load(SeqCst),
             },
             owner_unknown: owner_ident.is_some_and(|i| i.is_none()),
         }

@@ -6,13 +6,12 @@
 //! replays a committed log (when the word CAS is found to have happened) or discards it.
 
 use super::layout::*;
-use super::queue::TICK;
-use super::recovery::{REC_REPLAYS, REC_STEALS};
 use super::region::{low, owner_of, Ctx, Region};
 use super::sys::{self, crash};
+use super::timing::TICK;
 use crate::algo::LOCKED;
 use core::sync::atomic::Ordering::*;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The journal lock's contended bit.
 const J_CONTENDED: u32 = 1 << 31;
@@ -228,12 +227,6 @@ impl Drop for JGuard<'_> {
     }
 }
 
-/// How long past the caller's deadline a timed call may wait for the journal lock to hand back
-/// what it holds (its queue slot, its registration, `WOKEN`) before it gives them up for the
-/// next journal-lock holder to settle (normally microseconds: the lock is held for a few
-/// stores).
-pub(super) const JLOCK_GRACE: Duration = Duration::from_millis(2);
-
 impl<'a> Ctx<'a> {
     /// The journal lock, waiting as long as it takes (for a holder that is stopped, until it
     /// continues; a dead holder is taken over). For callers that must hand back what they hold
@@ -374,7 +367,7 @@ impl<'a> Ctx<'a> {
     /// The journal lock was just taken from a dead holder: finish or drop its transaction, and
     /// have the next probe clean up the rest of what it left.
     fn took_over(&self) {
-        self.r.hdr().rec[REC_STEALS].fetch_add(1, Relaxed);
+        self.r.hdr().rec[rec::JOURNAL_TAKEOVERS].fetch_add(1, Relaxed);
         self.replay();
         self.r.hdr().scan_at.store(0, SeqCst);
     }
@@ -414,7 +407,7 @@ impl<'a> Ctx<'a> {
             true
         };
         if apply {
-            self.r.hdr().rec[REC_REPLAYS].fetch_add(1, Relaxed);
+            self.r.hdr().rec[rec::JOURNAL_REPLAYS].fetch_add(1, Relaxed);
             let n = (log.n.load(SeqCst) as usize).min(LOG_ENTRIES);
             for e in &log.entries[..n] {
                 if let Some(t) = Target::decode(e.target.load(SeqCst)) {

@@ -128,10 +128,7 @@ pub(crate) struct Header {
     pub state: AtomicU64,
     /// Owners found dead so far (written only by recovery).
     pub owner_deaths: AtomicU64,
-    /// Recovery counters (diagnostics only, written only by recovery): journal-lock
-    /// takeovers, redo logs replayed, dead waiter registrations removed, dead `WOKEN` owners
-    /// cleared, owed wake-ups and hand-offs delivered for the dead, hand-offs passed on from
-    /// dead receivers.
+    /// Recovery counters (diagnostics only, written only by recovery), indexed by [`rec`].
     pub rec: [AtomicU64; 6],
     // --- the slow path (offset 128) ---
     /// The journal lock: holder participant index + 1, bit 31 = contended.
@@ -225,6 +222,22 @@ pub(crate) struct WaiterSlot {
     /// up for long is passed on.
     pub token_at: AtomicU64,
     pub _pad: [u64; 4],
+}
+
+/// Indices of [`Header::rec`], one per field of the public `RecoveryCounts`, named as it is.
+pub(crate) mod rec {
+    /// The journal lock was taken over from a dead holder.
+    pub(crate) const JOURNAL_TAKEOVERS: usize = 0;
+    /// A dead holder's committed journal transaction was completed.
+    pub(crate) const JOURNAL_REPLAYS: usize = 1;
+    /// Waiter registrations of dead processes removed from the count.
+    pub(crate) const DEAD_WAITERS_REMOVED: usize = 2;
+    /// `WOKEN` bits owned by dead processes cleared.
+    pub(crate) const DEAD_WOKEN_CLEARED: usize = 3;
+    /// Wake-ups and hand-offs a dead unlocker owed, delivered on its behalf.
+    pub(crate) const OWED_WAKEUPS_DELIVERED: usize = 4;
+    /// Hand-offs received by a dead waiter, passed on to the next.
+    pub(crate) const HANDOFFS_PASSED_ON: usize = 5;
 }
 
 /// Size of the header.

@@ -172,6 +172,7 @@ mod queue;
 mod recovery;
 mod region;
 mod sys;
+mod timing;
 mod types;
 
 pub use commit::{commit_store, CommitWord};

@@ -3,24 +3,18 @@
 //! tokens released while nobody sleeps are stored and taken by the next waiter. Implements
 //! Go's [`WaitQueue`] for [`Ctx`].
 
-use super::journal::{Post, Target, Txn, JLOCK_GRACE};
+use super::journal::{Post, Target, Txn};
 use super::layout::*;
 use super::region::{low, owner_of, word, Ctx, Region};
 use super::sys::{self, crash};
+use super::timing::{JLOCK_GRACE, PASS_ANY, PASS_STOPPED};
 use crate::algo::{self, WOKEN};
 use crate::sema::WaitQueue;
 use core::sync::atomic::Ordering::*;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// A sleeping waiter wakes at least this often to look for dead participants.
-pub(crate) const TICK: Duration = Duration::from_millis(10);
-/// A token not picked up this long after its delivery is passed on if its process is stopped
-/// (`T`/`t` in `/proc/<pid>/stat`).
-pub(crate) const PASS_STOPPED: Duration = Duration::from_millis(20);
-/// A token not picked up this long after its delivery is passed on whatever the reason (a
-/// process that exec'd, a thread that does not run): a sleeper is woken at once and picks its
-/// token up in microseconds.
-pub(crate) const PASS_ANY: Duration = Duration::from_millis(100);
+// (`condvar` takes it from here until its own import moves to `timing`.)
+pub(crate) use super::timing::TICK;
 
 /// Add to `tx` participant `p` taking a stored token, if there is one (a hand-off first): the
 /// token's accounting moves to `p` as if it had been delivered to its slot. `false` if none.

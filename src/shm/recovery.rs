@@ -33,13 +33,6 @@ use core::sync::atomic::Ordering::*;
 const PROBE_GAP_NS: u64 = 4_000_000;
 /// Full participant scans happen at most this often.
 const SCAN_GAP_NS: u64 = 40_000_000;
-/// Indices of `Header::rec`.
-pub(crate) const REC_STEALS: usize = 0;
-pub(crate) const REC_REPLAYS: usize = 1;
-pub(crate) const REC_REGISTRATIONS: usize = 2;
-pub(crate) const REC_WOKEN: usize = 3;
-pub(crate) const REC_OWED: usize = 4;
-pub(crate) const REC_HANDOFFS: usize = 5;
 /// Successful transactions step 4 makes for one dead participant before it leaves the rest
 /// for a later scan. A real one needs at most seven (pass a hand-off on, clear `WOKEN`, take
 /// each kind of stored token and undo it, remove its registrations); only counts written by a
@@ -415,7 +408,7 @@ impl Ctx<'_> {
                 &p.owes_normal
             };
             if owes.load(SeqCst) > 0 {
-                h.rec[REC_OWED].fetch_add(1, Relaxed);
+                h.rec[rec::OWED_WAKEUPS_DELIVERED].fetch_add(1, Relaxed);
                 let mut tx = Txn::new();
                 tx.set(Target::owed(d, handoff), 0);
                 self.deliver(&mut tx, handoff);
@@ -460,7 +453,7 @@ impl Ctx<'_> {
                 }
                 if self.commit(&tx) {
                     budget -= 1;
-                    h.rec[REC_HANDOFFS].fetch_add(1, Relaxed);
+                    h.rec[rec::HANDOFFS_PASSED_ON].fetch_add(1, Relaxed);
                     post.absorb(self, &tx);
                 }
             } else if p.woken.load(SeqCst) > 0 {
@@ -473,7 +466,7 @@ impl Ctx<'_> {
                 }
                 if self.commit(&tx) {
                     budget -= 1;
-                    h.rec[REC_WOKEN].fetch_add(1, Relaxed);
+                    h.rec[rec::DEAD_WOKEN_CLEARED].fetch_add(1, Relaxed);
                     post.kick = true;
                 }
             } else if p.registered.load(SeqCst) > 0 {
@@ -498,7 +491,7 @@ impl Ctx<'_> {
                     };
                     tx.word = Some((cur, word(new_low, owner_of(cur))));
                     tx.add(r, Target::Registered(d), -i64::from(k));
-                    h.rec[REC_REGISTRATIONS].fetch_add(u64::from(k), Relaxed);
+                    h.rec[rec::DEAD_WAITERS_REMOVED].fetch_add(u64::from(k), Relaxed);
                 }
                 if self.commit(&tx) {
                     budget -= 1;

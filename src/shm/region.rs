@@ -24,8 +24,9 @@
 //!
 //! (See `journal` for transactions and `recovery` for what the accounting lets survivors undo.)
 
-use super::journal::{Target, Txn, JLOCK_GRACE};
+use super::journal::{Target, Txn};
 use super::layout::*;
+use super::timing::JLOCK_GRACE;
 use crate::algo::{self, CasError, StateWord, LOCKED, STARVING, WOKEN};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering::*};
