@@ -29,6 +29,7 @@
 //! and died before its notify leaves nobody asleep.
 
 use super::error::{LockError, LockResult, ShmError};
+use super::journal::Hooks as _;
 use super::layout::Header;
 use super::map::{Mapping, MappingLayout};
 use super::queue::TICK;

@@ -9,7 +9,7 @@ use super::layout::*;
 use super::region::{low, owner_of, Ctx, Region};
 use super::sys::{self, crash};
 use super::timing::TICK;
-use crate::algo::LOCKED;
+use crate::algo::{LOCKED, WOKEN};
 use core::sync::atomic::Ordering::*;
 use std::time::Instant;
 
@@ -49,6 +49,15 @@ impl Target {
             Target::OwesHandoff(p)
         } else {
             Target::OwesNormal(p)
+        }
+    }
+
+    /// The count of stored tokens of a kind.
+    pub(super) fn stored(handoff: bool) -> Self {
+        if handoff {
+            Target::StoredHandoff
+        } else {
+            Target::StoredNormal
         }
     }
 
@@ -126,6 +135,13 @@ impl Txn {
         self.n += 1;
     }
 
+    /// Make the word CAS (from `cur`) clear `WOKEN`, if it is set.
+    pub(super) fn clear_woken(&mut self, cur: u64) {
+        if low(cur) & WOKEN != 0 {
+            self.word = Some((cur, cur & !u64::from(WOKEN)));
+        }
+    }
+
     /// Add `delta` to a counter (saturating at 0), relative to its value in this transaction.
     pub(super) fn add(&mut self, r: &Region, t: Target, delta: i64) {
         let cur = self.ents[..self.n]
@@ -179,36 +195,80 @@ fn apply_target(r: &Region, t: Target, v: u64) {
     }
 }
 
-/// Work left for after the journal lock is released.
+/// What the layers above the journal do around it (implemented by `recovery`, the top one):
+/// the journal, and the queue below recovery, call up only through this.
+pub(super) trait Hooks {
+    /// The journal lock was just taken: settle what participants gave up without it
+    /// (`queue::settle_abandoned`).
+    fn on_lock(&self, after: &mut AfterJournal);
+    /// The journal lock was just released, with `after`'s wake-ups done: the rest of a release
+    /// made on a dead owner's behalf, then a wake-up if the lock is free and nobody will give
+    /// one.
+    fn after_unlock(&self, released: Option<u32>, wake_if_stranded: bool);
+    /// Look for dead participants, if nobody did recently (`recovery`).
+    fn probe(&self);
+}
+
+/// Work left for after the journal lock is released (the holder's [`JGuard`] does it when
+/// dropped): wake the sleepers its transactions delivered tokens to, and what
+/// [`Hooks::after_unlock`] does.
 #[derive(Default)]
-pub(super) struct Post {
-    pub(super) wakes: [Option<u32>; 8],
-    pub(super) n_wakes: usize,
-    pub(super) stored: bool,
+pub(super) struct AfterJournal {
+    wakes: [Option<u32>; 8],
+    n_wakes: usize,
+    stored: bool,
     /// Finish a release made on a dead owner's behalf: the rest of Go's `Unlock` after the
     /// subtraction left this state ([`crate::algo::unlock_released`]).
     pub(super) released: Option<u32>,
-    pub(super) kick: bool,
+    /// Wake a sleeper if the lock is free and nobody will (a `WOKEN` was dropped).
+    pub(super) wake_if_stranded: bool,
 }
 
-impl Post {
-    pub(super) fn absorb(&mut self, ctx: &Ctx<'_>, tx: &Txn) {
+impl AfterJournal {
+    /// Wake, after the journal lock, whom the committed transaction `tx` delivered to.
+    pub(super) fn absorb(&mut self, r: &Region, tx: &Txn) {
         self.stored |= tx.stored;
         if let Some(w) = tx.wake {
             if self.n_wakes == self.wakes.len() {
-                ctx.flush_wakes(self);
+                self.wake(r);
             }
             self.wakes[self.n_wakes] = Some(w);
             self.n_wakes += 1;
         }
     }
+
+    /// The wake-ups so far: each slot a token went to, and the slot-less waiters if a token
+    /// was stored.
+    fn wake(&mut self, r: &Region) {
+        for w in self.wakes[..self.n_wakes].iter_mut() {
+            if let Some(i) = w.take() {
+                sys::futex_wake(&r.slot(i).state, 1);
+            }
+        }
+        self.n_wakes = 0;
+        if self.stored {
+            self.stored = false;
+            let h = r.hdr();
+            h.overflow_seq.fetch_add(1, SeqCst);
+            if h.overflow_waiters.load(SeqCst) != 0 {
+                sys::futex_wake(&h.overflow_seq, i32::MAX);
+            }
+        }
+    }
 }
 
-/// The journal lock, held. Dropping it releases the lock, then does what settling abandoned
-/// obligations left for after the lock (wake-ups, a kick).
+/// The journal lock, held. Dropping it releases the lock, then does the work left in
+/// [`JGuard::after`].
 pub(super) struct JGuard<'a> {
     ctx: Ctx<'a>,
-    post: Post,
+    after: AfterJournal,
+}
+
+impl JGuard<'_> {
+    /// What to do once the lock is released.
+    pub(super) fn after(&mut self) -> &mut AfterJournal {
+        &mut self.after
+    }
 }
 
 impl Drop for JGuard<'_> {
@@ -217,11 +277,12 @@ impl Drop for JGuard<'_> {
         if j.swap(0, Release) & J_CONTENDED != 0 {
             sys::futex_wake(j, 1);
         }
-        if self.post.n_wakes != 0 || self.post.stored || self.post.kick {
-            let mut post = core::mem::take(&mut self.post);
-            self.ctx.flush_wakes(&mut post);
-            if post.kick {
-                self.ctx.kick();
+        let a = &mut self.after;
+        if a.n_wakes != 0 || a.stored || a.released.is_some() || a.wake_if_stranded {
+            let mut a = core::mem::take(a);
+            a.wake(self.ctx.r);
+            if a.released.is_some() || a.wake_if_stranded {
+                self.ctx.after_unlock(a.released, a.wake_if_stranded);
             }
         }
     }
@@ -269,14 +330,14 @@ impl<'a> Ctx<'a> {
     }
 
     /// The guard of a journal lock just taken: first settle what participants gave up without
-    /// it (see `queue::settle_abandoned`).
+    /// it ([`Hooks::on_lock`]).
     fn held(&self) -> JGuard<'a> {
         let mut g = JGuard {
             ctx: *self,
-            post: Post::default(),
+            after: AfterJournal::default(),
         };
         if self.r.hdr().abandoned.load(SeqCst) != 0 {
-            self.settle_abandoned(&mut g.post);
+            self.on_lock(&mut g.after);
         }
         g
     }

@@ -196,6 +196,7 @@ pub use types::{ShmBool, ShmShared};
 #[cfg_attr(docsrs, doc(cfg(feature = "derive")))]
 pub use gomutex_derive::{ShmSafe, ShmShared};
 
+use self::journal::Hooks as _;
 use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
 /// Which process this is to memory it may have inherited across `fork()` (no system call):

@@ -3,12 +3,12 @@
 //! tokens released while nobody sleeps are stored and taken by the next waiter. Implements
 //! Go's [`WaitQueue`] for [`Ctx`].
 
-use super::journal::{Post, Target, Txn};
+use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
 use super::region::{low, owner_of, word, Ctx, Region};
 use super::sys::{self, crash};
 use super::timing::{JLOCK_GRACE, PASS_ANY, PASS_STOPPED};
-use crate::algo::{self, WOKEN};
+use crate::algo;
 use crate::sema::WaitQueue;
 use core::sync::atomic::Ordering::*;
 use std::time::Instant;
@@ -16,20 +16,28 @@ use std::time::Instant;
 // (`condvar` takes it from here until its own import moves to `timing`.)
 pub(crate) use super::timing::TICK;
 
+/// Add to `tx` a token reaching participant `p` (`n = 1`) or taken back from it (`n = -1`): a
+/// hand-off is held until it takes ownership; a wake-up turns one of its registrations into
+/// `WOKEN`.
+pub(super) fn account_token(r: &Region, tx: &mut Txn, p: u32, handoff: bool, n: i64) {
+    if handoff {
+        tx.add(r, Target::Handoff(p), n);
+    } else {
+        tx.add(r, Target::Registered(p), -n);
+        tx.add(r, Target::Woken(p), n);
+    }
+}
+
 /// Add to `tx` participant `p` taking a stored token, if there is one (a hand-off first): the
 /// token's accounting moves to `p` as if it had been delivered to its slot. `false` if none.
 pub(super) fn take_stored_for(r: &Region, tx: &mut Txn, p: u32) -> bool {
     let h = r.hdr();
-    if h.stored_handoff.load(SeqCst) > 0 {
-        tx.add(r, Target::StoredHandoff, -1);
-        tx.add(r, Target::Handoff(p), 1);
-    } else if h.stored_normal.load(SeqCst) > 0 {
-        tx.add(r, Target::StoredNormal, -1);
-        tx.add(r, Target::Registered(p), -1);
-        tx.add(r, Target::Woken(p), 1);
-    } else {
+    let handoff = h.stored_handoff.load(SeqCst) > 0;
+    if !handoff && h.stored_normal.load(SeqCst) == 0 {
         return false;
     }
+    tx.add(r, Target::stored(handoff), -1);
+    account_token(r, tx, p, handoff, 1);
     true
 }
 
@@ -55,45 +63,20 @@ impl Ctx<'_> {
         match best {
             Some((i, _, _)) => {
                 let p = self.r.slot(i).proc.load(SeqCst);
-                if handoff {
-                    tx.set(Target::SlotToken(i), SLOT_TOKEN_HANDOFF.into());
-                    if p < self.r.layout.participants {
-                        tx.add(self.r, Target::Handoff(p), 1);
-                    }
+                let token = if handoff {
+                    SLOT_TOKEN_HANDOFF
                 } else {
-                    tx.set(Target::SlotToken(i), SLOT_TOKEN_NORMAL.into());
-                    if p < self.r.layout.participants {
-                        tx.add(self.r, Target::Registered(p), -1);
-                        tx.add(self.r, Target::Woken(p), 1);
-                    }
+                    SLOT_TOKEN_NORMAL
+                };
+                tx.set(Target::SlotToken(i), token.into());
+                if p < self.r.layout.participants {
+                    account_token(self.r, tx, p, handoff, 1);
                 }
                 tx.wake = Some(i);
             }
             None => {
-                let t = if handoff {
-                    Target::StoredHandoff
-                } else {
-                    Target::StoredNormal
-                };
-                tx.add(self.r, t, 1);
+                tx.add(self.r, Target::stored(handoff), 1);
                 tx.stored = true;
-            }
-        }
-    }
-
-    pub(super) fn flush_wakes(&self, post: &mut Post) {
-        for w in post.wakes[..post.n_wakes].iter_mut() {
-            if let Some(i) = w.take() {
-                sys::futex_wake(&self.r.slot(i).state, 1);
-            }
-        }
-        post.n_wakes = 0;
-        if post.stored {
-            post.stored = false;
-            let h = self.r.hdr();
-            h.overflow_seq.fetch_add(1, SeqCst);
-            if h.overflow_waiters.load(SeqCst) != 0 {
-                sys::futex_wake(&h.overflow_seq, i32::MAX);
             }
         }
     }
@@ -168,7 +151,7 @@ impl Ctx<'_> {
     /// lock held). `false` if the slot holds no token (or its sleeper took it first). The
     /// token's accounting moves from the slot's participant to the receiver; the parked sleeper,
     /// if it ever runs again, queues again in its place.
-    pub(super) fn pass_on(&self, i: u32, post: &mut Post) -> bool {
+    pub(super) fn pass_on(&self, i: u32, after: &mut AfterJournal) -> bool {
         let s = self.r.slot(i);
         let v = s.state.load(SeqCst);
         if v != SLOT_TOKEN_NORMAL && v != SLOT_TOKEN_HANDOFF {
@@ -179,17 +162,12 @@ impl Ctx<'_> {
         let mut tx = Txn::new();
         tx.pivot = Some((i, v, s.ticket.load(SeqCst)));
         if p < self.r.layout.participants {
-            if handoff {
-                tx.add(self.r, Target::Handoff(p), -1);
-            } else {
-                tx.add(self.r, Target::Woken(p), -1);
-                tx.add(self.r, Target::Registered(p), 1);
-            }
+            account_token(self.r, &mut tx, p, handoff, -1);
         }
         // Slot `i` is not queued: the token goes elsewhere.
         self.deliver(&mut tx, handoff);
         if self.commit(&tx) {
-            post.absorb(self, &tx);
+            after.absorb(self.r, &tx);
             true
         } else {
             false
@@ -214,23 +192,19 @@ impl Ctx<'_> {
             }
             if age < PASS_ANY.as_nanos() as u64 {
                 let p = s.proc.load(SeqCst);
-                let gone = self.no_such_participant(p.wrapping_add(1))
+                let gone = self.r.names_no_participant(p.wrapping_add(1))
                     || sys::ident_stopped(self.r.proc(p).ident.load(SeqCst));
                 if !gone {
                     continue;
                 }
             }
-            let mut post = Post::default();
-            {
-                let Some(_g) = self.jlock_by(self.deadline) else {
-                    return;
-                };
-                // Still the same token (not taken and re-delivered meanwhile)?
-                if s.state.load(SeqCst) == v && s.token_at.load(Relaxed) == at {
-                    self.pass_on(i, &mut post);
-                }
+            let Some(mut g) = self.jlock_by(self.deadline) else {
+                return;
+            };
+            // Still the same token (not taken and re-delivered meanwhile)?
+            if s.state.load(SeqCst) == v && s.token_at.load(Relaxed) == at {
+                self.pass_on(i, g.after());
             }
-            self.flush_wakes(&mut post);
         }
     }
 
@@ -240,7 +214,7 @@ impl Ctx<'_> {
     /// drop the `WOKEN` they gave up, and let their given-up registrations leave the count (a
     /// stored token is as good as theirs; otherwise under `algo::deregistered`'s rule, or at a
     /// later taking of the journal lock).
-    pub(super) fn settle_abandoned(&self, post: &mut Post) {
+    pub(super) fn settle_abandoned(&self, after: &mut AfterJournal) {
         let (r, h) = (self.r, self.r.hdr());
         loop {
             let seen = h.abandoned.load(SeqCst);
@@ -253,7 +227,7 @@ impl Ctx<'_> {
                     continue;
                 }
                 // Its sleeper is gone: a token in it goes to the next waiter.
-                self.pass_on(i, post);
+                self.pass_on(i, after);
                 s.state.store(SLOT_FREE, SeqCst);
                 s.abandoned.store(0, SeqCst);
             }
@@ -270,12 +244,10 @@ impl Ctx<'_> {
                     tx.set(Target::AbWokenDone(p), posted.into());
                     if pr.woken.load(SeqCst) > 0 {
                         tx.add(r, Target::Woken(p), -1);
-                        if low(cur) & WOKEN != 0 {
-                            tx.word = Some((cur, cur & !u64::from(WOKEN)));
-                        }
+                        tx.clear_woken(cur);
                     }
                     if self.commit(&tx) {
-                        post.kick = true;
+                        after.wake_if_stranded = true;
                     }
                 }
                 loop {
@@ -292,10 +264,8 @@ impl Ctx<'_> {
                         // It takes the stored wake-up and drops the `WOKEN` it carries at once.
                         tx.add(r, Target::StoredNormal, -1);
                         tx.add(r, Target::Registered(p), -1);
-                        if low(cur) & WOKEN != 0 {
-                            tx.word = Some((cur, cur & !u64::from(WOKEN)));
-                        }
-                        post.kick = true;
+                        tx.clear_woken(cur);
+                        after.wake_if_stranded = true;
                     } else if let Some(new_low) = algo::deregistered(low(cur)) {
                         tx.word = Some((cur, word(new_low, owner_of(cur))));
                         tx.add(r, Target::Registered(p), -1);
@@ -395,15 +365,11 @@ impl WaitQueue for Ctx<'_> {
         } else {
             crash::OWES_WAKEUP
         });
-        let mut post = Post::default();
-        {
-            let _g = self.jlock();
-            let mut tx = Txn::new();
-            tx.add(self.r, Target::owed(self.me, handoff), -1);
-            self.deliver(&mut tx, handoff);
-            self.commit(&tx);
-            post.absorb(self, &tx);
-        }
-        self.flush_wakes(&mut post);
+        let mut g = self.jlock();
+        let mut tx = Txn::new();
+        tx.add(self.r, Target::owed(self.me, handoff), -1);
+        self.deliver(&mut tx, handoff);
+        self.commit(&tx);
+        g.after().absorb(self.r, &tx);
     }
 }

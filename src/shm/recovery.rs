@@ -21,7 +21,7 @@
 //! written by a faulty peer; recovery clamps them, so undoing one participant is a bounded
 //! number of transactions, each O(waiter slots + participants), whatever the region holds.
 
-use super::journal::{Post, Target, Txn};
+use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
 use super::queue::take_stored_for;
 use super::region::{low, owner_of, word, Ctx};
@@ -39,21 +39,23 @@ const SCAN_GAP_NS: u64 = 40_000_000;
 /// faulty peer could ask for more.
 const UNDO_BUDGET: u32 = 16;
 
-impl Ctx<'_> {
-    /// Run what a recovery left for after the journal lock.
-    fn finish(&self, mut post: Post) {
-        self.flush_wakes(&mut post);
-        if let Some(new) = post.released {
+impl Hooks for Ctx<'_> {
+    fn on_lock(&self, after: &mut AfterJournal) {
+        self.settle_abandoned(after);
+    }
+
+    fn after_unlock(&self, released: Option<u32>, wake_if_stranded: bool) {
+        if let Some(new) = released {
             algo::unlock_released(self, self, new);
         }
-        if post.kick {
-            self.kick();
+        if wake_if_stranded {
+            self.wake_if_stranded();
         }
     }
 
     /// Look for dead participants if nobody did recently: the owner every few ms, everyone
     /// every few tens of ms. Then wake a sleeper if the lock is free and nobody will.
-    pub(crate) fn probe(&self) {
+    fn probe(&self) {
         let h = self.r.hdr();
         let now = sys::mono_ns();
         let last = h.probe_at.load(Relaxed);
@@ -66,7 +68,7 @@ impl Ctx<'_> {
         }
         let w = h.state.load(SeqCst);
         let owner = owner_of(w);
-        if low(w) & LOCKED != 0 && self.no_such_participant(owner) {
+        if low(w) & LOCKED != 0 && self.r.names_no_participant(owner) {
             self.recover_phantom_owner();
         } else if owner != 0 && owner - 1 != self.me && owner - 1 < self.r.layout.participants {
             let ident = self.r.proc(owner - 1).ident.load(SeqCst);
@@ -87,9 +89,11 @@ impl Ctx<'_> {
             drop(self.jlock_by(self.deadline));
         }
         self.pass_on_stale();
-        self.kick();
+        self.wake_if_stranded();
     }
+}
 
+impl Ctx<'_> {
     /// Recover every dead participant (or only those with this pid). Returns
     /// `(recovered, any of them owned the lock)`.
     ///
@@ -128,31 +132,19 @@ impl Ctx<'_> {
         (found, owned)
     }
 
-    /// Whether `tag` (participant index + 1, as in the state word) names no participant: 0,
-    /// out of range, or an empty participant slot. Only a faulty peer leaves such a tag as the
-    /// owner, `WOKEN` holder or queued waiter (a participant slot is emptied only once it
-    /// holds nothing, under the journal lock); it is treated like a dead participant.
-    pub(super) fn no_such_participant(&self, tag: u32) -> bool {
-        tag == 0 || tag > self.r.layout.participants || self.r.proc(tag - 1).ident.load(SeqCst) == 0
-    }
-
-    /// The lock is held by no participant ([`Ctx::no_such_participant`]): release it as for a
-    /// dead owner (the next owner is told).
+    /// The lock is held by no participant ([`Region::names_no_participant`]): release it as
+    /// for a dead owner (the next owner is told).
     fn recover_phantom_owner(&self) {
-        let mut post = Post::default();
-        {
-            // A timed caller does not wait past its deadline (the next probe retries).
-            let Some(_g) = self.jlock_by(self.deadline) else {
-                return;
-            };
-            let cur = self.r.hdr().state.load(SeqCst);
-            // Re-checked under the journal lock: no participant can take a held lock, and a
-            // slot is claimed lock-free but becomes an owner only by taking the lock.
-            if low(cur) & LOCKED != 0 && self.no_such_participant(owner_of(cur)) {
-                self.release_for_owner(owner_of(cur), &mut post);
-            }
+        // A timed caller does not wait past its deadline (the next probe retries).
+        let Some(mut g) = self.jlock_by(self.deadline) else {
+            return;
+        };
+        let cur = self.r.hdr().state.load(SeqCst);
+        // Re-checked under the journal lock: no participant can take a held lock, and a
+        // slot is claimed lock-free but becomes an owner only by taking the lock.
+        if low(cur) & LOCKED != 0 && self.r.names_no_participant(owner_of(cur)) {
+            self.release_for_owner(owner_of(cur), g.after());
         }
-        self.finish(post);
     }
 
     /// What only a faulty peer leaves (journal lock held, once per full scan, O(waiter
@@ -162,19 +154,18 @@ impl Ctx<'_> {
     /// beside a free lock for good.
     fn repair_orphans(&self) {
         let (r, h) = (self.r, self.r.hdr());
-        let mut post = Post::default();
         {
             // A timed caller does not wait past its deadline (the next full scan retries).
-            let Some(_g) = self.jlock_by(self.deadline) else {
+            let Some(mut g) = self.jlock_by(self.deadline) else {
                 return;
             };
+            let after = g.after();
             // 1. A waiter slot naming no participant: nobody sleeps there. A token it got (it
             // may have been at the front of the queue) goes to the next waiter instead.
             for i in 0..r.layout.waiter_slots {
                 let s = r.slot(i);
                 let v = s.state.load(SeqCst);
-                if v == SLOT_FREE || !self.no_such_participant(s.proc.load(SeqCst).wrapping_add(1))
-                {
+                if v == SLOT_FREE || !r.names_no_participant(s.proc.load(SeqCst).wrapping_add(1)) {
                     continue;
                 }
                 if s.state
@@ -185,7 +176,7 @@ impl Ctx<'_> {
                     let mut tx = Txn::new();
                     self.deliver(&mut tx, v == SLOT_TOKEN_HANDOFF);
                     self.commit(&tx);
-                    post.absorb(self, &tx);
+                    after.absorb(r, &tx);
                 }
             }
             // 2. Counters in an empty participant slot belong to nobody (its tokens were just
@@ -222,9 +213,9 @@ impl Ctx<'_> {
                 let l = low(cur);
                 let mut tx = Txn::new();
                 if l & WOKEN != 0 && woken == 0 {
-                    // Nobody is awake to clear it: clear it and wake a waiter (kick).
-                    tx.word = Some((cur, cur & !u64::from(WOKEN)));
-                    post.kick = true;
+                    // Nobody is awake to clear it: clear it and wake a waiter.
+                    tx.clear_woken(cur);
+                    after.wake_if_stranded = true;
                 } else if l & (STARVING | LOCKED) == STARVING && handoff == 0 {
                     // A hand-off nobody owes, holds or stored: give one to the front waiter,
                     // or leave starvation mode if there is none.
@@ -238,11 +229,10 @@ impl Ctx<'_> {
                     break;
                 }
                 if self.commit(&tx) {
-                    post.absorb(self, &tx);
+                    after.absorb(r, &tx);
                 }
             }
         }
-        self.finish(post);
     }
 
     /// The lock is free, not starving, nobody is awake and waiters sleep: in Go that is only
@@ -254,68 +244,59 @@ impl Ctx<'_> {
     /// Go's `unlockSlow` CAS and the wake-up it owes are one transaction here (nothing is
     /// owed in between), so a caller with a deadline gives up cleanly when the journal lock is
     /// not to be had by then.
-    pub(super) fn kick(&self) {
+    pub(super) fn wake_if_stranded(&self) {
         let st = &self.r.hdr().state;
         let idle = |l: u32| l & (LOCKED | STARVING | WOKEN) == 0 && algo::waiters(l) > 0;
         if !idle(low(st.load(SeqCst))) {
             return;
         }
-        let mut post = Post::default();
-        {
-            let Some(_g) = self.jlock_by(self.deadline) else {
-                return;
-            };
-            loop {
-                let cur = st.load(SeqCst);
-                let l = low(cur);
-                if !idle(l) {
-                    break;
-                }
-                let mut tx = Txn::new();
-                tx.word = Some((cur, word((l - algo::WAITER) | WOKEN, 0)));
-                self.deliver(&mut tx, false);
-                if self.commit(&tx) {
-                    post.absorb(self, &tx);
-                    break;
-                }
+        let Some(mut g) = self.jlock_by(self.deadline) else {
+            return;
+        };
+        loop {
+            let cur = st.load(SeqCst);
+            let l = low(cur);
+            if !idle(l) {
+                break;
+            }
+            let mut tx = Txn::new();
+            tx.word = Some((cur, word((l - algo::WAITER) | WOKEN, 0)));
+            self.deliver(&mut tx, false);
+            if self.commit(&tx) {
+                g.after().absorb(self.r, &tx);
+                break;
             }
         }
-        self.flush_wakes(&mut post);
     }
 
     /// Undo everything participant `d` (found dead with identity `ident`) left. Returns whether
     /// it owned the lock.
     pub(crate) fn recover(&self, d: u32, ident: u64) -> bool {
-        let mut post = Post::default();
-        let owned = {
-            // A timed caller leaves recovery to others if the journal lock is not to be had.
-            let Some(_g) = self.jlock_by(self.deadline) else {
-                return false;
-            };
-            self.recover_locked(d, ident, &mut post)
+        // A timed caller leaves recovery to others if the journal lock is not to be had.
+        let Some(mut g) = self.jlock_by(self.deadline) else {
+            return false;
         };
-        self.finish(post);
-        owned
+        self.recover_locked(d, ident, g.after())
     }
 
     /// [`recover`](Self::recover) with the journal lock held: the five steps in order, each
     /// leaving the accounting invariants (module docs) true.
-    fn recover_locked(&self, d: u32, ident: u64, post: &mut Post) -> bool {
+    fn recover_locked(&self, d: u32, ident: u64, after: &mut AfterJournal) -> bool {
         if d == self.me || self.r.proc(d).ident.load(SeqCst) != ident {
             return false; // recovered already (and maybe reused, or adopted)
         }
-        let owned = self.undo_dead(d, post);
+        let owned = self.undo_dead(d, after);
         self.free_if_idle(d, ident);
         owned
     }
 
     /// Steps 1–4 of [`Ctx::recover_locked`]: undo everything participant `d` left (journal
     /// lock held). Returns whether it owned the lock.
-    fn undo_dead(&self, d: u32, post: &mut Post) -> bool {
-        let owned = self.release_for_dead_owner(d, post);
+    fn undo_dead(&self, d: u32, after: &mut AfterJournal) -> bool {
+        let owned = self.release_for_dead_owner(d, after);
         self.unqueue_dead(d);
-        self.deliver_owed_by_dead(d, post);
-        self.undo_dead_waiters(d, post);
+        self.deliver_owed_by_dead(d, after);
+        self.undo_dead_waiters(d, after);
         // What it gave up without the journal lock is undone with the rest.
         let p = self.r.proc(d);
         let (reg, woken) = (p.ab_reg_posted.load(SeqCst), p.ab_woken_posted.load(SeqCst));
@@ -343,25 +324,21 @@ impl Ctx<'_> {
         if !p.claim(dead, ident) {
             return false;
         }
-        let mut post = Post::default();
-        {
-            let _g = self.jlock_adopting();
-            self.undo_dead(self.me, &mut post);
-        }
-        self.finish(post);
+        let mut g = self.jlock_adopting();
+        self.undo_dead(self.me, g.after());
         true
     }
 
     /// Step 1: `d` owned the lock: release it on its behalf ([`Ctx::release_for_owner`]).
-    fn release_for_dead_owner(&self, d: u32, post: &mut Post) -> bool {
-        self.release_for_owner(d + 1, post)
+    fn release_for_dead_owner(&self, d: u32, after: &mut AfterJournal) -> bool {
+        self.release_for_owner(d + 1, after)
     }
 
     /// Release the lock on behalf of its owner `tag` (participant index + 1 in the word), if
-    /// that owner still holds it: Go's `Unlock`, finished after the journal lock in `post`, and
+    /// that owner still holds it: Go's `Unlock`, finished after the journal lock by `after`, and
     /// tell the next owner. The flag is set before the release, outside the log (the next
     /// owner may clear it at once). Returns whether `tag` owned it.
-    fn release_for_owner(&self, tag: u32, post: &mut Post) -> bool {
+    fn release_for_owner(&self, tag: u32, after: &mut AfterJournal) -> bool {
         let (r, h) = (self.r, self.r.hdr());
         let mut owned = false;
         loop {
@@ -379,7 +356,7 @@ impl Ctx<'_> {
                 tx.add(r, Target::OwesHandoff(self.me), 1);
             }
             if self.commit(&tx) {
-                post.released = Some(new_low);
+                after.released = Some(new_low);
                 return owned;
             }
         }
@@ -399,7 +376,7 @@ impl Ctx<'_> {
 
     /// Step 3: the wake-ups and hand-offs `d` owed, delivered on its behalf. At most one of
     /// each (module docs): a larger count is garbage, dropped with the one delivered.
-    fn deliver_owed_by_dead(&self, d: u32, post: &mut Post) {
+    fn deliver_owed_by_dead(&self, d: u32, after: &mut AfterJournal) {
         let (h, p) = (self.r.hdr(), self.r.proc(d));
         for handoff in [false, true] {
             let owes = if handoff {
@@ -413,7 +390,7 @@ impl Ctx<'_> {
                 tx.set(Target::owed(d, handoff), 0);
                 self.deliver(&mut tx, handoff);
                 self.commit(&tx);
-                post.absorb(self, &tx);
+                after.absorb(self.r, &tx);
             }
         }
     }
@@ -433,7 +410,7 @@ impl Ctx<'_> {
     /// Step 4: what `d`'s waiters held: a hand-off received, `WOKEN`, registrations. A
     /// registration that may not leave yet (see below) stays for a later scan, and so does
     /// whatever is left after [`UNDO_BUDGET`] transactions (only garbage counts need more).
-    fn undo_dead_waiters(&self, d: u32, post: &mut Post) {
+    fn undo_dead_waiters(&self, d: u32, after: &mut AfterJournal) {
         let (r, h, p) = (self.r, self.r.hdr(), self.r.proc(d));
         let mut budget = UNDO_BUDGET;
         while budget > 0 {
@@ -454,20 +431,18 @@ impl Ctx<'_> {
                 if self.commit(&tx) {
                     budget -= 1;
                     h.rec[rec::HANDOFFS_PASSED_ON].fetch_add(1, Relaxed);
-                    post.absorb(self, &tx);
+                    after.absorb(r, &tx);
                 }
             } else if p.woken.load(SeqCst) > 0 {
                 // It owned WOKEN: clear it, and wake someone if the lock is free.
                 let cur = h.state.load(SeqCst);
                 let mut tx = Txn::new();
                 tx.set(Target::Woken(d), 0);
-                if low(cur) & WOKEN != 0 {
-                    tx.word = Some((cur, cur & !u64::from(WOKEN)));
-                }
+                tx.clear_woken(cur);
                 if self.commit(&tx) {
                     budget -= 1;
                     h.rec[rec::DEAD_WOKEN_CLEARED].fetch_add(1, Relaxed);
-                    post.kick = true;
+                    after.wake_if_stranded = true;
                 }
             } else if p.registered.load(SeqCst) > 0 {
                 let registered = p.registered.load(SeqCst);

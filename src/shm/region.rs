@@ -121,6 +121,14 @@ impl Region {
         self.proc(i).counters().iter().all(|c| c.load(SeqCst) == 0)
             && owner_of(self.hdr().state.load(SeqCst)) != i + 1
     }
+
+    /// Whether `tag` (participant index + 1, as in the state word) names no participant: 0,
+    /// out of range, or an empty participant slot. Only a faulty peer leaves such a tag as the
+    /// owner, `WOKEN` holder or queued waiter (a participant slot is emptied only once it
+    /// holds nothing, under the journal lock); it is treated like a dead participant.
+    pub(crate) fn names_no_participant(&self, tag: u32) -> bool {
+        tag == 0 || tag > self.layout.participants || self.proc(tag - 1).ident.load(SeqCst) == 0
+    }
 }
 
 /// One process's view of a region: the region plus its own participant index. Implements
