@@ -28,6 +28,7 @@ use super::journal::{Target, Txn};
 use super::layout::*;
 use super::timing::JLOCK_GRACE;
 use crate::algo::{self, CasError, StateWord, LOCKED, STARVING, WOKEN};
+use core::mem::size_of;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Instant;
@@ -86,28 +87,24 @@ impl Region {
         unsafe { &*(self.base.as_ptr() as *const Header) }
     }
 
+    /// Element `i` of the `n` slots of type `S` at `offset` (panics if out of bounds).
+    ///
+    /// # Safety
+    /// The layout places `n` consecutive `S`s at `offset`.
+    unsafe fn element<S>(&self, offset: usize, i: u32, n: u32) -> &S {
+        assert!(i < n);
+        // SAFETY: in bounds (checked, and the caller's contract), aligned to 64 by the layout.
+        unsafe { &*(self.base.as_ptr().add(offset + i as usize * size_of::<S>()) as *const S) }
+    }
+
     pub(crate) fn proc(&self, i: u32) -> &ProcSlot {
-        assert!(i < self.layout.participants);
-        // SAFETY: in bounds (checked), aligned to 64 by the layout.
-        unsafe {
-            &*(self
-                .base
-                .as_ptr()
-                .add(self.layout.procs_offset + i as usize * PROC_SIZE)
-                as *const ProcSlot)
-        }
+        // SAFETY: the layout places `participants` participant slots at `procs_offset`.
+        unsafe { self.element(self.layout.procs_offset, i, self.layout.participants) }
     }
 
     pub(crate) fn slot(&self, i: u32) -> &WaiterSlot {
-        assert!(i < self.layout.waiter_slots);
-        // SAFETY: in bounds (checked), aligned to 64 by the layout.
-        unsafe {
-            &*(self
-                .base
-                .as_ptr()
-                .add(self.layout.slots_offset + i as usize * SLOT_SIZE)
-                as *const WaiterSlot)
-        }
+        // SAFETY: the layout places `waiter_slots` waiter slots at `slots_offset`.
+        unsafe { self.element(self.layout.slots_offset, i, self.layout.waiter_slots) }
     }
 
     pub(crate) fn value_ptr(&self) -> *mut u8 {
