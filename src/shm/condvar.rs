@@ -31,7 +31,7 @@
 use super::error::{LockError, LockResult, ShmError};
 use super::journal::Hooks as _;
 use super::layout::Header;
-use super::map::{Mapping, MappingLayout};
+use super::mapping::{Mapping, MappingLayout};
 use super::queue::TICK;
 use super::region::{Ctx, Region};
 use super::{repaired, sys, ShmMutex, ShmMutexGuard, ShmSafe, ShmShared};

@@ -210,7 +210,7 @@ impl fmt::Display for ShmError {
                 ShmError::InvalidName => write!(
                     f,
                     "shared memory object {name:?}: invalid shared memory name: {}",
-                    super::mapping::name_rule_broken(name).unwrap_or("refused by the system")
+                    super::object::name_rule_broken(name).unwrap_or("refused by the system")
                 ),
                 e => write!(f, "shared memory object {name:?}: {e}"),
             },

@@ -1,1087 +1,795 @@
-//! Where a region comes from: an anonymous shared mapping, a named POSIX shared-memory object
-//! (`shm_open`), or memory the caller mapped; the checks every attach makes before it trusts a
-//! header, and the initialisation that publishes one.
+//! [`Mapping`]: a `MAP_SHARED` mapping this crate owns (anonymous, or of a file / memfd /
+//! `shm_open` descriptor), unmapped when its last handle goes; [`MappingLayout`] to place
+//! several locks in one; and [`ShmMutex::init_in`] / [`ShmMutex::attach_in`], the safe
+//! counterparts of `init_in_place` / `attach` that keep the mapping alive.
 
-use super::layout::{
-    self, Header, Layout, ProcSlot, HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN,
-};
-use super::region::Region;
-use super::{Backing, Config, ShmError, ShmMutex, ShmSafe};
-use core::marker::PhantomData;
-use core::mem::{align_of, size_of};
+use super::attach::{check_version, map_shared, region_align, unmap};
+use super::layout::{MapHeader, LAYOUT_VERSION, MAP_HEADER_SIZE, MAP_MAGIC};
+use super::object::{about, create_object, open_object, open_or_create_by, shm_name, OpenOptions};
+use super::{Config, ShmError, ShmMutex, ShmSafe, ShmShared};
+use core::any::TypeId;
+use core::fmt;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
-use std::ffi::{CStr, CString};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::ffi::CStr;
 use std::io;
-use std::time::{Duration, Instant};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// The alignment a region holding `T` must start on: the value sits at an offset aligned to
-/// `max(REGION_ALIGN, align_of::<T>())` from the start, so an over-aligned `T` (up to the 4096
-/// `Layout` accepts) is only aligned if the start is too.
-pub(super) fn region_align<T>() -> usize {
-    REGION_ALIGN.max(align_of::<T>())
-}
-
-fn check_base<T>(base: *const u8) -> Result<(), ShmError> {
-    let required = region_align::<T>();
-    if base.is_null() || !(base as usize).is_multiple_of(required) {
-        return Err(ShmError::Misaligned {
-            addr: base as usize,
-            required,
-            offset: None,
-        });
-    }
-    Ok(())
-}
-
-/// [`ShmError::VersionMismatch`] unless a header's `version` is [`LAYOUT_VERSION`], then
-/// [`ShmError::Corrupt`]`(what)` unless its `header_size` is `expected`.
-pub(super) fn check_version(
-    version: &AtomicU32,
-    header_size: &AtomicU32,
-    expected: usize,
-    what: &'static str,
-) -> Result<(), ShmError> {
-    let found = version.load(Relaxed);
-    if found != LAYOUT_VERSION {
-        return Err(ShmError::VersionMismatch {
-            found,
-            expected: LAYOUT_VERSION,
-        });
-    }
-    if header_size.load(Relaxed) as usize != expected {
-        return Err(ShmError::Corrupt(what));
-    }
-    Ok(())
-}
-
-pub(super) fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmError> {
-    check_base::<T>(base)?;
-    if len < HEADER_SIZE {
-        return Err(ShmError::TooSmall {
-            needed: HEADER_SIZE,
-            actual: len,
-        });
-    }
-    // SAFETY: `base` is aligned and at least a header long (checked); we only load atomics.
-    let h = unsafe { &*(base as *const Header) };
-    let magic = h.magic.load(Acquire);
-    if magic == 0 {
-        return Err(ShmError::Uninitialised);
-    }
-    if magic != MAGIC {
-        return Err(ShmError::BadMagic { found: magic });
-    }
-    check_version(&h.version, &h.header_size, HEADER_SIZE, "header size")?;
-    let (vs, va) = (h.value_size.load(Relaxed), h.value_align.load(Relaxed));
-    if vs != size_of::<T>() as u64 || va as usize != align_of::<T>() {
-        return Err(ShmError::ValueMismatch {
-            expected_size: size_of::<T>(),
-            expected_align: align_of::<T>(),
-            found_size: vs,
-            found_align: va,
-        });
-    }
-    let (name, hash) = layout::type_ident::<T>();
-    let found_hash = h.type_hash.load(Relaxed);
-    if found_hash != hash {
-        return Err(ShmError::TypeMismatch {
-            expected: name,
-            found: layout::unpack_name(h.type_name.each_ref().map(|w| w.load(Relaxed))),
-            found_hash,
-        });
-    }
-    let layout = Layout::new(
-        h.participants.load(Relaxed),
-        h.waiter_slots.load(Relaxed),
-        size_of::<T>(),
-        align_of::<T>(),
-    )
-    .ok_or(ShmError::Corrupt("slot counts"))?;
-    if layout.participants < 2 {
-        // Every region has at least one participant slot plus the spare "guest" slot; with
-        // fewer, every lock call would spin for 2 s and panic (`register`).
-        return Err(ShmError::Corrupt("participant count"));
-    }
-    if h.total_size.load(Relaxed) != layout.total_size as u64
-        || h.value_offset.load(Relaxed) != layout.value_offset as u64
-    {
-        return Err(ShmError::Corrupt("sizes do not add up"));
-    }
-    if len < layout.total_size {
-        return Err(ShmError::TooSmall {
-            needed: layout.total_size,
-            actual: len,
-        });
-    }
-    Ok(layout)
-}
-
-/// Refuse to initialise a region over one in use: `base` (aligned, `avail` bytes of it mapped,
-/// at least a header) holds a header and a live process is registered in its participant
-/// table ([`ShmError::RegionInUse`]), or a header this build cannot read the table of
-/// (another layout version, a corrupt header: it may be in use). Zeroed memory, garbage, and
-/// a region whose participants are all gone may be overwritten. Loads only: writes nothing.
+/// A `MAP_SHARED`, read-write mapping, unmapped when the last handle to it (this value, its
+/// clones, and every [`ShmMutex`] placed in it with [`ShmMutex::init_in`] /
+/// [`ShmMutex::attach_in`]) is dropped. Clones are handles to the same mapping.
 ///
-/// A process registers on its first lock call and leaves when its handle is dropped: a handle
-/// that never locked is not seen.
-pub(super) fn check_not_in_use(base: *const u8, avail: usize) -> Result<(), ShmError> {
-    debug_assert!(avail >= HEADER_SIZE && (base as usize).is_multiple_of(REGION_ALIGN));
-    // SAFETY: aligned and at least a header long (the caller's checks); atomics only.
-    let h = unsafe { &*(base as *const Header) };
-    if h.magic.load(Acquire) != MAGIC {
-        return Ok(());
-    }
-    check_version(&h.version, &h.header_size, HEADER_SIZE, "header size")?;
-    let n = h.participants.load(Relaxed) as usize;
-    if n == 0 || n > layout::MAX_SLOTS as usize || HEADER_SIZE + n * layout::PROC_SIZE > avail {
-        return Err(ShmError::Corrupt(
-            "participant table (not within the mapping)",
-        ));
-    }
-    for i in 0..n {
-        // SAFETY: slot `i` lies in the mapping (checked) at a 64-aligned offset; atomics only.
-        let p = unsafe { &*(base.add(HEADER_SIZE + i * layout::PROC_SIZE) as *const ProcSlot) };
-        let ident = p.ident.load(SeqCst);
-        if ident != 0 && !p.dead(ident) {
-            return Err(ShmError::RegionInUse {
-                pid: super::sys::ident_pid(ident),
-            });
-        }
-    }
-    Ok(())
-}
-
-fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
-    if cfg.participants == 0 || cfg.participants >= layout::MAX_SLOTS {
-        return Err(ShmError::InvalidConfig("participants must be in 1..=65535"));
-    }
-    if cfg.waiter_slots > layout::MAX_SLOTS {
-        return Err(ShmError::InvalidConfig(
-            "waiter_slots must be at most 65536",
-        ));
-    }
-    // One extra participant slot is the "guest" a process borrows to reclaim dead
-    // participants when the table is full.
-    Layout::new(
-        cfg.participants + 1,
-        cfg.waiter_slots,
-        size_of::<T>(),
-        align_of::<T>(),
-    )
-    .ok_or(ShmError::InvalidConfig(
-        "the value is aligned to more than 4096 bytes, or too large",
-    ))
-}
-
-/// Initialise a region at `base` (checked: aligned, big enough).
+/// * [`Mapping::anonymous`]: `mmap(MAP_SHARED | MAP_ANONYMOUS)`, zero-filled; children made
+///   with `fork()` afterwards share it (unlike `memmap2`'s `map_anon`, which is
+///   `MAP_PRIVATE`).
+/// * [`Mapping::from_fd`] / [`Mapping::from_fd_len`]: a file, memfd or `shm_open` object
+///   (anything [`AsFd`]: `OwnedFd`, `File`, `&File`…), shared with every process that maps it.
+///   The descriptor is not needed once mapped.
 ///
-/// # Safety
-/// `base..base+len` is writable memory nobody else uses until this returns; except that if
-/// `zeroed` (it is known to hold only zeros: a new anonymous mapping, a new `ftruncate`d
-/// object), others may already load its atomics (an opener polling for the magic).
-pub(super) unsafe fn init_region<T: ShmSafe>(
-    base: *mut u8,
+/// Several locks can live in one mapping, at offsets [`MappingLayout`] computes:
+///
+/// ```
+/// use gomutex::shm::{Config, Mapping, MappingLayout, ShmMutex};
+///
+/// let cfg = Config::new().participants(8).waiter_slots(8);
+/// let mut plan = MappingLayout::new();
+/// let counter = plan.mutex::<u64>(cfg)?;
+/// let table = plan.mutex::<[u32; 16]>(cfg)?;
+///
+/// let map = Mapping::anonymous(plan.len())?;
+/// let a = ShmMutex::init_in(&map, counter, 0u64, cfg)?;
+/// let b = ShmMutex::init_in(&map, table, [0u32; 16], cfg)?;
+/// drop(map); // the locks keep the mapping alive
+///
+/// *a.lock().unwrap() += 1;
+/// b.lock().unwrap()[3] = 7;
+/// // Every region starts on a REGION_ALIGN (64-byte) boundary.
+/// let (base, _) = a.as_ptr_len();
+/// assert_eq!(base as usize % 64, 0);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+#[derive(Clone)]
+pub struct Mapping {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The contents: all of the mapping, or what follows a named mapping's header.
+    ptr: NonNull<u8>,
     len: usize,
-    value: T,
-    cfg: Config,
-    zeroed: bool,
-) -> Result<Region, ShmError> {
-    let layout = layout_for::<T>(cfg)?;
-    check_base::<T>(base)?;
-    if len < layout.total_size {
-        return Err(ShmError::TooSmall {
-            needed: layout.total_size,
-            actual: len,
-        });
-    }
-    if !zeroed {
-        // SAFETY: writable and ours alone (caller's contract), `total_size <= len`.
-        unsafe { core::ptr::write_bytes(base, 0, layout.total_size) };
-    }
-    // SAFETY: aligned, in bounds; zeroed memory is a valid all-atomics header (its padding
-    // fields are never written, so others' `&Header` to it see no change).
-    let h = unsafe { &*(base as *const Header) };
-    h.version.store(LAYOUT_VERSION, Relaxed);
-    h.header_size.store(HEADER_SIZE as u32, Relaxed);
-    h.total_size.store(layout.total_size as u64, Relaxed);
-    h.participants.store(layout.participants, Relaxed);
-    h.waiter_slots.store(layout.waiter_slots, Relaxed);
-    h.value_offset.store(layout.value_offset as u64, Relaxed);
-    h.value_size.store(size_of::<T>() as u64, Relaxed);
-    h.value_align.store(align_of::<T>() as u32, Relaxed);
-    let (name, hash) = layout::type_ident::<T>();
-    h.type_hash.store(hash, Relaxed);
-    for (w, v) in h.type_name.iter().zip(layout::pack_name(&name)) {
-        w.store(v, Relaxed);
-    }
-    // SAFETY: the value offset is in bounds (layout) and aligned for T: it is a multiple of
-    // `align_of::<T>()` from a base aligned to it (`check_base`).
-    unsafe { core::ptr::write(base.add(layout.value_offset).cast::<T>(), value) };
-    // Publish: everything above happens-before any attach that sees the magic.
-    h.magic.store(MAGIC, Release);
-    // SAFETY: initialised above with this layout; the caller keeps it mapped.
-    Ok(unsafe { Region::new(NonNull::new_unchecked(base), layout) })
+    /// What `mmap` returned, to unmap.
+    whole: NonNull<u8>,
+    whole_len: usize,
+    /// The byte ranges `[start, end)` of the regions handles in this process use, with how
+    /// many handles use each: `init_in` may only overwrite bytes nobody here uses, and
+    /// `attach_in` may not read a region overlapping another one.
+    claims: Mutex<Vec<Claimed>>,
 }
 
-/// The rule of shared-memory names `name` breaks, if any (`name` may omit the leading `/`).
-pub(super) fn name_rule_broken(name: &str) -> Option<&'static str> {
-    let bare = name.strip_prefix('/').unwrap_or(name);
-    Some(if bare.is_empty() {
-        "it is empty (a name has 1 to 250 bytes after the leading '/')"
-    } else if bare.len() > 250 {
-        "it is longer than 250 bytes (without the leading '/')"
-    } else if bare.contains('/') {
-        "it contains a '/' after the leading one"
-    } else if bare.contains('\0') {
-        "it contains a NUL byte"
-    } else if bare == "." || bare == ".." {
-        // They name the directory `shm_open` works in (or its parent), never an object.
-        "\".\" and \"..\" name a directory, not an object"
-    } else {
-        return None;
-    })
+pub(super) struct Claimed {
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) handles: usize,
+    /// `Some(type)`: lent out as `&type` by [`Mapping::shared`], for as long as the mapping
+    /// lives (the references are not counted); `None`: a lock region.
+    pub(super) shared: Option<TypeId>,
 }
 
-pub(super) fn shm_name(name: &str) -> Result<CString, ShmError> {
-    if name_rule_broken(name).is_some() {
-        return Err(ShmError::InvalidName.about(name));
-    }
-    let bare = name.strip_prefix('/').unwrap_or(name);
-    CString::new(format!("/{bare}")).map_err(|_| ShmError::InvalidName.about(name))
-}
+// SAFETY: the mapping is plain memory owned by `Inner`; it is reached only through raw
+// pointers (whose use is the caller's `unsafe` business) and through `ShmMutex` handles, which
+// are themselves `Send + Sync`. The claim table is behind a `Mutex`.
+unsafe impl Send for Inner {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Inner {}
 
-pub(super) fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
-    let flags = if fd < 0 {
-        libc::MAP_SHARED | libc::MAP_ANONYMOUS
-    } else {
-        libc::MAP_SHARED
-    };
-    // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error().into());
-    }
-    Ok(p.cast())
-}
-
-pub(super) fn unmap(p: *mut u8, len: usize) {
-    // SAFETY: `p..p+len` is a mapping we made and no longer use.
-    unsafe { libc::munmap(p.cast(), len) };
-}
-
-struct Fd(libc::c_int);
-impl Drop for Fd {
+impl Drop for Inner {
     fn drop(&mut self) {
-        // SAFETY: our own descriptor.
-        unsafe { libc::close(self.0) };
+        // The last handle is gone: no `ShmMutex` uses the memory any more.
+        unmap(self.whole.as_ptr(), self.whole_len);
     }
 }
 
-/// How [`ShmMutex::open_with`], [`ShmMutex::create_with`] and
-/// [`ShmMutex::open_or_create_with`] treat a named region: the wait for an existing one and
-/// whose to accept, the permissions of a new one.
-///
-/// ```
-/// use gomutex::shm::OpenOptions;
-/// use std::time::Duration;
-/// let o = OpenOptions::new().timeout(Duration::from_millis(100)).mode(0o660);
-/// assert!(!o.allow_other_owner);
-/// assert_eq!(o.mode, 0o660);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OpenOptions {
-    /// How long to wait for the creator to finish initialising the region (default 1 s;
-    /// `Duration::MAX` waits as long as it takes).
-    pub timeout: Duration,
-    /// Accept an object owned by another user than the caller's effective uid (default
-    /// `false`: [`ShmError::NotOwner`]). Any user who can write the object can hold the lock
-    /// for ever, corrupt its state, or truncate it (every process that maps it then dies of
-    /// `SIGBUS`); and anyone may create a name first in `/dev/shm`. Set it only when the owner
-    /// is trusted, e.g. a service whose clients run as other users.
-    pub allow_other_owner: bool,
-    /// Permission bits of an object this call creates (default `0o600`: the owner only). Set
-    /// exactly, whatever the umask (`fchmod` after `shm_open`). Only the bits in `0o777` are
-    /// allowed ([`ShmError::InvalidConfig`] otherwise). Other users who may write the object
-    /// must also open it with [`allow_other_owner`](Self::allow_other_owner).
-    pub mode: u32,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        Self::new()
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapping")
+            .field("ptr", &self.inner.ptr)
+            .field("len", &self.inner.len)
+            .finish()
     }
 }
 
-impl OpenOptions {
-    /// The defaults: wait 1 s, refuse an object owned by another user, create with mode
-    /// `0o600`.
+impl Mapping {
+    /// A new zero-filled anonymous shared mapping of `len` bytes (`mmap(MAP_SHARED |
+    /// MAP_ANONYMOUS)`), page-aligned. Children created with `fork()` afterwards share it.
+    /// `len` 0 is [`ShmError::InvalidConfig`].
     ///
     /// ```
-    /// use gomutex::shm::OpenOptions;
-    /// use std::time::Duration;
-    /// let opts = OpenOptions::new().timeout(Duration::from_millis(100)).mode(0o660);
-    /// assert_eq!(opts.timeout, Duration::from_millis(100));
+    /// use gomutex::shm::Mapping;
+    /// let m = Mapping::anonymous(10_000)?;
+    /// assert_eq!(m.len(), 10_000);
+    /// assert_eq!(m.as_ptr() as usize % 4096, 0);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
-    pub const fn new() -> Self {
-        Self {
-            timeout: Duration::from_secs(1),
-            allow_other_owner: false,
-            mode: 0o600,
+    pub fn anonymous(len: usize) -> Result<Self, ShmError> {
+        if len == 0 {
+            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
         }
+        let p = map_shared(-1, len)?;
+        Ok(Self::wrap(p, len))
     }
 
-    /// Set [`timeout`](Self::timeout).
-    #[must_use]
-    pub const fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Set [`allow_other_owner`](Self::allow_other_owner).
-    #[must_use]
-    pub const fn allow_other_owner(mut self, allow: bool) -> Self {
-        self.allow_other_owner = allow;
-        self
-    }
-
-    /// Set [`mode`](Self::mode).
-    #[must_use]
-    pub const fn mode(mut self, mode: u32) -> Self {
-        self.mode = mode;
-        self
-    }
-}
-
-/// Refuse an object another user owns, unless `opts` allow it.
-fn check_owner(name: &CStr, st: &libc::stat, opts: &OpenOptions) -> Result<(), ShmError> {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    if st.st_uid != uid && !opts.allow_other_owner {
-        return Err(ShmError::NotOwner {
-            name: name.to_string_lossy().into_owned(),
-            owner_uid: st.st_uid,
-            uid,
-        });
-    }
-    Ok(())
-}
-
-/// Remove a named shared-memory object (`shm_unlink`); `name` may omit the leading `/`.
-/// Processes that have it mapped keep their mapping; the next
-/// [`create`](ShmMutex::create) of the name makes a new object. Fails with `Io(NotFound)` (inside
-/// [`ShmError::Object`], as every error about a name) if the name does not exist.
-///
-/// ```
-/// use gomutex::shm::{self, Config, ShmMutex};
-/// let name = format!("/gomutex-doc-unlink-{}", std::process::id());
-/// let m = ShmMutex::create(&name, 1u32, Config::default())?;
-/// shm::unlink(&name)?; // no `ShmMutex::<u32>::` needed
-/// assert_eq!(*m.lock().unwrap(), 1); // still mapped here
-/// assert!(shm::unlink(&name).is_err());
-/// # Ok::<(), shm::ShmError>(())
-/// ```
-pub fn unlink(name: &str) -> Result<(), ShmError> {
-    let cname = shm_name(name)?;
-    // SAFETY: a NUL-terminated name.
-    if unsafe { libc::shm_unlink(cname.as_ptr()) } != 0 {
-        return Err(about(&cname, io::Error::last_os_error().into()));
-    }
-    Ok(())
-}
-
-/// Create the named object `cname` of `len` bytes (`shm_open(O_CREAT | O_EXCL)`, permissions
-/// exactly `mode`), map it whole and hand the mapping, zero-filled and page aligned, to
-/// `init`, which initialises it, **publishes it last** (a magic number stored with release
-/// ordering: openers poll for it with [`open_object`]) and owns it from then on (unmapping it
-/// if it fails). The name is removed again if anything fails, `init` panicking included.
-pub(super) fn create_object<R>(
-    cname: &CStr,
-    len: usize,
-    mode: u32,
-    init: impl FnOnce(*mut u8) -> Result<R, ShmError>,
-) -> Result<R, ShmError> {
-    if mode & !0o777 != 0 {
-        return Err(ShmError::InvalidConfig(
-            "mode must be permission bits (at most 0o777)",
-        ));
-    }
-    let size = libc::off_t::try_from(len)
-        .map_err(|_| ShmError::InvalidConfig("the object would be too large"))?;
-    // SAFETY: a NUL-terminated name; creates a new object, owner-only until the fchmod.
-    let fd = unsafe {
-        libc::shm_open(
-            cname.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error().into());
-    }
-    let fd = Fd(fd);
-    /// Removes the name we created unless disarmed (on every failure, also an unwind).
-    struct Unlink<'a>(Option<&'a CStr>);
-    impl Drop for Unlink<'_> {
-        fn drop(&mut self) {
-            if let Some(n) = self.0 {
-                // SAFETY: removing the name we just created.
-                unsafe { libc::shm_unlink(n.as_ptr()) };
-            }
-        }
-    }
-    let mut unlink = Unlink(Some(cname));
-    // The exact mode, not masked by the umask as `shm_open`'s would be.
-    // SAFETY: our descriptor.
-    if unsafe { libc::fchmod(fd.0, mode) } != 0 {
-        return Err(io::Error::last_os_error().into());
-    }
-    // SAFETY: our descriptor.
-    if unsafe { libc::ftruncate(fd.0, size) } != 0 {
-        return Err(io::Error::last_os_error().into());
-    }
-    let r = init(map_shared(fd.0, len)?)?;
-    unlink.0 = None;
-    Ok(r)
-}
-
-/// Open the existing named object `cname` (refused unless we own it or `opts` allow another
-/// owner, before anything is mapped), map it whole once it is at least `min_len` bytes, and
-/// hand the mapping and its length to `attach`, which validates it and owns it from then on
-/// (unmapping it if it fails). While `attach` says [`ShmError::Uninitialised`] (the creator
-/// has not published it) this is retried every millisecond until `opts.timeout`
-/// ([`ShmError::InitTimeout`]). An object of 1 to `min_len - 1` bytes is
-/// [`ShmError::TooSmall`] at once: creators size it in one `ftruncate`.
-pub(super) fn open_object<R>(
-    cname: &CStr,
-    opts: &OpenOptions,
-    min_len: usize,
-    mut attach: impl FnMut(*mut u8, usize) -> Result<R, ShmError>,
-) -> Result<R, ShmError> {
-    // SAFETY: a NUL-terminated name.
-    let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error().into());
-    }
-    let fd = Fd(fd);
-    // `None` (wait as long as it takes) if the timeout overflows `Instant`.
-    let deadline = crate::park::deadline_after(opts.timeout);
-    let mut owner_checked = false;
-    loop {
-        // SAFETY: a zeroed stat buffer for fstat to fill.
-        let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: our descriptor, a valid buffer.
-        if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        if !owner_checked {
-            // Before mapping anything: a squatter's object is not even read.
-            check_owner(cname, &st, opts)?;
-            owner_checked = true;
-        }
-        let len = st.st_size as usize;
-        if (1..min_len).contains(&len) {
-            // The creator sets the full size in one `ftruncate` (an object between its
-            // `shm_open` and that call is empty): this size is final, and too small.
+    /// Map the whole of a file, memfd or `shm_open` object shared and read-write; its size is
+    /// read with `fstat`. The descriptor must be open for reading and writing; it may be
+    /// closed (dropped) afterwards. An empty object is [`ShmError::TooSmall`].
+    ///
+    /// Other processes that write the object may corrupt what is in it (a region placed in
+    /// it refuses nothing it cannot check: see the module docs' limits), and one that
+    /// truncates it kills every process mapping it with `SIGBUS`; seal a memfd with
+    /// `F_SEAL_SHRINK` to rule that out. The overlap checks of [`ShmMutex::init_in`] and
+    /// [`Mapping::shared`] are per `Mapping`: two mappings of one object in a process are
+    /// like two processes, which must follow the same layout. What is per object is the check
+    /// that `init_in` overwrites no lock in use (it reads the region's header).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, ShmMutex};
+    /// use std::os::fd::{FromRawFd, OwnedFd};
+    ///
+    /// let len = ShmMutex::<u64>::required_size(Config::default())?;
+    /// // SAFETY: a NUL-terminated name; the result is checked below.
+    /// let fd = unsafe { libc::memfd_create(c"gomutex-doc".as_ptr(), libc::MFD_CLOEXEC) };
+    /// assert!(fd >= 0);
+    /// // SAFETY: a fresh descriptor nobody else owns.
+    /// let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    /// std::fs::File::from(fd.try_clone()?).set_len(len as u64)?;
+    ///
+    /// let map = Mapping::from_fd(&fd)?;
+    /// assert_eq!(map.len(), len);
+    /// let a = ShmMutex::init_in(&map, 0, 41u64, Config::default())?;
+    /// // A second mapping of the same memfd (as another process would make) sees the lock.
+    /// let b = ShmMutex::<u64>::attach_in(&Mapping::from_fd(fd)?, 0)?;
+    /// *a.lock().unwrap() += 1;
+    /// assert_eq!(*b.lock().unwrap(), 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_fd(fd: impl AsFd) -> Result<Self, ShmError> {
+        let fd = fd.as_fd();
+        let len = object_size(fd)?;
+        if len == 0 {
             return Err(ShmError::TooSmall {
-                needed: min_len,
-                actual: len,
+                needed: 1,
+                actual: 0,
             });
         }
-        if len >= min_len {
-            match attach(map_shared(fd.0, len)?, len) {
-                Err(ShmError::Uninitialised) => {}
-                r => return r,
-            }
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(ShmError::InitTimeout);
-        }
-        std::thread::sleep(Duration::from_millis(1));
+        Self::from_fd_len(fd, len)
     }
-}
 
-/// Race-free open-or-create of a named object: `create` (failing with `AlreadyExists` if the
-/// name exists), else `open` (failing with `NotFound` if it was unlinked meanwhile: then again
-/// from the start). `true` if this call created it.
-pub(super) fn open_or_create_by<R>(
-    mut create: impl FnMut() -> Result<R, ShmError>,
-    mut open: impl FnMut() -> Result<R, ShmError>,
-) -> Result<(R, bool), ShmError> {
-    loop {
-        match create() {
-            Ok(m) => return Ok((m, true)),
-            Err(e) if is_io(&e, io::ErrorKind::AlreadyExists) => {}
-            Err(e) => return Err(e),
-        }
-        match open() {
-            Ok(m) => return Ok((m, false)),
-            // Unlinked between our two calls: try again.
-            Err(e) if is_io(&e, io::ErrorKind::NotFound) => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// `e`, about the object `cname`.
-pub(super) fn about(cname: &CStr, e: ShmError) -> ShmError {
-    e.about(&cname.to_string_lossy())
-}
-
-/// Whether `e` is a system call's error of this kind (about a named object or not).
-fn is_io(e: &ShmError, kind: io::ErrorKind) -> bool {
-    matches!(e.cause(), ShmError::Io(io) if io.kind() == kind)
-}
-
-impl<T: ShmSafe> ShmMutex<T> {
-    /// Bytes a region for `T` with this configuration occupies (what to map for
-    /// [`init_in_place`](Self::init_in_place)).
+    /// Map the first `len` bytes of a file, memfd or `shm_open` object shared and read-write
+    /// (for an object whose size is known, or to map only its start). `len` 0 is
+    /// [`ShmError::InvalidConfig`]; a `len` past the object's size (`fstat`; 0 for what is not
+    /// a file, e.g. `/dev/zero`: use [`anonymous`](Self::anonymous)) is
+    /// [`ShmError::TooSmall`], refused before anything is mapped: touching a page past the
+    /// end would raise `SIGBUS`.
     ///
     /// ```
-    /// use gomutex::shm::{Config, ShmMutex};
-    /// let n = ShmMutex::<u64>::required_size(Config::default()).unwrap();
-    /// assert_eq!(n % 64, 0);
+    /// use gomutex::shm::{Mapping, ShmError};
+    /// let f = tempfile_of(8192)?;
+    /// assert_eq!(Mapping::from_fd_len(&f, 4096)?.len(), 4096); // the first page only
+    /// assert!(matches!(
+    ///     Mapping::from_fd_len(&f, 3 * 4096),
+    ///     Err(ShmError::TooSmall { needed: 12288, actual: 8192 })
+    /// ));
+    /// # fn tempfile_of(len: u64) -> std::io::Result<std::fs::File> {
+    /// #     let path = std::env::temp_dir().join(format!("gomutex-doc-fdlen-{}", std::process::id()));
+    /// #     let f = std::fs::OpenOptions::new().read(true).write(true).create(true).open(&path)?;
+    /// #     std::fs::remove_file(&path)?;
+    /// #     f.set_len(len)?;
+    /// #     Ok(f)
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn required_size(cfg: Config) -> Result<usize, ShmError> {
-        Ok(layout_for::<T>(cfg)?.total_size)
+    pub fn from_fd_len(fd: impl AsFd, len: usize) -> Result<Self, ShmError> {
+        if len == 0 {
+            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
+        }
+        let fd = fd.as_fd();
+        let size = object_size(fd)?;
+        if len > size {
+            return Err(ShmError::TooSmall {
+                needed: len,
+                actual: size,
+            });
+        }
+        let p = map_shared(fd.as_raw_fd(), len)?;
+        Ok(Self::wrap(p, len))
     }
 
-    pub(super) fn from_region(region: Region, backing: Backing, map_len: usize) -> Self {
+    fn wrap(p: *mut u8, len: usize) -> Self {
+        Self::wrap_at(p, len, 0, len)
+    }
+
+    /// The mapping `p..p + whole_len`, whose contents are the `len` bytes from `at`.
+    fn wrap_at(p: *mut u8, whole_len: usize, at: usize, len: usize) -> Self {
+        debug_assert!(at + len <= whole_len && len > 0);
+        // `mmap` never returns a null mapping for a null hint.
+        let whole = NonNull::new(p).expect("mmap returned null");
         Self {
-            region,
-            backing,
-            map_len,
-            me: AtomicU64::new(0),
-            _t: PhantomData,
+            inner: Arc::new(Inner {
+                // SAFETY: `at + len <= whole_len`: inside the mapping.
+                ptr: unsafe { whole.add(at) },
+                len,
+                whole,
+                whole_len,
+                claims: Mutex::new(Vec::new()),
+            }),
         }
     }
 
-    /// A new region in an anonymous shared mapping (`MAP_SHARED | MAP_ANONYMOUS`) holding
-    /// `value`, with the default [`Config`]. Children created with `fork()` afterwards share
-    /// it.
+    /// Create the named shared-memory object `name` (`shm_open(O_CREAT | O_EXCL)`, mode 0600)
+    /// for the contents `layout` describes, map it, let `init` place what it holds (the locks,
+    /// with [`ShmMutex::init_in`], and any shared data), and publish it: processes that
+    /// [`open`](Self::open) the name wait until `init` has returned. Fails with `Io(AlreadyExists)`
+    /// if the name exists; if `init` fails (or panics) the name is removed and its error
+    /// returned. `name` may omit the leading `/`; errors name the object
+    /// ([`ShmError::Object`]).
+    ///
+    /// The contents start page-aligned after a one-page header (magic, version, length) that
+    /// is not part of the mapping's [`len`](Self::len): offsets are those of `layout`.
     ///
     /// ```
-    /// let m = gomutex::shm::ShmMutex::anonymous(0u64)?; // share it: fork() after this
-    /// *m.lock().unwrap() += 1;
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// use gomutex::shm::{self, Config, Mapping, MappingLayout, ShmMutex};
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    ///
+    /// let cfg = Config::new().participants(8).waiter_slots(8);
+    /// let mut plan = MappingLayout::new();
+    /// let (jobs, stats) = (plan.mutex::<u64>(cfg)?, plan.mutex::<[u32; 4]>(cfg)?);
+    /// let hits = plan.shared::<AtomicU64>();
+    ///
+    /// let name = format!("/gomutex-doc-map-create-{}", std::process::id());
+    /// let map = Mapping::create(&name, &plan, |map| {
+    ///     ShmMutex::init_in(map, jobs, 0u64, cfg)?;
+    ///     ShmMutex::init_in(map, stats, [0u32; 4], cfg)?;
+    ///     Ok(())
+    /// })?;
+    /// // Here or in any process that opens the name:
+    /// let jobs = ShmMutex::<u64>::attach_in(&map, jobs)?;
+    /// *jobs.lock().unwrap() += 1;
+    /// map.shared::<AtomicU64>(hits)?.fetch_add(1, Relaxed);
+    /// shm::unlink(&name)?;
+    /// # Ok::<(), shm::ShmError>(())
     /// ```
-    pub fn anonymous(value: T) -> Result<Self, ShmError> {
-        Self::anonymous_with(value, Config::default())
+    pub fn create(
+        name: &str,
+        layout: &MappingLayout,
+        init: impl FnOnce(&Mapping) -> Result<(), ShmError>,
+    ) -> Result<Self, ShmError> {
+        Self::create_with(name, layout, OpenOptions::new(), init)
     }
 
-    /// [`anonymous`](Self::anonymous) with explicit sizes.
+    /// [`create`](Self::create) with the object's permissions from [`OpenOptions::mode`]
+    /// (set exactly, whatever the umask; its other options concern opening).
     ///
     /// ```
-    /// use gomutex::shm::{Config, ShmMutex};
-    /// let m = ShmMutex::anonymous_with([0u32; 4], Config::new().participants(4).waiter_slots(4))?;
-    /// m.lock().unwrap()[1] = 7;
-    /// # Ok::<(), gomutex::shm::ShmError>(())
-    /// ```
-    pub fn anonymous_with(value: T, cfg: Config) -> Result<Self, ShmError> {
-        let len = layout_for::<T>(cfg)?.total_size;
-        let p = map_shared(-1, len)?;
-        // SAFETY: a fresh mapping of `len` bytes, page aligned, ours alone, zero-filled.
-        match unsafe { init_region(p, len, value, cfg, true) } {
-            Ok(r) => Self::from_region(r, Backing::Mapped, len).checked(),
-            Err(e) => {
-                unmap(p, len);
-                Err(e)
-            }
-        }
-    }
-
-    /// Create a named region (`shm_open(name, O_CREAT | O_EXCL)`, mode 0600) holding `value`.
-    /// Fails with `Io(AlreadyExists)` if the name exists. `name` may omit the leading `/`.
-    ///
-    /// ```
-    /// use gomutex::shm::{self, Config, ShmMutex};
-    /// let name = format!("/gomutex-doc-create-{}", std::process::id());
-    /// let m = ShmMutex::create(&name, 0u64, Config::default())?;
-    /// assert!(ShmMutex::create(&name, 0u64, Config::default()).is_err()); // the name exists
-    /// shm::unlink(&name)?; // the region lives on in `m` until it is dropped
-    /// # Ok::<(), gomutex::shm::ShmError>(())
-    /// ```
-    pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
-        Self::create_with(name, value, cfg, OpenOptions::new())
-    }
-
-    /// [`create`](Self::create) with the object's permissions from
-    /// [`OpenOptions::mode`] (its other options concern opening and are ignored here).
-    ///
-    /// ```
-    /// use gomutex::shm::{self, Config, OpenOptions, ShmMutex};
+    /// use gomutex::shm::{self, Config, Mapping, MappingLayout, OpenOptions, ShmMutex};
     /// use std::os::unix::fs::PermissionsExt;
     ///
-    /// let name = format!("/gomutex-doc-mode-{}", std::process::id());
-    /// // Readable and writable by the group too (peers of another uid in the group open it
-    /// // with `OpenOptions::new().allow_other_owner(true)`).
-    /// let m = ShmMutex::create_with(&name, 0u64, Config::default(), OpenOptions::new().mode(0o660))?;
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.mutex::<u32>(Config::default())?;
+    /// let name = format!("/gomutex-doc-map-mode-{}", std::process::id());
+    /// let opts = OpenOptions::new().mode(0o660);
+    /// let map = Mapping::create_with(&name, &plan, opts, |map| {
+    ///     ShmMutex::init_in(map, at, 0u32, Config::default()).map(drop)
+    /// })?;
     /// let mode = std::fs::metadata(format!("/dev/shm{name}"))?.permissions().mode();
     /// shm::unlink(&name)?;
     /// assert_eq!(mode & 0o777, 0o660);
-    /// # drop(m);
+    /// # drop(map);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn create_with(
         name: &str,
-        value: T,
-        cfg: Config,
+        layout: &MappingLayout,
         opts: OpenOptions,
+        init: impl FnOnce(&Mapping) -> Result<(), ShmError>,
     ) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
-        Self::create_c(&cname, value, cfg, opts.mode).map_err(|e| about(&cname, e))
+        Self::create_c(&cname, layout.len(), opts.mode, init).map_err(|e| about(&cname, e))
     }
 
-    fn create_c(cname: &CStr, value: T, cfg: Config, mode: u32) -> Result<Self, ShmError> {
-        let len = layout_for::<T>(cfg)?.total_size;
-        create_object(cname, len, mode, |p| {
-            // SAFETY: a fresh mapping of the new (O_EXCL), just-extended, so zero-filled
-            // object, page aligned; openers only load its magic atomically until it is
-            // written, last.
-            match unsafe { init_region(p, len, value, cfg, true) } {
-                Ok(r) => Self::from_region(r, Backing::Mapped, len).checked(),
-                Err(e) => {
-                    unmap(p, len);
-                    Err(e)
-                }
-            }
+    fn create_c(
+        cname: &CStr,
+        len: usize,
+        mode: u32,
+        init: impl FnOnce(&Mapping) -> Result<(), ShmError>,
+    ) -> Result<Self, ShmError> {
+        if len == 0 {
+            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
+        }
+        let whole = MAP_HEADER_SIZE
+            .checked_add(len)
+            .ok_or(ShmError::InvalidConfig("the object would be too large"))?;
+        create_object(cname, whole, mode, |p| {
+            // Dropped (unmapped) if `init` fails; handles `init` made keep it mapped.
+            let map = Self::wrap_at(p, whole, MAP_HEADER_SIZE, len);
+            init(&map)?;
+            // SAFETY: the start of the mapping, page-aligned, a header long; atomics only.
+            let h = unsafe { &*p.cast::<MapHeader>() };
+            h.version.store(LAYOUT_VERSION, Relaxed);
+            h.header_size.store(MAP_HEADER_SIZE as u32, Relaxed);
+            h.len.store(len as u64, Relaxed);
+            // Publish: everything `init` wrote happens-before any open that sees the magic.
+            h.magic.store(MAP_MAGIC, Release);
+            Ok(map)
         })
     }
 
-    /// Open an existing named region, waiting up to 1 s for its creator to finish
-    /// initialising it. Refuses an object owned by another user ([`ShmError::NotOwner`]; see
-    /// [`open_with`](Self::open_with)).
+    /// Open the named mapping `name` made by [`create`](Self::create) (in any process),
+    /// waiting up to 1 s for its creator to publish it. Then [`ShmMutex::attach_in`] and
+    /// [`shared`](Self::shared) at the creator's offsets (the same [`MappingLayout`]).
+    /// Refuses an object owned by another user ([`ShmError::NotOwner`], see
+    /// [`OpenOptions::allow_other_owner`]) and anything that is not a published mapping of
+    /// this layout version, writing nothing.
     ///
     /// ```
-    /// use gomutex::shm::{self, Config, ShmMutex};
-    /// let name = format!("/gomutex-doc-open-{}", std::process::id());
-    /// let created = ShmMutex::create(&name, 1u64, Config::default())?;
-    /// let opened = ShmMutex::<u64>::open(&name)?; // as another process would
-    /// *opened.lock().unwrap() += 1;
-    /// assert_eq!(*created.lock().unwrap(), 2);
+    /// use gomutex::shm::{self, Config, Mapping, MappingLayout, ShmError, ShmMutex};
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.mutex::<u64>(Config::default())?;
+    /// let name = format!("/gomutex-doc-map-open-{}", std::process::id());
+    /// let made = Mapping::create(&name, &plan, |map| {
+    ///     ShmMutex::init_in(map, at, 41u64, Config::default()).map(drop)
+    /// })?;
+    /// let map = Mapping::open(&name)?; // e.g. in an unrelated process
+    /// assert_eq!(map.len(), plan.len());
+    /// let m = ShmMutex::<u64>::attach_in(&map, at)?;
+    /// *m.lock().unwrap() += 1;
+    /// assert_eq!(*ShmMutex::<u64>::attach_in(&made, at)?.lock().unwrap(), 42);
     /// shm::unlink(&name)?;
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// assert!(matches!(Mapping::open(&name).unwrap_err().cause(), ShmError::Io(_)));
+    /// # Ok::<(), ShmError>(())
     /// ```
     pub fn open(name: &str) -> Result<Self, ShmError> {
         Self::open_with(name, OpenOptions::new())
     }
 
-    /// [`open`](Self::open) with an explicit wait for initialisation.
+    /// [`open`](Self::open) with explicit [`OpenOptions`] (the wait for the creator, whose
+    /// objects to accept).
     ///
     /// ```
-    /// use gomutex::shm::ShmMutex;
+    /// use gomutex::shm::{self, Mapping, OpenOptions, ShmError};
     /// use std::time::Duration;
-    /// let r = ShmMutex::<u64>::open_timeout("/gomutex-doc-no-such-name", Duration::from_millis(10));
-    /// assert!(r.is_err()); // NotFound: no object of that name
-    /// ```
-    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Self, ShmError> {
-        Self::open_with(name, OpenOptions::new().timeout(timeout))
-    }
-
-    /// Open an existing named region. Fails with `Io(NotFound)` if the name does not exist,
-    /// [`ShmError::NotOwner`] if another user owns the object (unless
-    /// [`OpenOptions::allow_other_owner`]), [`ShmError::TooSmall`] if it is smaller than a
-    /// header, [`ShmError::InitTimeout`] if it is not initialised within
-    /// [`OpenOptions::timeout`], or a validation error (nothing is written then).
     ///
-    /// ```
-    /// use gomutex::shm::{self, Config, OpenOptions, ShmMutex};
-    /// let name = format!("/gomutex-doc-open-with-{}", std::process::id());
-    /// let _created = ShmMutex::create(&name, 0u64, Config::default())?;
-    /// let opened = ShmMutex::<u64>::open_with(&name, OpenOptions::new().allow_other_owner(true))?;
-    /// assert_eq!(*opened.lock().unwrap(), 0);
+    /// // An object nobody publishes as a mapping: not waited for past the timeout.
+    /// let name = format!("/gomutex-doc-map-open-with-{}", std::process::id());
+    /// let plain = gomutex::shm::ShmMutex::create(&name, 0u32, Default::default())?;
+    /// let e = Mapping::open_with(&name, OpenOptions::new().timeout(Duration::from_millis(10)))
+    ///     .unwrap_err();
+    /// assert!(matches!(e.cause(), ShmError::BadMagic { .. }), "{e}");
     /// shm::unlink(&name)?;
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// # drop(plain);
+    /// # Ok::<(), ShmError>(())
     /// ```
     pub fn open_with(name: &str, opts: OpenOptions) -> Result<Self, ShmError> {
         let cname = shm_name(name)?;
-        Self::open_c(&cname, opts).map_err(|e| about(&cname, e))
-    }
-
-    fn open_c(cname: &CStr, opts: OpenOptions) -> Result<Self, ShmError> {
-        open_object(cname, &opts, HEADER_SIZE, |p, len| {
-            match validate::<T>(p, len) {
-                Ok(layout) => {
-                    // SAFETY: validated; mapped for `len >= total_size` bytes until drop.
-                    let r = unsafe { Region::new(NonNull::new_unchecked(p), layout) };
-                    Self::from_region(r, Backing::Mapped, len).checked()
-                }
+        open_object(
+            &cname,
+            &opts,
+            size_of::<MapHeader>(),
+            |p, whole| match Self::published_len(p, whole) {
+                Ok(len) => Ok(Self::wrap_at(p, whole, MAP_HEADER_SIZE, len)),
                 Err(e) => {
-                    unmap(p, len);
+                    unmap(p, whole);
                     Err(e)
                 }
-            }
-        })
+            },
+        )
+        .map_err(|e| about(&cname, e))
     }
 
-    /// Open the named region, or create it with `value` if it does not exist; `true` if this
-    /// call created it. Race-free: exactly one of several concurrent callers creates. An
-    /// existing object owned by another user is refused ([`ShmError::NotOwner`]).
+    /// The contents' length a published mapping header at `p` (mapped for `whole` bytes, at
+    /// least a header) records; loads only.
+    fn published_len(p: *const u8, whole: usize) -> Result<usize, ShmError> {
+        // SAFETY: page-aligned, mapped for at least a header (the caller's); atomics only.
+        let h = unsafe { &*p.cast::<MapHeader>() };
+        let too_small = ShmError::TooSmall {
+            needed: MAP_HEADER_SIZE + 1,
+            actual: whole,
+        };
+        match h.magic.load(Acquire) {
+            // The creator sizes the object in one `ftruncate`: this size is final.
+            0 if whole <= MAP_HEADER_SIZE => return Err(too_small),
+            0 => return Err(ShmError::Uninitialised),
+            MAP_MAGIC => {}
+            found => return Err(ShmError::BadMagic { found }),
+        }
+        check_version(
+            &h.version,
+            &h.header_size,
+            MAP_HEADER_SIZE,
+            "mapping header size",
+        )?;
+        let len = usize::try_from(h.len.load(Relaxed)).unwrap_or(usize::MAX);
+        if len == 0 {
+            return Err(ShmError::Corrupt("empty mapping"));
+        }
+        if whole <= MAP_HEADER_SIZE || len > whole - MAP_HEADER_SIZE {
+            return Err(ShmError::TooSmall {
+                needed: MAP_HEADER_SIZE.saturating_add(len),
+                actual: whole,
+            });
+        }
+        Ok(len)
+    }
+
+    /// Open the named mapping, or create it for `layout` with `init` if it does not exist;
+    /// `true` if this call created it. Race-free: exactly one of several concurrent callers
+    /// creates (and runs `init`), the others wait for it to publish. An existing mapping
+    /// shorter than `layout` is [`ShmError::TooSmall`].
     ///
     /// ```
-    /// use gomutex::shm::{self, Config, ShmMutex};
-    /// let name = format!("/gomutex-doc-ooc-{}", std::process::id());
-    /// let (a, created) = ShmMutex::open_or_create(&name, 0u64, Config::default())?;
-    /// let (b, again) = ShmMutex::open_or_create(&name, 99u64, Config::default())?;
+    /// use gomutex::shm::{self, Config, Mapping, MappingLayout, ShmMutex};
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.mutex::<u64>(Config::default())?;
+    /// let init = |map: &Mapping| ShmMutex::init_in(map, at, 0u64, Config::default()).map(drop);
+    /// let name = format!("/gomutex-doc-map-ooc-{}", std::process::id());
+    /// // Every process runs the same line; one of them creates.
+    /// let (a, created) = Mapping::open_or_create(&name, &plan, init)?;
+    /// let (b, again) = Mapping::open_or_create(&name, &plan, init)?;
     /// assert!(created && !again);
-    /// assert_eq!(*b.lock().unwrap(), 0); // the existing value, not 99
+    /// *ShmMutex::<u64>::attach_in(&a, at)?.lock().unwrap() += 1;
+    /// assert_eq!(*ShmMutex::<u64>::attach_in(&b, at)?.lock().unwrap(), 1);
     /// shm::unlink(&name)?;
-    /// # drop(a);
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// # Ok::<(), shm::ShmError>(())
     /// ```
-    pub fn open_or_create(name: &str, value: T, cfg: Config) -> Result<(Self, bool), ShmError> {
-        Self::open_or_create_with(name, value, cfg, OpenOptions::new())
+    pub fn open_or_create(
+        name: &str,
+        layout: &MappingLayout,
+        init: impl FnMut(&Mapping) -> Result<(), ShmError>,
+    ) -> Result<(Self, bool), ShmError> {
+        Self::open_or_create_with(name, layout, OpenOptions::new(), init)
     }
 
     /// [`open_or_create`](Self::open_or_create), opening an existing object as
     /// [`open_with`](Self::open_with) does, or creating one with [`OpenOptions::mode`].
     ///
     /// ```
-    /// use gomutex::shm::{self, Config, OpenOptions, ShmMutex};
-    /// let name = format!("/gomutex-doc-oocw-{}", std::process::id());
-    /// let opts = OpenOptions::new().mode(0o660);
-    /// let (_m, created) = ShmMutex::open_or_create_with(&name, 0u64, Config::default(), opts)?;
-    /// assert!(created);
+    /// use gomutex::shm::{self, Mapping, MappingLayout, OpenOptions};
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.shared::<AtomicU64>(); // lock-free data only: nothing to initialise
+    /// let name = format!("/gomutex-doc-map-ooc-with-{}", std::process::id());
+    /// let opts = OpenOptions::new().mode(0o640);
+    /// let (map, _) = Mapping::open_or_create_with(&name, &plan, opts, |_| Ok(()))?;
+    /// map.shared::<AtomicU64>(at)?.fetch_add(1, Relaxed);
     /// shm::unlink(&name)?;
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// # Ok::<(), shm::ShmError>(())
     /// ```
     pub fn open_or_create_with(
         name: &str,
-        value: T,
-        cfg: Config,
+        layout: &MappingLayout,
         opts: OpenOptions,
+        mut init: impl FnMut(&Mapping) -> Result<(), ShmError>,
     ) -> Result<(Self, bool), ShmError> {
-        open_or_create_by(
-            || Self::create_with(name, value, cfg, opts),
+        let (map, created) = open_or_create_by(
+            || Self::create_with(name, layout, opts, &mut init),
             || Self::open_with(name, opts),
-        )
+        )?;
+        if map.len() < layout.len() {
+            let e = ShmError::TooSmall {
+                needed: layout.len(),
+                actual: map.len(),
+            };
+            return Err(about(&shm_name(name)?, e));
+        }
+        Ok((map, created))
     }
 
-    /// Remove a name: the same as the free function [`shm::unlink`](super::unlink), which
-    /// needs no type parameter.
-    pub fn unlink(name: &str) -> Result<(), ShmError> {
-        unlink(name)
+    /// The first byte of the mapping (page-aligned). Valid for [`len`](Self::len) bytes
+    /// while a handle to the mapping lives. Reading or writing through it is `unsafe` and
+    /// must not race with the locks placed in the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.ptr.as_ptr()
     }
 
-    /// Initialise a region in memory the caller mapped, holding `value`.
+    /// The length of the mapping in bytes (never 0).
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Always `false`: a mapping is never empty (clippy's `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The [`ShmShared`] value at `offset`: data shared without a lock (atomics), e.g. counters
+    /// next to the locks of a [`MappingLayout`] (whose [`shared`](MappingLayout::shared) gives
+    /// the offset). A fresh anonymous mapping holds zeroes there, a valid value of any
+    /// `ShmShared` type.
     ///
-    /// # Safety
-    ///
-    /// * `ptr..ptr + len` is writable memory mapped `MAP_SHARED` (a shared file, `shm_open`,
-    ///   memfd or `MAP_SHARED | MAP_ANONYMOUS` object; never private or copy-on-write memory,
-    ///   where other processes would not see the lock) that stays mapped for the life of the
-    ///   returned handle;
-    /// * no other process or thread uses that memory until this returns (it is overwritten).
-    ///
-    /// Checks (and returns an error for, without writing) a misaligned `ptr` (it must be
-    /// [`REGION_ALIGN`]-aligned, or `align_of::<T>()`-aligned if that is more; `mmap` results
-    /// are) and a `len` below [`required_size`](Self::required_size).
+    /// The range must lie in the mapping and be aligned for `T` ([`ShmError::TooSmall`],
+    /// [`ShmError::Misaligned`]), and may not overlap a lock region used in this process nor
+    /// another `shared` value other than the same `T` at the same offset
+    /// ([`ShmError::InvalidConfig`]); once lent out, the range stays reserved for `T` while
+    /// the mapping lives. As with any shared memory, other processes must use the same layout.
     ///
     /// ```
-    /// use gomutex::shm::{Config, Mapping, ShmMutex};
-    /// let cfg = Config::default();
-    /// let map = Mapping::anonymous(ShmMutex::<u64>::required_size(cfg)?)?;
-    /// // SAFETY: `map` is MAP_SHARED, unused by anyone else, and outlives `m` (dropped first).
-    /// let m = unsafe { ShmMutex::init_in_place(map.as_ptr(), map.len(), 5u64, cfg)? };
-    /// assert_eq!(*m.lock().unwrap(), 5);
-    /// # drop(m);
+    /// use gomutex::shm::{Config, Mapping, MappingLayout, ShmMutex};
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    ///
+    /// let mut plan = MappingLayout::new();
+    /// let lock = plan.mutex::<u32>(Config::default())?;
+    /// let hits = plan.shared::<[AtomicU64; 4]>();
+    /// let map = Mapping::anonymous(plan.len())?;
+    /// let m = ShmMutex::init_in(&map, lock, 0u32, Config::default())?;
+    /// let counters = map.shared::<[AtomicU64; 4]>(hits)?;
+    /// counters[1].fetch_add(1, Relaxed); // no lock needed
+    /// *m.lock().unwrap() += 1;
+    /// assert_eq!(map.shared::<[AtomicU64; 4]>(hits)?[1].load(Relaxed), 1);
+    /// assert!(map.shared::<AtomicU64>(lock).is_err()); // inside the lock's region
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
-    pub unsafe fn init_in_place(
-        ptr: *mut u8,
-        len: usize,
-        value: T,
-        cfg: Config,
-    ) -> Result<Self, ShmError> {
-        // SAFETY: the caller's contract (the memory may hold anything: zero it).
-        let r = unsafe { init_region(ptr, len, value, cfg, false) }?;
-        Self::from_region(r, Backing::Borrowed, len).checked()
+    pub fn shared<T: ShmShared>(&self, offset: usize) -> Result<&T, ShmError> {
+        let p = self.claim_shared::<T>(offset, 1)?;
+        // SAFETY: `claim_shared` checked one `T` at `p` and lent the bytes out as `T`s only.
+        Ok(unsafe { &*p })
     }
 
-    /// Attach to a region another process (or [`init_in_place`](Self::init_in_place))
-    /// initialised in memory the caller mapped. Validates the header and writes nothing if it
-    /// is wrong.
+    /// `n` [`ShmShared`] values of type `T` one after another from `offset`: the run-time
+    /// sized counterpart of [`shared`](Self::shared)`::<[T; N]>` (e.g. one slot per worker,
+    /// the number of workers known at run time), at an offset from
+    /// [`MappingLayout::shared_slice`].
     ///
-    /// # Safety
-    ///
-    /// `ptr..ptr + len` is readable and writable `MAP_SHARED` memory that stays mapped for the
-    /// life of the returned handle, and, if it holds a valid header, is used only as a gomutex
-    /// region for `T` by everybody.
+    /// The same rules as [`shared`](Self::shared): in the mapping, aligned for `T`, over no
+    /// lock region used in this process, and overlapping no other shared value but the same
+    /// element type over the same range (the same `offset` and `n`; `shared::<T>(offset)` is
+    /// `shared_slice::<T>(offset, 1)`, while an array type `[T; N]` is another type).
+    /// `n == 0` gives an empty slice and claims nothing.
     ///
     /// ```
-    /// use gomutex::shm::{Config, ShmError, ShmMutex};
+    /// use gomutex::shm::{Mapping, MappingLayout};
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     ///
-    /// let len = ShmMutex::<u32>::required_size(Config::default())?;
-    /// // SAFETY: a fresh shared anonymous mapping, unmapped below after the handles are gone.
-    /// let p = unsafe {
-    ///     libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE,
-    ///                libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
-    /// } as *mut u8;
-    /// // Zeroed memory is not a region: an error, and nothing written.
-    /// assert!(matches!(unsafe { ShmMutex::<u32>::attach(p, len) }, Err(ShmError::Uninitialised)));
-    /// let a = unsafe { ShmMutex::init_in_place(p, len, 5u32, Config::default()) }?;
-    /// let b = unsafe { ShmMutex::<u32>::attach(p, len) }?;
-    /// *a.lock().unwrap() += 1;
-    /// assert_eq!(*b.lock().unwrap(), 6);
-    /// // A different T is refused.
-    /// assert!(matches!(unsafe { ShmMutex::<u64>::attach(p, len) }, Err(ShmError::ValueMismatch { .. })));
-    /// drop((a, b));
-    /// unsafe { libc::munmap(p.cast(), len) };
-    /// # Ok::<(), ShmError>(())
+    /// let workers = std::thread::available_parallelism()?.get();
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.shared_slice::<AtomicU64>(workers);
+    /// let map = Mapping::anonymous(plan.len())?;
+    /// let hits = map.shared_slice::<AtomicU64>(at, workers)?;
+    /// assert_eq!(hits.len(), workers);
+    /// hits[workers - 1].fetch_add(1, Relaxed);
+    /// // Again (here or in a forked child): the same values.
+    /// assert_eq!(map.shared_slice::<AtomicU64>(at, workers)?[workers - 1].load(Relaxed), 1);
+    /// // Not another length over the same bytes.
+    /// assert!(map.shared_slice::<AtomicU64>(at, workers + 1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, ShmError> {
-        let layout = validate::<T>(ptr, len)?;
-        // SAFETY: validated (non-null, aligned, big enough); kept mapped per the contract.
-        let r = unsafe { Region::new(NonNull::new_unchecked(ptr), layout) };
-        Self::from_region(r, Backing::Borrowed, len).checked()
+    pub fn shared_slice<T: ShmShared>(&self, offset: usize, n: usize) -> Result<&[T], ShmError> {
+        let p = self.claim_shared::<T>(offset, n)?;
+        // SAFETY: `claim_shared` checked `n` `T`s from `p` and lent the bytes out as `T`s only.
+        Ok(unsafe { core::slice::from_raw_parts(p, n) })
+    }
+
+    /// Check that `n` `T`s from `offset` lie in the mapping, aligned, and may be lent out as
+    /// shared `T`s (see [`shared`](Self::shared)), and record them as such. The pointer may be
+    /// turned into `&T`s (or a `&[T]` of length `n`) living as long as `self` is borrowed.
+    fn claim_shared<T: ShmShared>(&self, offset: usize, n: usize) -> Result<*const T, ShmError> {
+        let len = size_of::<T>().checked_mul(n).ok_or(ShmError::TooSmall {
+            needed: usize::MAX,
+            actual: self.len(),
+        })?;
+        let p = self.range(offset, len)?;
+        if !(p as usize).is_multiple_of(align_of::<T>()) {
+            return Err(ShmError::Misaligned {
+                addr: p as usize,
+                required: align_of::<T>(),
+                offset: Some(offset),
+            });
+        }
+        let (end, ty) = (offset + len, TypeId::of::<T>());
+        let mut claims = self.claims();
+        let same = claims
+            .iter()
+            .any(|c| c.start == offset && c.end == end && c.shared == Some(ty));
+        if !same && len != 0 {
+            if overlaps(&claims, offset, end, None) {
+                return Err(IN_USE);
+            }
+            claims.push(Claimed {
+                start: offset,
+                end,
+                handles: 0,
+                shared: Some(ty),
+            });
+        }
+        // In the mapping (checked) and aligned for `T` (checked); the mapping lives as long as
+        // `self` is borrowed. The bytes belong to no lock region of this process and are lent
+        // out only as `T`s of this range (both checked, and recorded for the mapping's
+        // lifetime, so no later `init_in`/`attach_in` takes them; an empty range holds
+        // nothing to protect). Any bit pattern is a valid `T` and `T` is only changed
+        // atomically through `&T` (`ShmShared`'s contract), so what other processes write
+        // there concurrently is no data race.
+        Ok(p.cast::<T>())
+    }
+
+    pub(super) fn claims(&self) -> MutexGuard<'_, Vec<Claimed>> {
+        // The table is consistent after any panic (one push or update at a time).
+        self.inner.claims.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`ShmError::Misaligned`] if `offset` lies in the mapping but is not a multiple of
+    /// `required` (checked before the range: a misaligned region near the end is not "too
+    /// small"); an offset past the end is left to [`range`](Self::range).
+    pub(super) fn check_offset(&self, offset: usize, required: usize) -> Result<(), ShmError> {
+        if offset < self.len() && !offset.is_multiple_of(required) {
+            return Err(ShmError::Misaligned {
+                addr: (self.as_ptr() as usize).wrapping_add(offset),
+                required,
+                offset: Some(offset),
+            });
+        }
+        Ok(())
+    }
+
+    /// The address at `offset`, if `offset..offset + len` lies in the mapping.
+    pub(super) fn range(&self, offset: usize, len: usize) -> Result<*mut u8, ShmError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => {
+                // SAFETY: `offset <= end <= len`: inside (or one past) the mapping.
+                Ok(unsafe { self.as_ptr().add(offset) })
+            }
+            _ => Err(ShmError::TooSmall {
+                needed: offset.saturating_add(len),
+                actual: self.len(),
+            }),
+        }
+    }
+}
+
+/// The size of the object `fd` refers to (`fstat`'s `st_size`).
+fn object_size(fd: BorrowedFd<'_>) -> Result<usize, ShmError> {
+    // SAFETY: a zeroed stat buffer for fstat to fill.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: a descriptor borrowed for this call, a valid buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    usize::try_from(st.st_size)
+        .map_err(|_| ShmError::InvalidConfig("the object is larger than the address space"))
+}
+
+/// A region's share of a [`Mapping`], held by the [`ShmMutex`] placed there: keeps the mapping
+/// alive and its byte range claimed in this process.
+pub(super) struct Claim {
+    pub(super) map: Mapping,
+    pub(super) start: usize,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut claims = self.map.claims();
+        if let Some(i) = claims
+            .iter()
+            .position(|c| c.start == self.start && c.shared.is_none())
+        {
+            claims[i].handles -= 1;
+            if claims[i].handles == 0 {
+                claims.swap_remove(i);
+            }
+        }
+    }
+}
+
+/// Whether `start..end` overlaps a claim, other than the lock region starting at
+/// `except_start` (a shared value starting there is never excepted).
+pub(super) fn overlaps(
+    claims: &[Claimed],
+    start: usize,
+    end: usize,
+    except_start: Option<usize>,
+) -> bool {
+    claims.iter().any(|c| {
+        !(c.shared.is_none() && Some(c.start) == except_start) && c.start < end && start < c.end
+    })
+}
+
+pub(super) const IN_USE: ShmError =
+    ShmError::InvalidConfig("the range overlaps a region in use in this process");
+
+/// Offsets for several regions (and other data) in one [`Mapping`]: each placed after the
+/// previous ones, aligned as it needs; [`len`](Self::len) is the size to map.
+///
+/// ```
+/// use gomutex::shm::{Config, MappingLayout, ShmMutex, REGION_ALIGN};
+/// let cfg = Config::default();
+/// let mut plan = MappingLayout::new();
+/// let a = plan.mutex::<u32>(cfg)?;
+/// let b = plan.mutex::<u64>(cfg)?;
+/// let flags = plan.reserve(16, 8);
+/// assert_eq!(a, 0);
+/// assert_eq!(b, ShmMutex::<u32>::required_size(cfg)?);
+/// assert_eq!(b % REGION_ALIGN, 0);
+/// assert_eq!(plan.len(), flags + 16);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MappingLayout {
+    len: usize,
+}
+
+impl MappingLayout {
+    /// An empty layout.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, MappingLayout};
+    /// let mut plan = MappingLayout::new();
+    /// assert_eq!(plan.len(), 0);
+    /// let lock = plan.mutex::<u64>(Config::default())?;
+    /// assert_eq!(lock, 0);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub const fn new() -> Self {
+        Self { len: 0 }
+    }
+
+    /// The offset of a [`ShmMutex<T>`] region with this configuration, placed after
+    /// everything so far (aligned to [`REGION_ALIGN`](super::REGION_ALIGN), or to `align_of::<T>()` if more), for
+    /// [`ShmMutex::init_in`] / [`ShmMutex::attach_in`].
+    pub fn mutex<T: ShmSafe>(&mut self, cfg: Config) -> Result<usize, ShmError> {
+        let size = ShmMutex::<T>::required_size(cfg)?;
+        Ok(self.reserve(size, region_align::<T>()))
+    }
+
+    /// The offset of `size` bytes aligned to `align` (a power of two; the mapping's start is
+    /// page-aligned, so up to 4096 holds for absolute addresses too), placed after everything
+    /// so far.
+    ///
+    /// # Panics
+    ///
+    /// If `align` is not a power of two or the layout overflows `usize`.
+    pub fn reserve(&mut self, size: usize, align: usize) -> usize {
+        assert!(align.is_power_of_two(), "alignment must be a power of two");
+        let start = self
+            .len
+            .checked_next_multiple_of(align)
+            .expect("layout overflows usize");
+        self.len = start.checked_add(size).expect("layout overflows usize");
+        start
+    }
+
+    /// The offset of a [`ShmShared`] `T` (lock-free shared data, e.g. atomic counters) placed
+    /// after everything so far, for [`Mapping::shared`].
+    ///
+    /// # Panics
+    ///
+    /// If the layout overflows `usize`.
+    pub fn shared<T: ShmShared>(&mut self) -> usize {
+        self.reserve(size_of::<T>(), align_of::<T>())
+    }
+
+    /// The offset of `n` [`ShmShared`] `T`s one after another (a number known only at run
+    /// time) placed after everything so far, for [`Mapping::shared_slice`].
+    ///
+    /// # Panics
+    ///
+    /// If the layout overflows `usize`.
+    pub fn shared_slice<T: ShmShared>(&mut self, n: usize) -> usize {
+        let size = size_of::<T>()
+            .checked_mul(n)
+            .expect("layout overflows usize");
+        self.reserve(size, align_of::<T>())
+    }
+
+    /// The bytes to map: the end of the last thing placed (0 for an empty layout).
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was placed.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{Duration, Instant};
-
-    fn uniq(tag: &str) -> String {
-        format!("/gomutex-unit-{tag}-{}", std::process::id())
-    }
-
-    /// A named object of `len` bytes made with plain `shm_open` (not a region).
-    fn raw_object(name: &str, len: usize) -> Fd {
-        let cname = shm_name(name).unwrap();
-        // SAFETY: a NUL-terminated name.
-        let fd = unsafe {
-            libc::shm_open(
-                cname.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        assert!(fd >= 0, "shm_open: {}", io::Error::last_os_error());
-        // SAFETY: our descriptor.
-        assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
-        Fd(fd)
-    }
-
-    #[test]
-    fn errors_name_the_object() {
-        let name = uniq("named");
-        let _a = ShmMutex::create(&name, 1u32, Config::default()).unwrap();
-        let e = ShmMutex::create(&name, 1u32, Config::default()).unwrap_err();
-        unlink(&name).unwrap();
-        assert!(is_io(&e, io::ErrorKind::AlreadyExists), "{e:?}");
-        assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
-        assert_eq!(e.object_name(), Some(name.as_str()));
-        assert_eq!(
-            e.to_string(),
-            format!("shared memory object \"{name}\": File exists (os error 17)")
-        );
-        for e in [
-            ShmMutex::<u32>::open(&name).unwrap_err(),
-            unlink(&name).unwrap_err(),
-        ] {
-            assert!(is_io(&e, io::ErrorKind::NotFound), "{e:?}");
-            assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
-            assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
-        }
-        // The name is not wrapped twice, and `source` reaches the OS error.
-        let e = e_about_twice(&name);
-        assert_eq!(e.to_string().matches(&name).count(), 1, "{e}");
-    }
-
-    fn e_about_twice(name: &str) -> ShmError {
-        let e = ShmError::from(io::Error::from_raw_os_error(libc::EACCES));
-        let e = e.about(name).about(name);
-        let src = std::error::Error::source(&e).unwrap();
-        let io = src.downcast_ref::<io::Error>().unwrap();
-        assert_eq!(io.raw_os_error(), Some(libc::EACCES));
-        e
-    }
-
-    #[test]
-    fn mode_is_exact_and_checked() {
-        let name = uniq("mode");
-        let opts = OpenOptions::new().mode(0o604);
-        let m = ShmMutex::create_with(&name, 1u32, Config::default(), opts).unwrap();
-        let cname = shm_name(&name).unwrap();
-        // SAFETY: a NUL-terminated name.
-        let fd = Fd(unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) });
-        // SAFETY: a zeroed stat buffer for fstat to fill.
-        let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: our descriptor, a valid buffer.
-        assert_eq!(unsafe { libc::fstat(fd.0, &mut st) }, 0);
-        unlink(&name).unwrap();
-        assert_eq!(st.st_mode & 0o7777, 0o604);
-        drop(m);
-        for bad in [0o1600, 0o4600, 0o10000] {
-            let e =
-                ShmMutex::create_with(&name, 1u32, Config::default(), opts.mode(bad)).unwrap_err();
-            assert!(matches!(e.cause(), ShmError::InvalidConfig(_)), "{bad:o}");
-            assert_eq!(e.object_name(), Some(name.as_str()));
-        }
-        // Nothing was created.
-        let e = ShmMutex::<u32>::open(&name).unwrap_err();
-        assert!(is_io(&e, io::ErrorKind::NotFound), "{e:?}");
-    }
-
-    #[test]
-    fn dot_names_are_invalid() {
-        for n in [".", "..", "/.", "/.."] {
-            for e in [
-                shm_name(n).unwrap_err(),
-                ShmMutex::create(n, 0u32, Config::default()).unwrap_err(),
-                ShmMutex::<u32>::open(n).unwrap_err(),
-                unlink(n).unwrap_err(),
-            ] {
-                assert!(matches!(e.cause(), ShmError::InvalidName), "{n}: {e:?}");
-                assert_eq!(e.object_name(), Some(n));
-                assert_eq!(
-                    e.to_string(),
-                    format!(
-                        "shared memory object {n:?}: invalid shared memory name: \".\" and \
-                         \"..\" name a directory, not an object"
-                    )
-                );
-            }
-        }
-        // Names that merely contain dots stay valid.
-        assert!(shm_name("...").is_ok());
-        assert!(shm_name(".a").is_ok());
-    }
-
-    /// Every invalid name says which rule it breaks.
-    #[test]
-    fn invalid_names_say_which_rule() {
-        let long = "a".repeat(251);
-        for (name, rule) in [
-            ("", "empty"),
-            ("/", "empty"),
-            ("a/b", "'/'"),
-            ("/a/b", "'/'"),
-            (long.as_str(), "250 bytes"),
-            ("a\0b", "NUL"),
-            (".", "directory"),
-            ("/..", "directory"),
-        ] {
-            let e = ShmMutex::<u32>::open(name).unwrap_err();
-            assert!(
-                matches!(e.cause(), ShmError::InvalidName),
-                "{name:?}: {e:?}"
-            );
-            assert_eq!(e.object_name(), Some(name));
-            let msg = e.to_string();
-            assert!(msg.contains(rule), "{name:?}: {msg}");
-        }
-        assert!(shm_name(&"a".repeat(250)).is_ok());
-    }
-
-    #[test]
-    fn open_of_an_object_smaller_than_the_header_is_too_small_at_once() {
-        for len in [1, 32, HEADER_SIZE - 1] {
-            let name = uniq(&format!("small{len}"));
-            let _fd = raw_object(&name, len);
-            let t = Instant::now();
-            let r = ShmMutex::<u32>::open_timeout(&name, Duration::from_secs(2));
-            let took = t.elapsed();
-            ShmMutex::<u32>::unlink(&name).unwrap();
-            let e = r.unwrap_err();
-            match e.cause() {
-                ShmError::TooSmall { needed, actual } => {
-                    assert_eq!((*needed, *actual), (HEADER_SIZE, len));
-                }
-                other => panic!("{len} bytes: {other:?}"),
-            }
-            assert_eq!(e.object_name(), Some(name.as_str()), "{e}");
-            assert!(took < Duration::from_millis(500), "{len} bytes: {took:?}");
-        }
-        // An empty object may be a creator between `shm_open` and `ftruncate`: waited for.
-        let name = uniq("empty");
-        let _fd = raw_object(&name, 0);
-        let e = ShmMutex::<u32>::open_timeout(&name, Duration::from_millis(20)).unwrap_err();
-        ShmMutex::<u32>::unlink(&name).unwrap();
-        assert!(matches!(e.cause(), ShmError::InitTimeout), "{e:?}");
-        assert_eq!(
-            e.to_string(),
-            format!(
-                "shared memory object {name:?}: timed out waiting for the shared region to be \
-                 initialised"
-            )
-        );
-    }
-
-    #[test]
-    fn open_timeout_max_does_not_overflow() {
-        let name = uniq("tmax");
-        let a = ShmMutex::create(&name, 7u32, Config::default()).unwrap();
-        let b = ShmMutex::<u32>::open_timeout(&name, Duration::MAX).unwrap();
-        ShmMutex::<u32>::unlink(&name).unwrap();
-        assert_eq!(*b.lock().unwrap(), 7);
-        // A timed lock with the largest timeout, or a deadline far away, waits like `lock`.
-        for far in [false, true] {
-            std::thread::scope(|s| {
-                let (tx, rx) = std::sync::mpsc::channel();
-                let a = &a;
-                s.spawn(move || {
-                    let g = a.lock().unwrap();
-                    tx.send(()).unwrap();
-                    std::thread::sleep(Duration::from_millis(30));
-                    drop(g);
-                });
-                rx.recv().unwrap();
-                let r = if far {
-                    b.try_lock_until(Instant::now() + Duration::from_secs(1 << 62))
-                } else {
-                    b.try_lock_for(Duration::MAX)
-                };
-                assert!(r.is_ok());
-            });
-        }
-    }
-
-    #[test]
-    fn object_of_another_user_is_refused_unless_allowed() {
-        let name = uniq("owner");
-        let a = ShmMutex::create(&name, 7u32, Config::default()).unwrap();
-        let cname = shm_name(&name).unwrap();
-        // SAFETY: a NUL-terminated name.
-        let fd = Fd(unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) });
-        assert!(fd.0 >= 0);
-        // Hand the object to `nobody` (needs CAP_CHOWN: skipped without it).
-        // SAFETY: our descriptor.
-        if unsafe { libc::fchown(fd.0, 65534, 65534) } != 0 {
-            ShmMutex::<u32>::unlink(&name).unwrap();
-            eprintln!("skipped: fchown needs CAP_CHOWN");
-            return;
-        }
-        let refused = ShmMutex::<u32>::open(&name);
-        let refused_too = ShmMutex::open_or_create(&name, 0u32, Config::default());
-        let allowed = ShmMutex::<u32>::open_with(&name, OpenOptions::new().allow_other_owner(true));
-        ShmMutex::<u32>::unlink(&name).unwrap();
-        match refused {
-            Err(e @ ShmError::NotOwner { .. }) => {
-                let msg = e.to_string();
-                assert!(msg.contains(&name) && msg.contains("65534"), "{msg}");
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(
-            refused_too,
-            Err(ShmError::NotOwner {
-                owner_uid: 65534,
-                ..
-            })
-        ));
-        *allowed.unwrap().lock().unwrap() += 1;
-        assert_eq!(*a.lock().unwrap(), 8);
-    }
-}
+mod tests;

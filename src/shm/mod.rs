@@ -157,16 +157,18 @@
 //!   instead of aborting.
 //! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
 
+mod attach;
 mod commit;
 mod condvar;
+mod constructors;
 mod diagnostics;
 mod dict;
 mod error;
 mod journal;
 mod layout;
 mod limit_req;
-mod map;
 mod mapping;
+mod object;
 mod participants;
 mod queue;
 mod recovery;
@@ -186,8 +188,8 @@ pub use dict::{
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use limit_req::{Decision, RateLimiter};
-pub use map::{Mapping, MappingLayout};
-pub use mapping::{unlink, OpenOptions};
+pub use mapping::{Mapping, MappingLayout};
+pub use object::{unlink, OpenOptions};
 pub use types::{ShmBool, ShmShared};
 
 // The derive macros share the traits' names (as serde's do): `use gomutex::shm::ShmSafe`
@@ -196,8 +198,8 @@ pub use types::{ShmBool, ShmShared};
 #[cfg_attr(docsrs, doc(cfg(feature = "derive")))]
 pub use gomutex_derive::{ShmSafe, ShmShared};
 
+use self::attach::unmap;
 use self::journal::Hooks as _;
-use self::mapping::unmap;
 use self::region::{claim_participant, low, Ctx, Region};
 /// Which process this is to memory it may have inherited across `fork()` (no system call):
 /// what guards and handles compare against.
@@ -351,7 +353,7 @@ enum Backing {
     Borrowed,
     /// Part of a [`Mapping`] (`init_in`/`attach_in`): the claim keeps it mapped and the
     /// range claimed in this process until the handle is dropped (after `Drop::drop`).
-    Within(#[allow(dead_code)] map::Claim),
+    Within(#[allow(dead_code)] mapping::Claim),
 }
 
 /// Go's mutex and a value `T`, in memory shared between processes. See the [module
