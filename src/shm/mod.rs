@@ -176,6 +176,7 @@ mod region;
 mod sys;
 mod timing;
 mod types;
+mod word;
 
 pub use commit::{commit_store, CommitWord};
 pub use condvar::ShmCondvar;
