@@ -164,6 +164,7 @@ mod constructors;
 mod diagnostics;
 mod dict;
 mod error;
+mod guard;
 mod journal;
 mod layout;
 mod limit_req;
@@ -173,6 +174,7 @@ mod participants;
 mod queue;
 mod recovery;
 mod region;
+mod registration;
 mod sys;
 mod timing;
 mod types;
@@ -187,11 +189,12 @@ pub use dict::{
     CheckReport, DictConfig, DictError, DictStats, Incr, Item, OwnedValue, ShmDict, Value, MAX_KEY,
 };
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
+pub use guard::ShmMutexGuard;
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use limit_req::{Decision, RateLimiter};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
-pub use types::{ShmBool, ShmShared};
+pub use types::{ShmBool, ShmSafe, ShmShared};
 
 // The derive macros share the traits' names (as serde's do): `use gomutex::shm::ShmSafe`
 // imports both.
@@ -201,7 +204,7 @@ pub use gomutex_derive::{ShmSafe, ShmShared};
 
 use self::attach::unmap;
 use self::journal::Hooks as _;
-use self::region::{claim_participant, low, Ctx, Region};
+use self::region::{low, Ctx, Region};
 /// Which process this is to memory it may have inherited across `fork()` (no system call):
 /// what guards and handles compare against.
 pub(crate) use self::sys::fork_generation;
@@ -209,77 +212,8 @@ use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
 use core::fmt;
 use core::marker::PhantomData;
-use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
-
-/// Plain data that may live in memory shared between processes.
-///
-/// # Safety
-///
-/// Implement it only for types that
-///
-/// * have the same layout in every process that maps the region (primitives, arrays of them,
-///   `#[repr(C)]` structs of them; not `usize`/`isize`, whose width differs between 32- and
-///   64-bit processes, nor `u128`/`i128`, whose alignment changed between compiler versions),
-/// * contain no pointers, references, file descriptors or other per-process handles,
-/// * are valid for **every** bit pattern (an owner killed mid-update leaves whatever bytes it
-///   had written; the next owner must be able to read them): no `bool`, `char`, enums or
-///   `NonZero*` (for a flag, use [`ShmBool`]).
-///
-/// For a `#[repr(C)]` struct of such fields, a one-line `unsafe impl` is all it takes:
-///
-/// ```
-/// use gomutex::shm::{ShmMutex, ShmSafe};
-///
-/// #[derive(Clone, Copy, Debug, Default)]
-/// #[repr(C)]
-/// struct Stats {
-///     requests: u64,
-///     errors: u32,
-///     last_worker: u32,
-/// }
-/// // SAFETY: repr(C), only fixed-width integers, every bit pattern is a valid `Stats`.
-/// unsafe impl ShmSafe for Stats {}
-///
-/// let m = ShmMutex::anonymous(Stats::default())?;
-/// m.lock().unwrap().requests += 1;
-/// # Ok::<(), gomutex::shm::ShmError>(())
-/// ```
-///
-/// With the `derive` feature, `#[derive(ShmSafe)]` writes that impl without `unsafe`, and
-/// refuses at compile time what would break the contract: a struct without `#[repr(C)]` (or
-/// `#[repr(transparent)]`), an enum or union, or a field whose type is not `ShmSafe` (`bool`,
-/// `usize`, a pointer…; the error points at the field):
-///
-/// ```
-/// # #[cfg(feature = "derive")] {
-/// use gomutex::shm::{ShmBool, ShmMutex, ShmSafe};
-///
-/// #[derive(Clone, Copy, Default, ShmSafe)]
-/// #[repr(C)]
-/// struct Stats {
-///     requests: u64,
-///     errors: [u32; 4],
-///     draining: ShmBool,
-/// }
-///
-/// let m = ShmMutex::anonymous(Stats::default())?;
-/// m.lock().unwrap().errors[2] += 1;
-/// # }
-/// # Ok::<(), gomutex::shm::ShmError>(())
-/// ```
-pub unsafe trait ShmSafe: Copy + Send + Sync + 'static {}
-
-macro_rules! shm_safe {
-    ($($t:ty),*) => { $(
-        // SAFETY: fixed-width primitive, no pointers, every bit pattern valid.
-        unsafe impl ShmSafe for $t {}
-    )* };
-}
-shm_safe!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, ());
-// SAFETY: an array of plain data is plain data, with a layout fixed by its element.
-unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
 
 /// Sizes fixed when a region is created (fields may be added: build one with
 /// [`Config::new`] and the setters).
@@ -382,180 +316,6 @@ unsafe impl<T: ShmSafe> Send for ShmMutex<T> {}
 unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
 impl<T: ShmSafe> ShmMutex<T> {
-    /// This process's view, registering it as a participant on first use (and again in a
-    /// forked child, whose fork generation differs), waiting as long as it takes for a
-    /// participant slot.
-    ///
-    /// The registered case is a few instructions on every lock and unlock; registering is out
-    /// of line.
-    #[inline]
-    fn ctx(&self) -> Ctx<'_> {
-        self.ctx_of(sys::fork_generation())
-    }
-
-    /// [`ctx`](Self::ctx) for this process, whose fork generation the caller read: `proc`.
-    #[inline]
-    fn ctx_of(&self, proc: u32) -> Ctx<'_> {
-        match self.registered(proc) {
-            Some(me) => Ctx::new(&self.region, me),
-            None => self.register_untimed(proc),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn register_untimed(&self, proc: u32) -> Ctx<'_> {
-        match self.register(proc, None, false) {
-            Some(ctx) => ctx,
-            None => unreachable!("an untimed registration never gives up"),
-        }
-    }
-
-    /// [`ctx`](Self::ctx), giving up at `deadline` if every participant slot stays held by a
-    /// live process.
-    #[inline]
-    fn ctx_by(&self, deadline: Option<Instant>) -> Option<Ctx<'_>> {
-        let proc = sys::fork_generation();
-        match self.registered(proc) {
-            Some(me) => Some(Ctx::new(&self.region, me)),
-            None => self.register(proc, deadline, false),
-        }
-    }
-
-    /// Register this process as a participant now, if it is not one yet. Fails with
-    /// [`ShmError::NoParticipantSlot`] if every participant slot ([`Config::participants`],
-    /// default 64) is held by a live process. Otherwise a process registers on its first use
-    /// of the lock, where `lock()` waits for a slot and `try_lock*` return `WouldBlock` at
-    /// their deadline; `open`/`attach` already fail with that error when every slot is held by
-    /// a live process at that moment.
-    ///
-    /// Registering costs a few system calls (the process's identity is its pid and its start
-    /// time, read from `/proc/<pid>/stat`, plus a pidfd): about 0.1 ms, once per process (its
-    /// handles on one mapping of the region share the slot; the last one dropped gives it
-    /// back). A process whose first lock is latency-sensitive (a worker forked into a busy
-    /// pool) can call `join` at start-up to pay it there.
-    ///
-    /// ```
-    /// let m = gomutex::shm::ShmMutex::anonymous(0u32)?;
-    /// m.join()?; // registered now; the first lock() below is a plain lock
-    /// *m.lock().unwrap() += 1;
-    /// assert_eq!(m.diagnostics().participants, 1);
-    /// # Ok::<(), gomutex::shm::ShmError>(())
-    /// ```
-    pub fn join(&self) -> Result<(), ShmError> {
-        let proc = sys::fork_generation();
-        if self.registered(proc).is_some() {
-            return Ok(());
-        }
-        // Reclaiming dead participants may need the spare slot another newcomer is using:
-        // give that a moment, but fail at once when a scan found nobody to reclaim.
-        match self.register(proc, Some(Instant::now() + Duration::from_secs(2)), true) {
-            Some(_) => Ok(()),
-            None => Err(ShmError::NoParticipantSlot {
-                participants: self.region.layout.participants - 1,
-            }),
-        }
-    }
-
-    /// The participant index this handle cached for process `proc` (a fork generation), if
-    /// that process registered one.
-    #[inline]
-    fn registered(&self, proc: u32) -> Option<u32> {
-        let c = self.me.load(Relaxed);
-        (c != 0 && (c >> 32) as u32 == proc).then(|| (c as u32) - 1)
-    }
-
-    /// `self`, if this process is registered or could register now: some participant slot is
-    /// free or held by a dead process. (Checked, not claimed: a process that never locks takes
-    /// no slot.)
-    pub(super) fn checked(self) -> Result<Self, ShmError> {
-        let r = &self.region;
-        let n = r.layout.participants - 1;
-        let proc = sys::fork_generation();
-        let room = self.registered(proc).is_some()
-            || participants::lock(proc).has(r.base() as usize)
-            || (0..n).any(|i| {
-                let ident = r.proc(i).ident.load(SeqCst);
-                ident == 0 || r.proc(i).dead(ident)
-            });
-        if room {
-            Ok(self)
-        } else {
-            Err(ShmError::NoParticipantSlot { participants: n })
-        }
-    }
-
-    #[cold]
-    fn register(&self, proc: u32, deadline: Option<Instant>, certain: bool) -> Option<Ctx<'_>> {
-        let r = &self.region;
-        let ident = sys::self_ident();
-        let guest = r.layout.participants - 1;
-        loop {
-            if let Some(me) = self.registered(proc) {
-                // Another thread of this process registered (while we waited for a slot, or
-                // while we claimed one: then we gave ours back).
-                return Some(Ctx::new(r, me));
-            }
-            {
-                // Registrations of this process are made under its table's lock: the slot of
-                // another handle on this region is shared, and a thread of this handle that
-                // registered meanwhile is seen here.
-                let table = participants::lock(proc);
-                if let Some(me) = self.registered(proc) {
-                    return Some(Ctx::new(r, me));
-                }
-                let base = r.base() as usize;
-                let got = table.share(base).or_else(|| {
-                    let i = claim_participant(r, ident, guest)?;
-                    table.record(base, i);
-                    Some(i)
-                });
-                if let Some(i) = got {
-                    self.me
-                        .store((u64::from(proc) << 32) | u64::from(i + 1), Relaxed);
-                    return Some(Ctx::new(r, i));
-                }
-            }
-            // Full: borrow the spare "guest" slot to reclaim dead participants. One thread at a
-            // time, even within a process: a second user would go on scanning under the guest
-            // index after the first gave the slot back and a third process claimed it, and two
-            // processes with one index break the journal lock's "holder is dead" test (a
-            // holder that is `me` is never taken over) and the per-participant accounting.
-            //
-            // A borrower that died with the guest slot (maybe holding the journal lock, or
-            // owing a wake-up or a hand-off from the recovery it was doing) leaves its identity
-            // there: adopt the slot, undoing what it left. Otherwise, with every regular slot
-            // also held by the dead, no live process would have an index to recover from.
-            let g = r.proc(guest);
-            let held = g.ident.load(SeqCst);
-            let took = if held == 0 {
-                g.claim(0, ident)
-            } else {
-                held != ident && g.dead(held) && Ctx::new(r, guest).adopt(held, ident)
-            };
-            if took {
-                /// Gives the guest slot back, also if the scan unwinds.
-                struct GiveBack<'a>(&'a layout::ProcSlot, u64);
-                impl Drop for GiveBack<'_> {
-                    fn drop(&mut self) {
-                        self.0.free(self.1);
-                    }
-                }
-                let _give_back = GiveBack(g, ident);
-                let found = Ctx::new(r, guest).scan(None).0;
-                if certain && found == 0 && (0..guest).all(|i| r.proc(i).ident.load(SeqCst) != 0) {
-                    // Every regular slot is held by a live process: say so now.
-                    return None;
-                }
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// The guard of an acquisition by `ctx` (the view of this process, fork generation
     /// `proc`) that installed `word`.
     #[inline]
     fn guard(&self, proc: u32, ctx: Ctx<'_>, word: u64) -> LockResult<ShmMutexGuard<'_, T>> {
@@ -913,156 +673,5 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutex<T> {
             .field("poisoned", &diag.poisoned)
             .field("owner_died", &diag.owner_died);
         d.finish_non_exhaustive()
-    }
-}
-
-/// The lock is held while this lives; the value is reached through `Deref`/`DerefMut`.
-/// Dropping it unlocks (and poisons the lock if the thread is panicking).
-///
-/// `!Send`. A guard holds the lock only in the process that locked: a copy that a forked
-/// child (or any later descendant, also one that got the locker's pid after it died)
-/// inherited holds nothing. There [`is_owner`](Self::is_owner) is `false`, dropping it does
-/// nothing, [`mark_consistent`](Self::mark_consistent) does nothing, and reaching the value
-/// through it panics (`Deref` cannot fail otherwise; the lock's owner, the parent or whoever
-/// took the lock over from it, may be writing the value).
-#[must_use = "if unused the ShmMutex will immediately unlock"]
-#[clippy::has_significant_drop]
-pub struct ShmMutexGuard<'a, T: ShmSafe> {
-    m: &'a ShmMutex<T>,
-    /// The fork generation of the process that locked ([`sys::fork_generation`]): a copy
-    /// in a descendant (whose generation is larger, whatever its pid) holds nothing.
-    proc: u32,
-    /// Its participant index: the unlock's view needs no second look at the registration.
-    me: u32,
-    /// The state word our acquisition installed (0 if it went through the slow path): the
-    /// unlock's guess of the current word.
-    word: u64,
-    panicking: bool,
-    _not_send: PhantomData<*const ()>,
-}
-
-// SAFETY: sharing `&ShmMutexGuard` only shares `&T`, and `T: ShmSafe` is `Sync`.
-unsafe impl<T: ShmSafe> Sync for ShmMutexGuard<'_, T> {}
-
-impl<T: ShmSafe> ShmMutexGuard<'_, T> {
-    /// Declare the data consistent again after an [`LockError::OwnerDied`] (or
-    /// [`LockError::Poisoned`]): clears both flags, so later owners get `Ok`.
-    ///
-    /// ```
-    /// let m = gomutex::shm::ShmMutex::anonymous(0u32)?;
-    /// let g = m.lock().unwrap();
-    /// g.mark_consistent(); // nothing to repair here, and harmless
-    /// # Ok::<(), gomutex::shm::ShmError>(())
-    /// ```
-    pub fn mark_consistent(&self) {
-        if !self.is_owner() {
-            return; // inherited across fork: only the owner may vouch for the data
-        }
-        let h = self.m.region.hdr();
-        h.owner_died.store(0, Release);
-        h.poisoned.store(0, Release);
-    }
-
-    /// Whether this guard holds the lock: it was made in this process (false for a copy
-    /// inherited across `fork()`, in a child or any later descendant, even one with the
-    /// locker's pid).
-    pub fn is_owner(&self) -> bool {
-        self.proc == sys::fork_generation()
-    }
-
-    /// Forget the guard and keep the lock held, for a raw lock/unlock pair: release it later
-    /// with [`ShmMutex::unlock_leaked`] (which does what dropping the guard would have done),
-    /// from any thread of this process. An associated function (`ShmMutexGuard::leak(g)`), so
-    /// that it cannot shadow a method of `T`.
-    ///
-    /// Until then the lock stays held by this process, like one held through a live guard:
-    /// if the process dies, the lock is recovered as any lock of a dead owner (owner-death
-    /// detection, [`ShmMutex::force_unlock`]) and the next owner gets
-    /// [`LockError::OwnerDied`]; the owner-died and poison flags the guard was taken with stay
-    /// set until someone calls [`mark_consistent`](Self::mark_consistent) (call it before
-    /// leaking if the data is fine).
-    ///
-    /// ```
-    /// use gomutex::shm::{LockError, ShmMutex, ShmMutexGuard};
-    ///
-    /// let m = ShmMutex::anonymous(0u64)?;
-    /// // A panic while the lock is held through a leaked guard poisons it, as with a guard.
-    /// std::thread::scope(|s| {
-    ///     let t = s.spawn(|| {
-    ///         ShmMutexGuard::leak(m.lock().unwrap());
-    ///         struct Unlock<'a>(&'a ShmMutex<u64>);
-    ///         impl Drop for Unlock<'_> {
-    ///             fn drop(&mut self) {
-    ///                 // SAFETY: this thread leaked the guard and holds no other.
-    ///                 unsafe { self.0.unlock_leaked() };
-    ///             }
-    ///         }
-    ///         let _unlock = Unlock(&m);
-    ///         panic!("while holding the lock");
-    ///     });
-    ///     assert!(t.join().is_err());
-    /// });
-    /// assert!(matches!(m.lock(), Err(LockError::Poisoned(_))));
-    /// # Ok::<(), gomutex::shm::ShmError>(())
-    /// ```
-    pub fn leak(this: Self) {
-        core::mem::forget(this);
-    }
-}
-
-impl<T: ShmSafe> ShmMutexGuard<'_, T> {
-    /// Panic unless this process owns the lock (a guard inherited across fork does not).
-    #[inline]
-    fn check_owner(&self) {
-        if !self.is_owner() {
-            inherited_guard();
-        }
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn inherited_guard() -> ! {
-    panic!("gomutex::shm: a guard inherited across fork() holds nothing in this process")
-}
-
-impl<T: ShmSafe> Deref for ShmMutexGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        self.check_owner();
-        // SAFETY: this process holds the lock (checked: not a guard inherited across fork, whose
-        // parent still owns it), so no other process or thread writes the value while the
-        // borrow lives; it is in bounds, aligned (layout, `check_base`) and initialised, and
-        // every bit pattern is a valid `T` (`ShmSafe`).
-        unsafe { &*(self.m.region.value_ptr() as *const T) }
-    }
-}
-
-impl<T: ShmSafe> DerefMut for ShmMutexGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        self.check_owner();
-        // SAFETY: as above, and we have the guard mutably, so no other reference into the
-        // value exists in this process either.
-        unsafe { &mut *(self.m.region.value_ptr() as *mut T) }
-    }
-}
-
-impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
-    #[inline]
-    fn drop(&mut self) {
-        if !self.is_owner() {
-            return; // inherited across fork: the lock is not ours to release
-        }
-        // This process registered as `me` to lock, and a live participant keeps its slot.
-        let ctx = Ctx::new(&self.m.region, self.me);
-        self.m.release_held(ctx, self.word, self.panicking);
-    }
-}
-
-impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmMutexGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&**self, f)
     }
 }

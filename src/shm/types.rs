@@ -1,7 +1,6 @@
-//! Plain-data helpers for values in shared memory: [`ShmBool`], and [`ShmShared`] for data
-//! shared without a lock.
+//! What may live in shared memory: [`ShmSafe`] (plain data, behind a lock), [`ShmBool`], and
+//! [`ShmShared`] for data shared without a lock.
 
-use super::ShmSafe;
 use core::fmt;
 use core::sync::atomic::{AtomicI16, AtomicI32, AtomicI64, AtomicI8};
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
@@ -165,6 +164,74 @@ impl fmt::Debug for ShmBool {
         fmt::Debug::fmt(&self.get(), f)
     }
 }
+
+/// Plain data that may live in memory shared between processes.
+///
+/// # Safety
+///
+/// Implement it only for types that
+///
+/// * have the same layout in every process that maps the region (primitives, arrays of them,
+///   `#[repr(C)]` structs of them; not `usize`/`isize`, whose width differs between 32- and
+///   64-bit processes, nor `u128`/`i128`, whose alignment changed between compiler versions),
+/// * contain no pointers, references, file descriptors or other per-process handles,
+/// * are valid for **every** bit pattern (an owner killed mid-update leaves whatever bytes it
+///   had written; the next owner must be able to read them): no `bool`, `char`, enums or
+///   `NonZero*` (for a flag, use [`ShmBool`]).
+///
+/// For a `#[repr(C)]` struct of such fields, a one-line `unsafe impl` is all it takes:
+///
+/// ```
+/// use gomutex::shm::{ShmMutex, ShmSafe};
+///
+/// #[derive(Clone, Copy, Debug, Default)]
+/// #[repr(C)]
+/// struct Stats {
+///     requests: u64,
+///     errors: u32,
+///     last_worker: u32,
+/// }
+/// // SAFETY: repr(C), only fixed-width integers, every bit pattern is a valid `Stats`.
+/// unsafe impl ShmSafe for Stats {}
+///
+/// let m = ShmMutex::anonymous(Stats::default())?;
+/// m.lock().unwrap().requests += 1;
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+///
+/// With the `derive` feature, `#[derive(ShmSafe)]` writes that impl without `unsafe`, and
+/// refuses at compile time what would break the contract: a struct without `#[repr(C)]` (or
+/// `#[repr(transparent)]`), an enum or union, or a field whose type is not `ShmSafe` (`bool`,
+/// `usize`, a pointer…; the error points at the field):
+///
+/// ```
+/// # #[cfg(feature = "derive")] {
+/// use gomutex::shm::{ShmBool, ShmMutex, ShmSafe};
+///
+/// #[derive(Clone, Copy, Default, ShmSafe)]
+/// #[repr(C)]
+/// struct Stats {
+///     requests: u64,
+///     errors: [u32; 4],
+///     draining: ShmBool,
+/// }
+///
+/// let m = ShmMutex::anonymous(Stats::default())?;
+/// m.lock().unwrap().errors[2] += 1;
+/// # }
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+pub unsafe trait ShmSafe: Copy + Send + Sync + 'static {}
+
+macro_rules! shm_safe {
+    ($($t:ty),*) => { $(
+        // SAFETY: fixed-width primitive, no pointers, every bit pattern valid.
+        unsafe impl ShmSafe for $t {}
+    )* };
+}
+shm_safe!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, ());
+// SAFETY: an array of plain data is plain data, with a layout fixed by its element.
+unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
 
 #[cfg(test)]
 mod tests {
