@@ -28,12 +28,12 @@
 //! participant notifies all (`Region::cv_after_death`): a process that made the condition true
 //! and died before its notify leaves nobody asleep.
 
+use super::cv_words::{sub_saturating, Words};
 use super::error::{LockError, LockResult, ShmError};
 use super::journal::Hooks as _;
-use super::layout::Header;
 use super::mapping::{Mapping, MappingLayout};
-use super::queue::TICK;
-use super::region::{Ctx, Region};
+use super::region::Ctx;
+use super::timing::TICK;
 use super::{repaired, sys, ShmMutex, ShmMutexGuard, ShmSafe, ShmShared};
 use crate::WaitTimeoutResult;
 use core::fmt;
@@ -79,20 +79,6 @@ use std::time::{Duration, Instant};
 pub struct ShmCondvar<'a, T: ShmSafe> {
     m: &'a ShmMutex<T>,
     w: Words<'a>,
-}
-
-/// The words of one condition variable: std's futex sequence counter, the last broadcast's
-/// value (wake one and chain) and the sleepers hint.
-#[derive(Clone, Copy)]
-struct Words<'a> {
-    seq: &'a AtomicU32,
-    all: &'a AtomicU32,
-    sleepers: &'a AtomicU32,
-    /// `None` for the region's own condition variable (whose sleepers are also counted per
-    /// participant, and which the recovery of a dead participant notifies); for one placed in
-    /// a [`Mapping`], the region's own counter, which that recovery bumps: its sleepers
-    /// return when it moves (see [`ShmMutex::condvar_in`]).
-    region_seq: Option<&'a AtomicU32>,
 }
 
 /// A condition variable placed in a [`Mapping`] ([`MappingLayout::condvar`]): its words and
@@ -227,60 +213,6 @@ impl<T: ShmSafe> ShmMutex<T> {
             region_seq: Some(&self.region.hdr().cv_seq),
         };
         Ok(ShmCondvar { m: self, w })
-    }
-}
-
-/// `word -= n`, stopping at 0 (a recovered share may have been counted already).
-fn sub_saturating(word: &AtomicU32, n: u32) {
-    let _ = word.fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(n)));
-}
-
-impl<'a> Words<'a> {
-    /// The words of the region's own condition variable, in its header.
-    fn own(h: &'a Header) -> Self {
-        Words {
-            seq: &h.cv_seq,
-            all: &h.cv_all,
-            sleepers: &h.cv_sleepers,
-            region_seq: None,
-        }
-    }
-
-    /// `notify_one` (see [`ShmCondvar::notify_one`]).
-    fn notify_one(&self) {
-        self.seq.fetch_add(1, SeqCst);
-        // A waiter that was counted after this load sees the new value before it sleeps (its
-        // count comes after its read of the counter, both SeqCst).
-        if self.sleepers.load(SeqCst) != 0 {
-            sys::futex_wake(self.seq, 1);
-        }
-    }
-
-    /// `notify_all` (see [`ShmCondvar::notify_all`]).
-    fn broadcast(&self) {
-        // Record the broadcast before it happens: every waiter whose counter value is below
-        // this one started waiting before the bump below and passes a wake-up on.
-        self.all
-            .store(self.seq.load(SeqCst).wrapping_add(1), SeqCst);
-        self.notify_one();
-    }
-}
-
-impl Region {
-    /// Recovery, before it frees the slot of the dead participant `d` (identity `ident`): take
-    /// the condvar waits it was counted in out of the sleepers hint, and notify all waiters.
-    /// The dead process may have changed the data and died before its notify (in its critical
-    /// section, or between its unlock and the notify): its death wakes the waiters to re-check
-    /// their predicates (a spurious wake-up if it was not about to notify).
-    pub(crate) fn cv_after_death(&self, d: u32, ident: u64) {
-        let p = self.proc(d);
-        if p.ident.load(SeqCst) == ident {
-            let n = p.cv_waiting.swap(0, SeqCst);
-            if n != 0 {
-                sub_saturating(&self.hdr().cv_sleepers, n);
-            }
-            Words::own(self.hdr()).broadcast();
-        }
     }
 }
 

@@ -161,6 +161,7 @@ mod attach;
 mod commit;
 mod condvar;
 mod constructors;
+mod cv_words;
 mod diagnostics;
 mod dict;
 mod error;

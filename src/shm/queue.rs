@@ -7,14 +7,11 @@ use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
 use super::region::{low, owner_of, word, Ctx, Region};
 use super::sys::{self, crash};
-use super::timing::{JLOCK_GRACE, PASS_ANY, PASS_STOPPED};
+use super::timing::{JLOCK_GRACE, PASS_ANY, PASS_STOPPED, TICK};
 use crate::algo;
 use crate::sema::WaitQueue;
 use core::sync::atomic::Ordering::*;
 use std::time::Instant;
-
-// (`condvar` takes it from here until its own import moves to `timing`.)
-pub(crate) use super::timing::TICK;
 
 /// Add to `tx` a token reaching participant `p` (`n = 1`) or taken back from it (`n = -1`): a
 /// hand-off is held until it takes ownership; a wake-up turns one of its registrations into
