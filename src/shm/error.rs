@@ -1,9 +1,11 @@
 //! The errors of the shared-memory lock: why a region could not be set up ([`ShmError`]), and
 //! why a lock call returned its guard inside an error ([`LockError`], [`TryLockError`]).
 
+#[cfg(doc)]
+use super::layout::{LAYOUT_VERSION, REGION_ALIGN};
 use super::layout::{MAGIC, MAP_MAGIC};
 #[cfg(doc)]
-use super::{ShmMutex, ShmMutexGuard, LAYOUT_VERSION, REGION_ALIGN};
+use super::{ShmMutex, ShmMutexGuard};
 use core::fmt;
 use std::io;
 
