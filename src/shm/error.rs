@@ -212,7 +212,7 @@ impl fmt::Display for ShmError {
                 ShmError::InvalidName => write!(
                     f,
                     "shared memory object {name:?}: invalid shared memory name: {}",
-                    super::object::name_rule_broken(name).unwrap_or("refused by the system")
+                    name_rule_broken(name).unwrap_or("refused by the system")
                 ),
                 e => write!(f, "shared memory object {name:?}: {e}"),
             },
@@ -409,3 +409,22 @@ impl<G> std::error::Error for TryLockError<G> {}
 pub type LockResult<G> = Result<G, LockError<G>>;
 /// Result of [`ShmMutex::try_lock`] and its timed variants.
 pub type TryLockResult<G> = Result<G, TryLockError<G>>;
+
+/// The rule of shared-memory names `name` breaks, if any (`name` may omit the leading `/`).
+pub(super) fn name_rule_broken(name: &str) -> Option<&'static str> {
+    let bare = name.strip_prefix('/').unwrap_or(name);
+    Some(if bare.is_empty() {
+        "it is empty (a name has 1 to 250 bytes after the leading '/')"
+    } else if bare.len() > 250 {
+        "it is longer than 250 bytes (without the leading '/')"
+    } else if bare.contains('/') {
+        "it contains a '/' after the leading one"
+    } else if bare.contains('\0') {
+        "it contains a NUL byte"
+    } else if bare == "." || bare == ".." {
+        // They name the directory `shm_open` works in (or its parent), never an object.
+        "\".\" and \"..\" name a directory, not an object"
+    } else {
+        return None;
+    })
+}

@@ -3,10 +3,12 @@
 //! several locks in one; and [`ShmMutex::init_in`] / [`ShmMutex::attach_in`], the safe
 //! counterparts of `init_in_place` / `attach` that keep the mapping alive.
 
-use super::attach::{check_version, map_shared, region_align, unmap};
+use super::attach::{check_version, layout_for, map_shared, region_align, unmap};
 use super::layout::{MapHeader, LAYOUT_VERSION, MAP_HEADER_SIZE, MAP_MAGIC};
 use super::object::{about, create_object, open_object, open_or_create_by, shm_name, OpenOptions};
-use super::{Config, ShmError, ShmMutex, ShmSafe, ShmShared};
+#[cfg(doc)]
+use super::ShmMutex;
+use super::{Config, ShmError, ShmSafe, ShmShared};
 use core::any::TypeId;
 use core::fmt;
 use core::ptr::NonNull;
@@ -736,7 +738,7 @@ impl MappingLayout {
     /// everything so far (aligned to [`REGION_ALIGN`](super::REGION_ALIGN), or to `align_of::<T>()` if more), for
     /// [`ShmMutex::init_in`] / [`ShmMutex::attach_in`].
     pub fn mutex<T: ShmSafe>(&mut self, cfg: Config) -> Result<usize, ShmError> {
-        let size = ShmMutex::<T>::required_size(cfg)?;
+        let size = layout_for::<T>(cfg)?.total_size;
         Ok(self.reserve(size, region_align::<T>()))
     }
 

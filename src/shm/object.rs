@@ -3,31 +3,13 @@
 //! one), [`unlink`], and the create / open / open-or-create steps every named kind shares.
 
 use super::attach::map_shared;
+use super::error::name_rule_broken;
 use super::ShmError;
 #[cfg(doc)]
 use super::ShmMutex;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::time::{Duration, Instant};
-
-/// The rule of shared-memory names `name` breaks, if any (`name` may omit the leading `/`).
-pub(super) fn name_rule_broken(name: &str) -> Option<&'static str> {
-    let bare = name.strip_prefix('/').unwrap_or(name);
-    Some(if bare.is_empty() {
-        "it is empty (a name has 1 to 250 bytes after the leading '/')"
-    } else if bare.len() > 250 {
-        "it is longer than 250 bytes (without the leading '/')"
-    } else if bare.contains('/') {
-        "it contains a '/' after the leading one"
-    } else if bare.contains('\0') {
-        "it contains a NUL byte"
-    } else if bare == "." || bare == ".." {
-        // They name the directory `shm_open` works in (or its parent), never an object.
-        "\".\" and \"..\" name a directory, not an object"
-    } else {
-        return None;
-    })
-}
 
 pub(super) fn shm_name(name: &str) -> Result<CString, ShmError> {
     if name_rule_broken(name).is_some() {

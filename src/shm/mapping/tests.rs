@@ -1,7 +1,7 @@
 //! Placement, claims, type identity and named mappings.
 
 use super::*;
-use crate::shm::REGION_ALIGN;
+use crate::shm::{ShmMutex, REGION_ALIGN};
 use core::sync::atomic::Ordering::SeqCst;
 
 #[test]
