@@ -2,7 +2,7 @@
 //! decides for one iteration ([`Share`]).
 
 #[cfg(doc)]
-use super::{AcceptLock, Config};
+use super::{AcceptLock, Config, ForceUnlock, LockMode};
 use std::time::Duration;
 
 /// The live connection counts of the workers, as one worker sees them at the start of an
