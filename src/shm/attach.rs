@@ -3,7 +3,7 @@
 //! and the initialisation that publishes one.
 
 use super::layout::{
-    self, Header, Layout, ProcSlot, HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN,
+    self, Header, Layout, ParticipantSlot, HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN,
 };
 use super::region::Region;
 use super::{Config, ShmError, ShmSafe};
@@ -96,7 +96,7 @@ pub(super) fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmErro
     )
     .ok_or(ShmError::Corrupt("slot counts"))?;
     if layout.participants < 2 {
-        // Every region has at least one participant slot plus the spare "guest" slot; with
+        // Every region has at least one participant slot plus the spare slot; with
         // fewer, every lock call would spin for 2 s and panic (`register`).
         return Err(ShmError::Corrupt("participant count"));
     }
@@ -131,14 +131,19 @@ pub(super) fn check_not_in_use(base: *const u8, avail: usize) -> Result<(), ShmE
     }
     check_version(&h.version, &h.header_size, HEADER_SIZE, "header size")?;
     let n = h.participants.load(Relaxed) as usize;
-    if n == 0 || n > layout::MAX_SLOTS as usize || HEADER_SIZE + n * layout::PROC_SIZE > avail {
+    if n == 0
+        || n > layout::MAX_SLOTS as usize
+        || HEADER_SIZE + n * layout::PARTICIPANT_SLOT_SIZE > avail
+    {
         return Err(ShmError::Corrupt(
             "participant table (not within the mapping)",
         ));
     }
     for i in 0..n {
         // SAFETY: slot `i` lies in the mapping (checked) at a 64-aligned offset; atomics only.
-        let p = unsafe { &*(base.add(HEADER_SIZE + i * layout::PROC_SIZE) as *const ProcSlot) };
+        let p = unsafe {
+            &*(base.add(HEADER_SIZE + i * layout::PARTICIPANT_SLOT_SIZE) as *const ParticipantSlot)
+        };
         let ident = p.ident.load(SeqCst);
         if ident != 0 && !p.dead(ident) {
             return Err(ShmError::RegionInUse {
@@ -158,7 +163,7 @@ pub(super) fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
             "waiter_slots must be at most 65536",
         ));
     }
-    // One extra participant slot is the "guest" a process borrows to reclaim dead
+    // One extra participant slot is the spare slot a process borrows to reclaim dead
     // participants when the table is full.
     Layout::new(
         cfg.participants + 1,

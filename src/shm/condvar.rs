@@ -32,7 +32,7 @@ use super::cv_words::{sub_saturating, Words};
 use super::error::{LockError, LockResult, ShmError};
 use super::journal::Hooks as _;
 use super::mapping::{Mapping, MappingLayout};
-use super::region::Ctx;
+use super::region::Participant;
 use super::timing::TICK;
 use super::{repaired, sys, ShmMutex, ShmMutexGuard, ShmSafe, ShmShared};
 use crate::WaitTimeoutResult;
@@ -196,10 +196,10 @@ impl<T: ShmSafe> ShmMutex<T> {
             ));
         }
         let p: &Placed = map.shared(offset)?;
-        let me = (base - start) as u64 + 1;
-        match p.mutex.compare_exchange(0, me, SeqCst, SeqCst) {
+        let mutex_id = (base - start) as u64 + 1;
+        match p.mutex.compare_exchange(0, mutex_id, SeqCst, SeqCst) {
             Ok(_) => {}
-            Err(bound) if bound == me => {}
+            Err(bound) if bound == mutex_id => {}
             Err(_) => {
                 return Err(ShmError::InvalidConfig(
                     "the condition variable belongs to another mutex",
@@ -456,7 +456,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         let me = self.m.registered(sys::fork_generation());
         let mine = me
             .filter(|_| w.region_seq.is_none())
-            .map(|i| &self.m.region.proc(i).cv_waiting);
+            .map(|i| &self.m.region.participant(i).cv_waiting);
         w.sleepers.fetch_add(1, SeqCst);
         if let Some(c) = mine {
             c.fetch_add(1, SeqCst);
@@ -476,7 +476,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
             }
             if now >= probe_at {
                 if let Some(me) = me {
-                    Ctx::new(&self.m.region, me).until(deadline).probe();
+                    Participant::new(&self.m.region, me).until(deadline).probe();
                 }
                 probe_at = Instant::now() + TICK;
                 continue;

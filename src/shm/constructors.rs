@@ -36,7 +36,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             region,
             backing,
             map_len,
-            me: AtomicU64::new(0),
+            registration: AtomicU64::new(0),
             _t: PhantomData,
         }
     }

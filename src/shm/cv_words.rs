@@ -66,7 +66,7 @@ impl Region {
     /// section, or between its unlock and the notify): its death wakes the waiters to re-check
     /// their predicates (a spurious wake-up if it was not about to notify).
     pub(crate) fn cv_after_death(&self, d: u32, ident: u64) {
-        let p = self.proc(d);
+        let p = self.participant(d);
         if p.ident.load(SeqCst) == ident {
             let n = p.cv_waiting.swap(0, SeqCst);
             if n != 0 {

@@ -2,7 +2,7 @@
 //! summed over participants, and what recovery has done.
 
 use super::layout::*;
-use super::region::{low, owner_of, Region};
+use super::region::{low, owner_tag, Region};
 use super::{sys, ShmMutex, ShmSafe};
 use crate::algo;
 use core::sync::atomic::Ordering::*;
@@ -67,12 +67,12 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub fn diagnostics(&self) -> Diagnostics {
         let h = self.region.hdr();
         let w = h.state.load(SeqCst);
-        let (state, owner) = (low(w), owner_of(w));
+        let (state, owner) = (low(w), owner_tag(w));
         // Every value read here may have been written by a faulty peer: an index is checked
         // before use and sums saturate, so a snapshot never panics.
         let owner_ident = (state & algo::LOCKED != 0).then(|| {
             (owner != 0 && owner - 1 < self.region.layout.participants)
-                .then(|| self.region.proc(owner - 1).ident.load(SeqCst))
+                .then(|| self.region.participant(owner - 1).ident.load(SeqCst))
                 .filter(|&ident| ident != 0)
         });
         let owner_pid = owner_ident.flatten().map(sys::ident_pid);
@@ -131,7 +131,7 @@ impl Region {
     pub(crate) fn sums(&self) -> Sums {
         let mut s = Sums::default();
         for i in 0..self.layout.participants {
-            let p = self.proc(i);
+            let p = self.participant(i);
             if p.ident.load(SeqCst) != 0 {
                 s.participants += 1;
             }
@@ -176,7 +176,7 @@ mod tests {
         h.stored_normal.store(u32::MAX, SeqCst);
         h.stored_handoff.store(u32::MAX, SeqCst);
         for i in 0..r.layout.participants {
-            let p = r.proc(i);
+            let p = r.participant(i);
             for c in p.counters() {
                 c.store(u32::MAX, SeqCst);
             }

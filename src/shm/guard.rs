@@ -1,6 +1,6 @@
 //! [`ShmMutexGuard`]: the lock held, in the process that locked.
 
-use super::region::Ctx;
+use super::region::Participant;
 #[cfg(doc)]
 use super::LockError;
 use super::{sys, ShmMutex, ShmSafe};
@@ -24,7 +24,7 @@ pub struct ShmMutexGuard<'a, T: ShmSafe> {
     pub(super) m: &'a ShmMutex<T>,
     /// The fork generation of the process that locked ([`sys::fork_generation`]): a copy
     /// in a descendant (whose generation is larger, whatever its pid) holds nothing.
-    pub(super) proc: u32,
+    pub(super) generation: u32,
     /// Its participant index: the unlock's view needs no second look at the registration.
     pub(super) me: u32,
     /// The state word our acquisition installed (0 if it went through the slow path): the
@@ -60,7 +60,7 @@ impl<T: ShmSafe> ShmMutexGuard<'_, T> {
     /// inherited across `fork()`, in a child or any later descendant, even one with the
     /// locker's pid).
     pub fn is_owner(&self) -> bool {
-        self.proc == sys::fork_generation()
+        self.generation == sys::fork_generation()
     }
 
     /// Forget the guard and keep the lock held, for a raw lock/unlock pair: release it later
@@ -149,7 +149,7 @@ impl<T: ShmSafe> Drop for ShmMutexGuard<'_, T> {
             return; // inherited across fork: the lock is not ours to release
         }
         // This process registered as `me` to lock, and a live participant keeps its slot.
-        let ctx = Ctx::new(&self.m.region, self.me);
+        let ctx = Participant::new(&self.m.region, self.me);
         self.m.release_held(ctx, self.word, self.panicking);
     }
 }

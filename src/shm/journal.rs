@@ -6,7 +6,7 @@
 //! replays a committed log (when the word CAS is found to have happened) or discards it.
 
 use super::layout::*;
-use super::region::{low, owner_of, Ctx, Region};
+use super::region::{low, owner_tag, Participant, Region};
 use super::sys::{self, crash};
 use super::timing::TICK;
 use crate::algo::{LOCKED, WOKEN};
@@ -154,28 +154,28 @@ impl Txn {
 
 fn read_target(r: &Region, t: Target) -> u64 {
     match t {
-        Target::Registered(i) => r.proc(i).registered.load(SeqCst).into(),
-        Target::Woken(i) => r.proc(i).woken.load(SeqCst).into(),
-        Target::OwesNormal(i) => r.proc(i).owes_normal.load(SeqCst).into(),
-        Target::OwesHandoff(i) => r.proc(i).owes_handoff.load(SeqCst).into(),
-        Target::Handoff(i) => r.proc(i).handoff.load(SeqCst).into(),
+        Target::Registered(i) => r.participant(i).registered.load(SeqCst).into(),
+        Target::Woken(i) => r.participant(i).woken.load(SeqCst).into(),
+        Target::OwesNormal(i) => r.participant(i).owes_normal.load(SeqCst).into(),
+        Target::OwesHandoff(i) => r.participant(i).owes_handoff.load(SeqCst).into(),
+        Target::Handoff(i) => r.participant(i).handoff.load(SeqCst).into(),
         Target::StoredNormal => r.hdr().stored_normal.load(SeqCst).into(),
         Target::StoredHandoff => r.hdr().stored_handoff.load(SeqCst).into(),
         Target::OwnerDeaths => r.hdr().owner_deaths.load(SeqCst),
         Target::SlotToken(i) => r.slot(i).state.load(SeqCst).into(),
-        Target::AbRegDone(i) => r.proc(i).ab_reg_done.load(SeqCst).into(),
-        Target::AbWokenDone(i) => r.proc(i).ab_woken_done.load(SeqCst).into(),
+        Target::AbRegDone(i) => r.participant(i).ab_reg_done.load(SeqCst).into(),
+        Target::AbWokenDone(i) => r.participant(i).ab_woken_done.load(SeqCst).into(),
     }
 }
 
 fn apply_target(r: &Region, t: Target, v: u64) {
     let v32 = v as u32;
     match t {
-        Target::Registered(i) => r.proc(i).registered.store(v32, SeqCst),
-        Target::Woken(i) => r.proc(i).woken.store(v32, SeqCst),
-        Target::OwesNormal(i) => r.proc(i).owes_normal.store(v32, SeqCst),
-        Target::OwesHandoff(i) => r.proc(i).owes_handoff.store(v32, SeqCst),
-        Target::Handoff(i) => r.proc(i).handoff.store(v32, SeqCst),
+        Target::Registered(i) => r.participant(i).registered.store(v32, SeqCst),
+        Target::Woken(i) => r.participant(i).woken.store(v32, SeqCst),
+        Target::OwesNormal(i) => r.participant(i).owes_normal.store(v32, SeqCst),
+        Target::OwesHandoff(i) => r.participant(i).owes_handoff.store(v32, SeqCst),
+        Target::Handoff(i) => r.participant(i).handoff.store(v32, SeqCst),
         Target::StoredNormal => r.hdr().stored_normal.store(v32, SeqCst),
         Target::StoredHandoff => r.hdr().stored_handoff.store(v32, SeqCst),
         Target::OwnerDeaths => r.hdr().owner_deaths.store(v, SeqCst),
@@ -190,8 +190,8 @@ fn apply_target(r: &Region, t: Target, v: u64) {
                 s.token_at.store(sys::mono_ns(), Relaxed);
             }
         }
-        Target::AbRegDone(i) => r.proc(i).ab_reg_done.store(v32, SeqCst),
-        Target::AbWokenDone(i) => r.proc(i).ab_woken_done.store(v32, SeqCst),
+        Target::AbRegDone(i) => r.participant(i).ab_reg_done.store(v32, SeqCst),
+        Target::AbWokenDone(i) => r.participant(i).ab_woken_done.store(v32, SeqCst),
     }
 }
 
@@ -260,7 +260,7 @@ impl AfterJournal {
 /// The journal lock, held. Dropping it releases the lock, then does the work left in
 /// [`JGuard::after`].
 pub(super) struct JGuard<'a> {
-    ctx: Ctx<'a>,
+    ctx: Participant<'a>,
     after: AfterJournal,
 }
 
@@ -288,7 +288,7 @@ impl Drop for JGuard<'_> {
     }
 }
 
-impl<'a> Ctx<'a> {
+impl<'a> Participant<'a> {
     /// The journal lock, waiting as long as it takes (for a holder that is stopped, until it
     /// continues; a dead holder is taken over). For callers that must hand back what they hold
     /// (an unlock's delivery, a hand-off's fix-up) and callers without a deadline.
@@ -302,28 +302,28 @@ impl<'a> Ctx<'a> {
     /// The journal lock, or `None` once `deadline` passed (nothing written then).
     pub(super) fn jlock_by(&self, deadline: Option<Instant>) -> Option<JGuard<'a>> {
         let j = &self.r.hdr().jlock;
-        let me = self.tag();
+        let tag = self.tag();
         // AcqRel, not just Acquire: a taker that later finds the holder dead re-checks the
         // holder's identity after its own CAS; with the acquiring CASes also releasing, every
         // holder's CAS is a release the takeover's RMW chain synchronises with, so that
         // re-check is formally ordered after it (on x86 it is the same instruction).
-        if j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
+        if j.compare_exchange(0, tag, AcqRel, Relaxed).is_ok() {
             return Some(self.held());
         }
-        self.jlock_slow(me, false, deadline)
+        self.jlock_slow(tag, false, deadline)
     }
 
     /// The journal lock, for a process that has just taken over this participant index from
-    /// its dead previous user ([`Ctx::adopt`]): a journal-lock word naming this index was left
+    /// its dead previous user ([`Participant::adopt`]): a journal-lock word naming this index was left
     /// by that dead user (no other thread uses the index meanwhile), so it is taken over at
-    /// once; every other holder is treated as by [`Ctx::jlock`].
+    /// once; every other holder is treated as by [`Participant::jlock`].
     pub(super) fn jlock_adopting(&self) -> JGuard<'a> {
         let j = &self.r.hdr().jlock;
-        let me = self.tag();
-        if j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
+        let tag = self.tag();
+        if j.compare_exchange(0, tag, AcqRel, Relaxed).is_ok() {
             return self.held();
         }
-        match self.jlock_slow(me, true, None) {
+        match self.jlock_slow(tag, true, None) {
             Some(g) => g,
             None => unreachable!("an untimed journal-lock wait never times out"),
         }
@@ -343,10 +343,15 @@ impl<'a> Ctx<'a> {
     }
 
     #[cold]
-    fn jlock_slow(&self, me: u32, adopting: bool, deadline: Option<Instant>) -> Option<JGuard<'a>> {
+    fn jlock_slow(
+        &self,
+        tag: u32,
+        adopting: bool,
+        deadline: Option<Instant>,
+    ) -> Option<JGuard<'a>> {
         let j = &self.r.hdr().jlock;
         for _ in 0..64 {
-            if j.load(Relaxed) == 0 && j.compare_exchange(0, me, AcqRel, Relaxed).is_ok() {
+            if j.load(Relaxed) == 0 && j.compare_exchange(0, tag, AcqRel, Relaxed).is_ok() {
                 return Some(self.held());
             }
             core::hint::spin_loop();
@@ -360,7 +365,7 @@ impl<'a> Ctx<'a> {
             let mut cur = j.load(Relaxed);
             if cur == 0 {
                 // We may have shared the contended bit with other sleepers: keep it.
-                if j.compare_exchange(0, me | J_CONTENDED, AcqRel, Relaxed)
+                if j.compare_exchange(0, tag | J_CONTENDED, AcqRel, Relaxed)
                     .is_ok()
                 {
                     return Some(self.held());
@@ -383,7 +388,7 @@ impl<'a> Ctx<'a> {
                 // Left by the dead previous user of our index (see `jlock_adopting`), or a word
                 // naming no participant at all (written by a faulty peer): nobody will release
                 // it, take it over at once.
-                if j.compare_exchange(cur, me | J_CONTENDED, SeqCst, Relaxed)
+                if j.compare_exchange(cur, tag | J_CONTENDED, SeqCst, Relaxed)
                     .is_ok()
                 {
                     self.took_over();
@@ -400,10 +405,10 @@ impl<'a> Ctx<'a> {
             if Instant::now() >= check_at {
                 check_at = Instant::now() + TICK;
                 if holder != self.me {
-                    let ident = self.r.proc(holder).ident.load(SeqCst);
+                    let ident = self.r.participant(holder).ident.load(SeqCst);
                     if ident != 0
-                        && self.r.proc(holder).dead(ident)
-                        && j.compare_exchange(cur, me | J_CONTENDED, SeqCst, Relaxed)
+                        && self.r.participant(holder).dead(ident)
+                        && j.compare_exchange(cur, tag | J_CONTENDED, SeqCst, Relaxed)
                             .is_ok()
                     {
                         // ABA: while we were looking at /proc (or preempted), someone may have
@@ -413,8 +418,8 @@ impl<'a> Ctx<'a> {
                         // word we replaced was the dead holder's. If not, give the word back
                         // (it fails only if the live holder released meanwhile) and go on
                         // waiting; we wrote nothing in between.
-                        if self.r.proc(holder).ident.load(SeqCst) != ident {
-                            let _ = j.compare_exchange(me | J_CONTENDED, cur, SeqCst, Relaxed);
+                        if self.r.participant(holder).ident.load(SeqCst) != ident {
+                            let _ = j.compare_exchange(tag | J_CONTENDED, cur, SeqCst, Relaxed);
                             continue;
                         }
                         self.took_over();
@@ -462,7 +467,7 @@ impl<'a> Ctx<'a> {
             } else {
                 // An ownership release (LOCKED + owner -> 0): done unless the same owner still
                 // holds (no one else can make that owner hold again: it is dead).
-                !(low(cur) & LOCKED != 0 && owner_of(cur) == owner_of(old))
+                !(low(cur) & LOCKED != 0 && owner_tag(cur) == owner_tag(old))
             }
         } else {
             true

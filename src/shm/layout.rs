@@ -6,7 +6,7 @@
 //!               internal journal lock, token counters, probe timestamps, the condition
 //!               variable's words (offset 128); the recovery log (offset 192); the value's
 //!               type (hash and name, offset 416)
-//! 448           participants × ProcSlot (64 bytes each): identity + accounting of each process
+//! 448           participants × ParticipantSlot (64 bytes each): identity + accounting of each process
 //! ...           waiter_slots × WaiterSlot (64 bytes each): one futex word per sleeping thread
 //! value_offset  T (aligned to max(64, align_of::<T>()))
 //! total_size    (a multiple of 64)
@@ -174,7 +174,7 @@ pub(crate) struct Header {
 
 /// One participating process.
 #[repr(C, align(64))]
-pub(crate) struct ProcSlot {
+pub(crate) struct ParticipantSlot {
     /// `(start time << 24) | pid`; 0 = free.
     pub ident: AtomicU64,
     /// Waiter registrations of this process counted in the state word (or consumed by a token
@@ -210,7 +210,7 @@ pub(crate) struct WaiterSlot {
     /// The futex word: `SLOT_*`.
     pub state: AtomicU32,
     /// Owning participant index.
-    pub proc: AtomicU32,
+    pub participant: AtomicU32,
     /// `CLASS_*`.
     pub class: AtomicU32,
     /// 1 once its sleeper left without the journal lock (deadline passed while a stalled
@@ -242,13 +242,13 @@ pub(crate) mod rec {
 
 /// Size of the header.
 pub const HEADER_SIZE: usize = size_of::<Header>();
-pub(crate) const PROC_SIZE: usize = size_of::<ProcSlot>();
-pub(crate) const SLOT_SIZE: usize = size_of::<WaiterSlot>();
+pub(crate) const PARTICIPANT_SLOT_SIZE: usize = size_of::<ParticipantSlot>();
+pub(crate) const WAITER_SLOT_SIZE: usize = size_of::<WaiterSlot>();
 
 const _: () = {
     assert!(HEADER_SIZE == 448);
-    assert!(PROC_SIZE == 64);
-    assert!(SLOT_SIZE == 64);
+    assert!(PARTICIPANT_SLOT_SIZE == 64);
+    assert!(WAITER_SLOT_SIZE == 64);
     assert!(align_of::<Header>() == REGION_ALIGN);
     assert!(core::mem::offset_of!(Header, value_align) == 48);
     assert!(core::mem::offset_of!(Header, owner_died) == 52);
@@ -267,8 +267,8 @@ const _: () = {
     assert!(core::mem::offset_of!(Header, log) == 192);
     assert!(core::mem::offset_of!(Header, type_hash) == 416);
     assert!(core::mem::offset_of!(Header, type_name) == 424);
-    assert!(core::mem::offset_of!(ProcSlot, pidfs_ino) == 32);
-    assert!(core::mem::offset_of!(ProcSlot, cv_waiting) == 52);
+    assert!(core::mem::offset_of!(ParticipantSlot, pidfs_ino) == 32);
+    assert!(core::mem::offset_of!(ParticipantSlot, cv_waiting) == 52);
     assert!(core::mem::offset_of!(WaiterSlot, token_at) == 24);
     assert!(size_of::<Log>() == 32 + 16 * LOG_ENTRIES);
     assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
@@ -332,7 +332,7 @@ pub(crate) fn unpack_name(words: [u64; 3]) -> String {
 pub(crate) struct Layout {
     pub participants: u32,
     pub waiter_slots: u32,
-    pub procs_offset: usize,
+    pub participants_offset: usize,
     pub slots_offset: usize,
     pub value_offset: usize,
     pub value_size: usize,
@@ -360,15 +360,15 @@ impl Layout {
         {
             return None;
         }
-        let procs_offset = HEADER_SIZE;
-        let slots_offset = procs_offset + participants as usize * PROC_SIZE;
-        let end = slots_offset + waiter_slots as usize * SLOT_SIZE;
+        let participants_offset = HEADER_SIZE;
+        let slots_offset = participants_offset + participants as usize * PARTICIPANT_SLOT_SIZE;
+        let end = slots_offset + waiter_slots as usize * WAITER_SLOT_SIZE;
         let value_offset = align_up(end, value_align.max(REGION_ALIGN));
         let total_size = align_up(value_offset.checked_add(value_size)?, REGION_ALIGN);
         Some(Self {
             participants,
             waiter_slots,
-            procs_offset,
+            participants_offset,
             slots_offset,
             value_offset,
             value_size,

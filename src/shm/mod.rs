@@ -207,7 +207,7 @@ pub use gomutex_derive::{ShmSafe, ShmShared};
 
 use self::attach::unmap;
 use self::journal::Hooks as _;
-use self::region::{low, Ctx, Region};
+use self::region::{low, Participant, Region};
 /// Which process this is to memory it may have inherited across `fork()` (no system call):
 /// what guards and handles compare against.
 pub(crate) use self::sys::fork_generation;
@@ -242,7 +242,7 @@ pub struct ShmMutex<T: ShmSafe> {
     /// `(fork generation << 32) | (participant index + 1)` of the process that registered
     /// ([`sys::fork_generation`]: a pid alone would let a descendant that reuses a dead
     /// ancestor's pid act as that ancestor); 0 = none.
-    me: AtomicU64,
+    registration: AtomicU64,
     _t: PhantomData<T>,
 }
 
@@ -253,12 +253,17 @@ unsafe impl<T: ShmSafe> Send for ShmMutex<T> {}
 unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
 impl<T: ShmSafe> ShmMutex<T> {
-    /// `proc`) that installed `word`.
+    /// `generation`) that installed `word`.
     #[inline]
-    fn guard(&self, proc: u32, ctx: Ctx<'_>, word: u64) -> LockResult<ShmMutexGuard<'_, T>> {
+    fn guard(
+        &self,
+        generation: u32,
+        ctx: Participant<'_>,
+        word: u64,
+    ) -> LockResult<ShmMutexGuard<'_, T>> {
         let g = ShmMutexGuard {
             m: self,
-            proc,
+            generation,
             me: ctx.me,
             word,
             panicking: std::thread::panicking(),
@@ -285,13 +290,13 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     #[inline]
     pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
-        let proc = sys::fork_generation();
-        let ctx = self.ctx_of(proc);
+        let generation = sys::fork_generation();
+        let ctx = self.participant_of(generation);
         let w = ctx.acquire_fast();
         if w == 0 {
             algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, None);
         }
-        self.guard(proc, ctx, w)
+        self.guard(generation, ctx, w)
     }
 
     /// [`lock`](Self::lock), handling the owner-died path: if a previous owner died (or
@@ -346,7 +351,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     #[inline]
     pub fn try_lock(&self) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        let Some(ctx) = self.ctx_by(Some(Instant::now())) else {
+        let Some(ctx) = self.participant_by(Some(Instant::now())) else {
             return Err(TryLockError::WouldBlock);
         };
         // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
@@ -380,7 +385,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     }
 
     fn try_lock_until_opt(&self, deadline: Option<Instant>) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        let Some(ctx) = self.ctx_by(deadline) else {
+        let Some(ctx) = self.participant_by(deadline) else {
             return Err(TryLockError::WouldBlock);
         };
         let ctx = ctx.until(deadline);
@@ -418,7 +423,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     pub fn force_unlock(&self, pid: impl TryInto<u32>) -> bool {
         match pid.try_into() {
-            Ok(pid) => self.ctx().scan(Some(pid)).1,
+            Ok(pid) => self.participant().scan(Some(pid)).1,
             Err(_) => false,
         }
     }
@@ -426,7 +431,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// Look for dead participants now and repair what they left (normally done by waiting
     /// processes every few tens of ms). Returns how many were found.
     pub fn recover(&self) -> usize {
-        let ctx = self.ctx();
+        let ctx = self.participant();
         let n = ctx.scan(None).0;
         ctx.probe();
         n
@@ -480,7 +485,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         }
         // A leaked guard's `word` is gone: guess "held by us, nothing else set"
         // (`release_locked`), and do not know whether the thread was panicking at lock time.
-        self.release_held(self.ctx(), 0, false);
+        self.release_held(self.participant(), 0, false);
         true
     }
 
@@ -489,14 +494,14 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub(crate) fn held_here(&self) -> bool {
         let w = self.region.hdr().state.load(Acquire);
         self.registered(sys::fork_generation())
-            .is_some_and(|me| low(w) & algo::LOCKED != 0 && region::owner_of(w) == me + 1)
+            .is_some_and(|me| low(w) & algo::LOCKED != 0 && region::owner_tag(w) == me + 1)
     }
 
     /// The release of a lock this process holds: what dropping its guard does (also for
     /// [`unlock_leaked`](Self::unlock_leaked)). `word`: the state word the acquisition
     /// installed (0: unknown); `panicking`: whether the thread was panicking when it locked.
     #[inline]
-    fn release_held(&self, ctx: Ctx<'_>, word: u64, panicking: bool) {
+    fn release_held(&self, ctx: Participant<'_>, word: u64, panicking: bool) {
         if !panicking && std::thread::panicking() {
             self.region.hdr().poisoned.store(1, Release);
         }
@@ -577,11 +582,11 @@ pub fn __stop_at(point: u32) {
 
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
-        let proc = sys::fork_generation();
-        if let Some(me) = self.registered(proc) {
+        let generation = sys::fork_generation();
+        if let Some(me) = self.registered(generation) {
             // The slot is the process's: given back by the last of its handles here.
-            if participants::lock(proc).leave(self.region.base() as usize, me) {
-                Ctx::new(&self.region, me).release_self();
+            if participants::lock(generation).leave(self.region.base() as usize, me) {
+                Participant::new(&self.region, me).release_self();
             }
         }
         if let Backing::Mapped = self.backing {

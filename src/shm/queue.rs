@@ -1,11 +1,11 @@
 //! The waiter queue in the region: one futex word per sleeping thread, in fixed slots
 //! addressed by index, served front class (Go's re-queued waiters) first, then FIFO by ticket;
 //! tokens released while nobody sleeps are stored and taken by the next waiter. Implements
-//! Go's [`WaitQueue`] for [`Ctx`].
+//! Go's [`WaitQueue`] for [`Participant`].
 
 use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
-use super::region::{low, owner_of, word, Ctx, Region};
+use super::region::{low, owner_tag, word, Participant, Region};
 use super::sys::{self, crash};
 use super::timing::{JLOCK_GRACE, PASS_ANY, PASS_STOPPED, TICK};
 use crate::algo;
@@ -38,7 +38,7 @@ pub(super) fn take_stored_for(r: &Region, tx: &mut Txn, p: u32) -> bool {
     true
 }
 
-impl Ctx<'_> {
+impl Participant<'_> {
     /// Hand a token to the front sleeper (front class first, then FIFO), or store it.
     pub(super) fn deliver(&self, tx: &mut Txn, handoff: bool) {
         let mut best: Option<(u32, u32, u64)> = None; // (slot, class, ticket)
@@ -59,7 +59,7 @@ impl Ctx<'_> {
         }
         match best {
             Some((i, _, _)) => {
-                let p = self.r.slot(i).proc.load(SeqCst);
+                let p = self.r.slot(i).participant.load(SeqCst);
                 let token = if handoff {
                     SLOT_TOKEN_HANDOFF
                 } else {
@@ -155,7 +155,7 @@ impl Ctx<'_> {
             return false;
         }
         let handoff = v == SLOT_TOKEN_HANDOFF;
-        let p = s.proc.load(SeqCst);
+        let p = s.participant.load(SeqCst);
         let mut tx = Txn::new();
         tx.pivot = Some((i, v, s.ticket.load(SeqCst)));
         if p < self.r.layout.participants {
@@ -188,9 +188,9 @@ impl Ctx<'_> {
                 continue;
             }
             if age < PASS_ANY.as_nanos() as u64 {
-                let p = s.proc.load(SeqCst);
+                let p = s.participant.load(SeqCst);
                 let gone = self.r.names_no_participant(p.wrapping_add(1))
-                    || sys::ident_stopped(self.r.proc(p).ident.load(SeqCst));
+                    || sys::ident_stopped(self.r.participant(p).ident.load(SeqCst));
                 if !gone {
                     continue;
                 }
@@ -230,7 +230,7 @@ impl Ctx<'_> {
             }
             let mut settled = true;
             for p in 0..r.layout.participants {
-                let pr = r.proc(p);
+                let pr = r.participant(p);
                 loop {
                     let posted = pr.ab_woken_posted.load(SeqCst);
                     if pr.ab_woken_done.load(SeqCst) == posted {
@@ -264,7 +264,7 @@ impl Ctx<'_> {
                         tx.clear_woken(cur);
                         after.wake_if_stranded = true;
                     } else if let Some(new_low) = algo::deregistered(low(cur)) {
-                        tx.word = Some((cur, word(new_low, owner_of(cur))));
+                        tx.word = Some((cur, word(new_low, owner_tag(cur))));
                         tx.add(r, Target::Registered(p), -1);
                     } else {
                         // A token in flight needs it counted: a later taker settles it.
@@ -293,13 +293,16 @@ impl Ctx<'_> {
         {
             return false;
         }
-        self.r.proc(self.me).ab_reg_posted.fetch_add(1, SeqCst);
+        self.r
+            .participant(self.me)
+            .ab_reg_posted
+            .fetch_add(1, SeqCst);
         self.r.hdr().abandoned.fetch_add(1, SeqCst);
         true
     }
 }
 
-impl WaitQueue for Ctx<'_> {
+impl WaitQueue for Participant<'_> {
     fn acquire(&self, lifo: bool, deadline: Option<Instant>) -> bool {
         let h = self.r.hdr();
         let mut probe_at: Option<Instant> = None;
@@ -316,7 +319,7 @@ impl WaitQueue for Ctx<'_> {
                 match free {
                     Some(i) => {
                         let s = self.r.slot(i);
-                        s.proc.store(self.me, SeqCst);
+                        s.participant.store(self.me, SeqCst);
                         s.class
                             .store(if lifo { CLASS_FRONT } else { CLASS_BACK }, SeqCst);
                         s.ticket.store(h.next_ticket.fetch_add(1, SeqCst), SeqCst);

@@ -13,7 +13,7 @@
 //! * `STARVING && !LOCKED` iff `Σ owes_handoff + stored_handoff + Σ handoff = 1`.
 //!
 //! So when a participant is found dead, the survivors know exactly what it held and undo it
-//! (`Ctx::recover`, in five steps).
+//! (`Participant::recover`, in five steps).
 //!
 //! The invariants also bound every count: a participant owes at most one wake-up and one
 //! hand-off, owns `WOKEN` at most once, holds at most one hand-off, and its registrations are
@@ -24,7 +24,7 @@
 use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
 use super::queue::take_stored_for;
-use super::region::{low, owner_of, word, Ctx};
+use super::region::{low, owner_tag, word, Participant};
 use super::sys;
 use crate::algo::{self, LOCKED, STARVING, WOKEN};
 use core::sync::atomic::Ordering::*;
@@ -39,7 +39,7 @@ const SCAN_GAP_NS: u64 = 40_000_000;
 /// faulty peer could ask for more.
 const UNDO_BUDGET: u32 = 16;
 
-impl Hooks for Ctx<'_> {
+impl Hooks for Participant<'_> {
     fn on_lock(&self, after: &mut AfterJournal) {
         self.settle_abandoned(after);
     }
@@ -67,12 +67,12 @@ impl Hooks for Ctx<'_> {
             return;
         }
         let w = h.state.load(SeqCst);
-        let owner = owner_of(w);
+        let owner = owner_tag(w);
         if low(w) & LOCKED != 0 && self.r.names_no_participant(owner) {
             self.recover_phantom_owner();
         } else if owner != 0 && owner - 1 != self.me && owner - 1 < self.r.layout.participants {
-            let ident = self.r.proc(owner - 1).ident.load(SeqCst);
-            if ident != 0 && self.r.proc(owner - 1).dead(ident) {
+            let ident = self.r.participant(owner - 1).ident.load(SeqCst);
+            if ident != 0 && self.r.participant(owner - 1).dead(ident) {
                 self.recover(owner - 1, ident);
             }
         }
@@ -93,7 +93,7 @@ impl Hooks for Ctx<'_> {
     }
 }
 
-impl Ctx<'_> {
+impl Participant<'_> {
     /// Recover every dead participant (or only those with this pid). Returns
     /// `(recovered, any of them owned the lock)`.
     ///
@@ -110,14 +110,14 @@ impl Ctx<'_> {
                 if i == self.me {
                     continue;
                 }
-                let ident = self.r.proc(i).ident.load(SeqCst);
+                let ident = self.r.participant(i).ident.load(SeqCst);
                 if ident == 0 || pid.is_some_and(|p| p != sys::ident_pid(ident)) {
                     continue;
                 }
-                if self.r.proc(i).dead(ident) {
+                if self.r.participant(i).dead(ident) {
                     dead += 1;
                     owned |= self.recover(i, ident);
-                    left += usize::from(self.r.proc(i).ident.load(SeqCst) == ident);
+                    left += usize::from(self.r.participant(i).ident.load(SeqCst) == ident);
                 }
             }
             found = found.max(dead);
@@ -142,8 +142,8 @@ impl Ctx<'_> {
         let cur = self.r.hdr().state.load(SeqCst);
         // Re-checked under the journal lock: no participant can take a held lock, and a
         // slot is claimed lock-free but becomes an owner only by taking the lock.
-        if low(cur) & LOCKED != 0 && self.r.names_no_participant(owner_of(cur)) {
-            self.release_for_owner(owner_of(cur), g.after());
+        if low(cur) & LOCKED != 0 && self.r.names_no_participant(owner_tag(cur)) {
+            self.release_for_owner(owner_tag(cur), g.after());
         }
     }
 
@@ -165,7 +165,9 @@ impl Ctx<'_> {
             for i in 0..r.layout.waiter_slots {
                 let s = r.slot(i);
                 let v = s.state.load(SeqCst);
-                if v == SLOT_FREE || !r.names_no_participant(s.proc.load(SeqCst).wrapping_add(1)) {
+                if v == SLOT_FREE
+                    || !r.names_no_participant(s.participant.load(SeqCst).wrapping_add(1))
+                {
                     continue;
                 }
                 if s.state
@@ -182,7 +184,7 @@ impl Ctx<'_> {
             // 2. Counters in an empty participant slot belong to nobody (its tokens were just
             // passed on): cleared, and the word is repaired below.
             for i in 0..r.layout.participants {
-                let p = r.proc(i);
+                let p = r.participant(i);
                 if i == self.me || p.ident.load(SeqCst) != 0 || self.r.holds_nothing(i) {
                     continue;
                 }
@@ -201,7 +203,7 @@ impl Ctx<'_> {
             // 3. The word's WOKEN and hand-off against what accounts for them.
             let (mut woken, mut handoff) = (0u64, 0u64);
             for i in 0..r.layout.participants {
-                let p = r.proc(i);
+                let p = r.participant(i);
                 woken += u64::from(p.woken.load(SeqCst)) + u64::from(p.owes_normal.load(SeqCst));
                 handoff +=
                     u64::from(p.handoff.load(SeqCst)) + u64::from(p.owes_handoff.load(SeqCst));
@@ -223,7 +225,7 @@ impl Ctx<'_> {
                         self.deliver(&mut tx, true);
                         handoff = 1;
                     } else {
-                        tx.word = Some((cur, word(l & !STARVING, owner_of(cur))));
+                        tx.word = Some((cur, word(l & !STARVING, owner_tag(cur))));
                     }
                 } else {
                     break;
@@ -282,7 +284,7 @@ impl Ctx<'_> {
     /// [`recover`](Self::recover) with the journal lock held: the five steps in order, each
     /// leaving the accounting invariants (module docs) true.
     fn recover_locked(&self, d: u32, ident: u64, after: &mut AfterJournal) -> bool {
-        if d == self.me || self.r.proc(d).ident.load(SeqCst) != ident {
+        if d == self.me || self.r.participant(d).ident.load(SeqCst) != ident {
             return false; // recovered already (and maybe reused, or adopted)
         }
         let owned = self.undo_dead(d, after);
@@ -290,7 +292,7 @@ impl Ctx<'_> {
         owned
     }
 
-    /// Steps 1–4 of [`Ctx::recover_locked`]: undo everything participant `d` left (journal
+    /// Steps 1–4 of [`Participant::recover_locked`]: undo everything participant `d` left (journal
     /// lock held). Returns whether it owned the lock.
     fn undo_dead(&self, d: u32, after: &mut AfterJournal) -> bool {
         let owned = self.release_for_dead_owner(d, after);
@@ -298,7 +300,7 @@ impl Ctx<'_> {
         self.deliver_owed_by_dead(d, after);
         self.undo_dead_waiters(d, after);
         // What it gave up without the journal lock is undone with the rest.
-        let p = self.r.proc(d);
+        let p = self.r.participant(d);
         let (reg, woken) = (p.ab_reg_posted.load(SeqCst), p.ab_woken_posted.load(SeqCst));
         if p.ab_reg_done.load(SeqCst) != reg || p.ab_woken_done.load(SeqCst) != woken {
             let mut tx = Txn::new();
@@ -309,16 +311,16 @@ impl Ctx<'_> {
         owned
     }
 
-    /// Take over participant index `self.me` (the guest slot) from its dead user `dead`, then
+    /// Take over participant index `self.me` (the spare slot) from its dead user `dead`, then
     /// undo what that user left under the index (a wake-up or hand-off it owed from a recovery,
-    /// the journal lock), as [`Ctx::recover`] would for any dead participant. `false` if
+    /// the journal lock), as [`Participant::recover`] would for any dead participant. `false` if
     /// another process took the index first.
     ///
-    /// Needed when every regular participant slot is held by a dead process and the guest's
-    /// borrower died too: no live process then has an index from which to recover the guest
+    /// Needed when every regular participant slot is held by a dead process and the spare's
+    /// borrower died too: no live process then has an index from which to recover the spare
     /// slot, so recovery (and every newcomer) would stop for good.
     pub(crate) fn adopt(&self, dead: u64, ident: u64) -> bool {
-        let p = self.r.proc(self.me);
+        let p = self.r.participant(self.me);
         // The CAS makes us the index's only user; from then on a death of ours leaves our own
         // (dead) identity here, to be adopted or recovered in turn.
         if !p.claim(dead, ident) {
@@ -329,7 +331,7 @@ impl Ctx<'_> {
         true
     }
 
-    /// Step 1: `d` owned the lock: release it on its behalf ([`Ctx::release_for_owner`]).
+    /// Step 1: `d` owned the lock: release it on its behalf ([`Participant::release_for_owner`]).
     fn release_for_dead_owner(&self, d: u32, after: &mut AfterJournal) -> bool {
         self.release_for_owner(d + 1, after)
     }
@@ -343,7 +345,7 @@ impl Ctx<'_> {
         let mut owned = false;
         loop {
             let cur = h.state.load(SeqCst);
-            if low(cur) & LOCKED == 0 || owner_of(cur) != tag {
+            if low(cur) & LOCKED == 0 || owner_tag(cur) != tag {
                 return owned;
             }
             owned = true;
@@ -368,7 +370,7 @@ impl Ctx<'_> {
         let r = self.r;
         for i in 0..r.layout.waiter_slots {
             let s = r.slot(i);
-            if s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == d {
+            if s.state.load(SeqCst) != SLOT_FREE && s.participant.load(SeqCst) == d {
                 s.state.store(SLOT_FREE, SeqCst);
             }
         }
@@ -377,7 +379,7 @@ impl Ctx<'_> {
     /// Step 3: the wake-ups and hand-offs `d` owed, delivered on its behalf. At most one of
     /// each (module docs): a larger count is garbage, dropped with the one delivered.
     fn deliver_owed_by_dead(&self, d: u32, after: &mut AfterJournal) {
-        let (h, p) = (self.r.hdr(), self.r.proc(d));
+        let (h, p) = (self.r.hdr(), self.r.participant(d));
         for handoff in [false, true] {
             let owes = if handoff {
                 &p.owes_handoff
@@ -400,7 +402,7 @@ impl Ctx<'_> {
     fn registrations_possible(&self) -> u64 {
         let (r, h) = (self.r, self.r.hdr());
         let owed: u64 = (0..r.layout.participants)
-            .map(|i| u64::from(r.proc(i).owes_normal.load(SeqCst)))
+            .map(|i| u64::from(r.participant(i).owes_normal.load(SeqCst)))
             .sum();
         u64::from(algo::waiters(low(h.state.load(SeqCst))))
             + u64::from(h.stored_normal.load(SeqCst))
@@ -411,7 +413,7 @@ impl Ctx<'_> {
     /// registration that may not leave yet (see below) stays for a later scan, and so does
     /// whatever is left after [`UNDO_BUDGET`] transactions (only garbage counts need more).
     fn undo_dead_waiters(&self, d: u32, after: &mut AfterJournal) {
-        let (r, h, p) = (self.r, self.r.hdr(), self.r.proc(d));
+        let (r, h, p) = (self.r, self.r.hdr(), self.r.participant(d));
         let mut budget = UNDO_BUDGET;
         while budget > 0 {
             if p.handoff.load(SeqCst) > 0 {
@@ -426,7 +428,7 @@ impl Ctx<'_> {
                     if new_low & STARVING != 0 {
                         self.deliver(&mut tx, true);
                     }
-                    tx.word = Some((cur, word(new_low, owner_of(cur))));
+                    tx.word = Some((cur, word(new_low, owner_tag(cur))));
                 }
                 if self.commit(&tx) {
                     budget -= 1;
@@ -464,7 +466,7 @@ impl Ctx<'_> {
                         // receiver has not taken ownership yet: finish later.
                         return;
                     };
-                    tx.word = Some((cur, word(new_low, owner_of(cur))));
+                    tx.word = Some((cur, word(new_low, owner_tag(cur))));
                     tx.add(r, Target::Registered(d), -i64::from(k));
                     h.rec[rec::DEAD_WAITERS_REMOVED].fetch_add(u64::from(k), Relaxed);
                 }
@@ -480,10 +482,10 @@ impl Ctx<'_> {
     /// Step 5: free `d`'s participant slot once nothing refers to it.
     fn free_if_idle(&self, d: u32, ident: u64) {
         if self.r.holds_nothing(d) {
-            // A CAS: a newcomer may have adopted the slot meanwhile (`adopt`, the guest slot),
+            // A CAS: a newcomer may have adopted the slot meanwhile (`adopt`, the spare slot),
             // and then it is the newcomer's.
             self.r.cv_after_death(d, ident);
-            self.r.proc(d).free(ident);
+            self.r.participant(d).free(ident);
         }
     }
 
@@ -502,13 +504,13 @@ impl Ctx<'_> {
             let _g = self.jlock();
             let in_queue = (0..self.r.layout.waiter_slots).any(|i| {
                 let s = self.r.slot(i);
-                s.state.load(SeqCst) != SLOT_FREE && s.proc.load(SeqCst) == self.me
+                s.state.load(SeqCst) != SLOT_FREE && s.participant.load(SeqCst) == self.me
             });
             self.r.holds_nothing(self.me) && !in_queue
         };
         if idle {
             sys::crash_point(sys::crash::RELEASING_SELF);
-            let p = self.r.proc(self.me);
+            let p = self.r.participant(self.me);
             p.free(p.ident.load(SeqCst));
         }
     }
@@ -556,7 +558,7 @@ mod tests {
     fn recovery_of_garbage_counts_is_bounded() {
         let m: &'static ShmMutex<u32> = Box::leak(Box::new(small()));
         let r = &m.region;
-        let p = r.proc(0);
+        let p = r.participant(0);
         p.ident.store(dead_ident(), SeqCst);
         for c in p.counters() {
             c.store(u32::MAX, SeqCst);
@@ -564,7 +566,7 @@ mod tests {
         let found = within(Duration::from_secs(2), "recovery", move || m.recover());
         assert_eq!(found, 1);
         // Everything it claimed to hold is gone, and its slot is free again.
-        assert_eq!(r.proc(0).ident.load(SeqCst), 0);
+        assert_eq!(r.participant(0).ident.load(SeqCst), 0);
         let d = m.diagnostics();
         assert_eq!(
             (d.waiters, d.registered_waiters, d.in_flight),
@@ -605,7 +607,7 @@ mod tests {
             let rx = queued_waiter(m);
             m.region.hdr().state.fetch_or(u64::from(WOKEN), SeqCst);
             if let Some(i) = holder {
-                m.region.proc(i).woken.store(1, SeqCst);
+                m.region.participant(i).woken.store(1, SeqCst);
             }
             drop(g); // a normal unlock: WOKEN set, so it wakes nobody
             let died = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_else(|_| {
@@ -618,7 +620,7 @@ mod tests {
     #[test]
     fn phantom_queued_slot_at_the_front_does_not_wedge_waiters() {
         // A queued slot naming a participant out of range, or an empty participant slot.
-        for proc in [1000, 1] {
+        for participant in [1000, 1] {
             let m = leaked();
             let g = m.lock().unwrap();
             let rx = queued_waiter(m);
@@ -627,14 +629,14 @@ mod tests {
                 .find(|&i| r.slot(i).state.load(SeqCst) == SLOT_FREE)
                 .unwrap();
             let s = r.slot(free);
-            s.proc.store(proc, SeqCst);
+            s.participant.store(participant, SeqCst);
             s.class.store(CLASS_FRONT, SeqCst);
             s.ticket.store(0, SeqCst);
             s.state.store(SLOT_QUEUED, SeqCst);
             drop(g); // the wake-up goes to the phantom
-            let died = rx
-                .recv_timeout(Duration::from_secs(1))
-                .unwrap_or_else(|_| panic!("proc {proc}: the waiter sleeps through a free lock"));
+            let died = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_else(|_| {
+                panic!("participant {participant}: the waiter sleeps through a free lock")
+            });
             assert!(!died);
         }
     }

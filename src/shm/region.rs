@@ -1,6 +1,6 @@
 //! A participant's view of a region: the [`Region`] (header, participant and waiter slots,
-//! value, at offsets fixed by the layout), the 64-bit state word's halves, and [`Ctx`], one
-//! process's handle on the region as one participant. What `Ctx` does is in the layers above:
+//! value, at offsets fixed by the layout), the 64-bit state word's halves, and [`Participant`], one
+//! process's handle on the region as one participant. What `Participant` does is in the layers above:
 //! the journal (`journal`), Go's state word (`word`), the waiter queue (`queue`) and recovery
 //! (`recovery`).
 
@@ -17,7 +17,7 @@ pub(crate) fn low(w: u64) -> u32 {
 }
 /// The owner (participant index + 1; 0 while `LOCKED` is clear) in the 64-bit word.
 #[inline]
-pub(crate) fn owner_of(w: u64) -> u32 {
+pub(crate) fn owner_tag(w: u64) -> u32 {
     (w >> 32) as u32
 }
 /// The 64-bit word of Go's state `low` and `owner`.
@@ -68,9 +68,9 @@ impl Region {
         unsafe { &*(self.base.as_ptr().add(offset + i as usize * size_of::<S>()) as *const S) }
     }
 
-    pub(crate) fn proc(&self, i: u32) -> &ProcSlot {
-        // SAFETY: the layout places `participants` participant slots at `procs_offset`.
-        unsafe { self.element(self.layout.procs_offset, i, self.layout.participants) }
+    pub(crate) fn participant(&self, i: u32) -> &ParticipantSlot {
+        // SAFETY: the layout places `participants` participant slots at `participants_offset`.
+        unsafe { self.element(self.layout.participants_offset, i, self.layout.participants) }
     }
 
     pub(crate) fn slot(&self, i: u32) -> &WaiterSlot {
@@ -86,8 +86,11 @@ impl Region {
     /// Participant `i` holds nothing (journal lock held): no waiter counted, no `WOKEN`, no
     /// token owed or received, not the owner. Its slot may be freed (once its queue slots are).
     pub(crate) fn holds_nothing(&self, i: u32) -> bool {
-        self.proc(i).counters().iter().all(|c| c.load(SeqCst) == 0)
-            && owner_of(self.hdr().state.load(SeqCst)) != i + 1
+        self.participant(i)
+            .counters()
+            .iter()
+            .all(|c| c.load(SeqCst) == 0)
+            && owner_tag(self.hdr().state.load(SeqCst)) != i + 1
     }
 
     /// Whether `tag` (participant index + 1, as in the state word) names no participant: 0,
@@ -95,7 +98,9 @@ impl Region {
     /// owner, `WOKEN` holder or queued waiter (a participant slot is emptied only once it
     /// holds nothing, under the journal lock); it is treated like a dead participant.
     pub(crate) fn names_no_participant(&self, tag: u32) -> bool {
-        tag == 0 || tag > self.layout.participants || self.proc(tag - 1).ident.load(SeqCst) == 0
+        tag == 0
+            || tag > self.layout.participants
+            || self.participant(tag - 1).ident.load(SeqCst) == 0
     }
 }
 
@@ -103,7 +108,7 @@ impl Region {
 /// Go's [`StateWord`](crate::algo::StateWord) (in `word`) and
 /// [`WaitQueue`](crate::sema::WaitQueue) (in `queue`) contracts for [`crate::algo`].
 #[derive(Clone, Copy)]
-pub(crate) struct Ctx<'a> {
+pub(crate) struct Participant<'a> {
     pub r: &'a Region,
     /// This process's participant index.
     pub me: u32,
@@ -113,7 +118,7 @@ pub(crate) struct Ctx<'a> {
     pub deadline: Option<Instant>,
 }
 
-impl<'a> Ctx<'a> {
+impl<'a> Participant<'a> {
     /// A view without a deadline.
     pub(super) fn new(r: &'a Region, me: u32) -> Self {
         Self {
@@ -136,7 +141,7 @@ impl<'a> Ctx<'a> {
 
 /// Claim one of the first `n` participant slots for `ident` (lock-free CAS on a free slot).
 pub(crate) fn claim_participant(r: &Region, ident: u64, n: u32) -> Option<u32> {
-    (0..n.min(r.layout.participants)).find(|&i| r.proc(i).claim(0, ident))
+    (0..n.min(r.layout.participants)).find(|&i| r.participant(i).claim(0, ident))
 }
 
 /// A participant slot's identity: `ident` (pid and start time) is what ownership CASes on;
@@ -144,9 +149,9 @@ pub(crate) fn claim_participant(r: &Region, ident: u64, n: u32) -> Option<u32> {
 ///
 /// Invariant: `pidfs_ino` is 0 or the inode of the process `ident` names. Only the owner
 /// writes a non-zero inode (its own, after its claim); whoever frees the slot or takes it
-/// from a dead owner clears the inode first ([`ProcSlot::free`], [`ProcSlot::claim`]). A
+/// from a dead owner clears the inode first ([`ParticipantSlot::free`], [`ParticipantSlot::claim`]). A
 /// clear that lands after a newcomer's store only loses the extra check (0 = unknown).
-impl ProcSlot {
+impl ParticipantSlot {
     /// The participant's accounting (module docs of `recovery`): all zero when it holds
     /// nothing.
     pub(crate) fn counters(&self) -> [&AtomicU32; 5] {

@@ -3,7 +3,7 @@
 //! reclaiming of slots dead processes left.
 
 use super::layout;
-use super::region::{claim_participant, Ctx};
+use super::region::{claim_participant, Participant};
 #[cfg(doc)]
 use super::Config;
 use super::{participants, sys, ShmError, ShmMutex, ShmSafe};
@@ -18,36 +18,36 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// The registered case is a few instructions on every lock and unlock; registering is out
     /// of line.
     #[inline]
-    pub(super) fn ctx(&self) -> Ctx<'_> {
-        self.ctx_of(sys::fork_generation())
+    pub(super) fn participant(&self) -> Participant<'_> {
+        self.participant_of(sys::fork_generation())
     }
 
-    /// [`ctx`](Self::ctx) for this process, whose fork generation the caller read: `proc`.
+    /// [`participant`](Self::participant) for this process, whose fork generation the caller read: `generation`.
     #[inline]
-    pub(super) fn ctx_of(&self, proc: u32) -> Ctx<'_> {
-        match self.registered(proc) {
-            Some(me) => Ctx::new(&self.region, me),
-            None => self.register_untimed(proc),
+    pub(super) fn participant_of(&self, generation: u32) -> Participant<'_> {
+        match self.registered(generation) {
+            Some(me) => Participant::new(&self.region, me),
+            None => self.register_untimed(generation),
         }
     }
 
     #[cold]
     #[inline(never)]
-    pub(super) fn register_untimed(&self, proc: u32) -> Ctx<'_> {
-        match self.register(proc, None, false) {
+    pub(super) fn register_untimed(&self, generation: u32) -> Participant<'_> {
+        match self.register(generation, None, false) {
             Some(ctx) => ctx,
             None => unreachable!("an untimed registration never gives up"),
         }
     }
 
-    /// [`ctx`](Self::ctx), giving up at `deadline` if every participant slot stays held by a
+    /// [`participant`](Self::participant), giving up at `deadline` if every participant slot stays held by a
     /// live process.
     #[inline]
-    pub(super) fn ctx_by(&self, deadline: Option<Instant>) -> Option<Ctx<'_>> {
-        let proc = sys::fork_generation();
-        match self.registered(proc) {
-            Some(me) => Some(Ctx::new(&self.region, me)),
-            None => self.register(proc, deadline, false),
+    pub(super) fn participant_by(&self, deadline: Option<Instant>) -> Option<Participant<'_>> {
+        let generation = sys::fork_generation();
+        match self.registered(generation) {
+            Some(me) => Some(Participant::new(&self.region, me)),
+            None => self.register(generation, deadline, false),
         }
     }
 
@@ -72,13 +72,17 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn join(&self) -> Result<(), ShmError> {
-        let proc = sys::fork_generation();
-        if self.registered(proc).is_some() {
+        let generation = sys::fork_generation();
+        if self.registered(generation).is_some() {
             return Ok(());
         }
         // Reclaiming dead participants may need the spare slot another newcomer is using:
         // give that a moment, but fail at once when a scan found nobody to reclaim.
-        match self.register(proc, Some(Instant::now() + Duration::from_secs(2)), true) {
+        match self.register(
+            generation,
+            Some(Instant::now() + Duration::from_secs(2)),
+            true,
+        ) {
             Some(_) => Ok(()),
             None => Err(ShmError::NoParticipantSlot {
                 participants: self.region.layout.participants - 1,
@@ -86,12 +90,12 @@ impl<T: ShmSafe> ShmMutex<T> {
         }
     }
 
-    /// The participant index this handle cached for process `proc` (a fork generation), if
+    /// The participant index this handle cached for process `generation` (a fork generation), if
     /// that process registered one.
     #[inline]
-    pub(super) fn registered(&self, proc: u32) -> Option<u32> {
-        let c = self.me.load(Relaxed);
-        (c != 0 && (c >> 32) as u32 == proc).then(|| (c as u32) - 1)
+    pub(super) fn registered(&self, generation: u32) -> Option<u32> {
+        let c = self.registration.load(Relaxed);
+        (c != 0 && (c >> 32) as u32 == generation).then(|| (c as u32) - 1)
     }
 
     /// `self`, if this process is registered or could register now: some participant slot is
@@ -100,12 +104,12 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub(super) fn checked(self) -> Result<Self, ShmError> {
         let r = &self.region;
         let n = r.layout.participants - 1;
-        let proc = sys::fork_generation();
-        let room = self.registered(proc).is_some()
-            || participants::lock(proc).has(r.base() as usize)
+        let generation = sys::fork_generation();
+        let room = self.registered(generation).is_some()
+            || participants::lock(generation).has(r.base() as usize)
             || (0..n).any(|i| {
-                let ident = r.proc(i).ident.load(SeqCst);
-                ident == 0 || r.proc(i).dead(ident)
+                let ident = r.participant(i).ident.load(SeqCst);
+                ident == 0 || r.participant(i).dead(ident)
             });
         if room {
             Ok(self)
@@ -117,67 +121,70 @@ impl<T: ShmSafe> ShmMutex<T> {
     #[cold]
     pub(super) fn register(
         &self,
-        proc: u32,
+        generation: u32,
         deadline: Option<Instant>,
         certain: bool,
-    ) -> Option<Ctx<'_>> {
+    ) -> Option<Participant<'_>> {
         let r = &self.region;
         let ident = sys::self_ident();
-        let guest = r.layout.participants - 1;
+        let spare = r.layout.participants - 1;
         loop {
-            if let Some(me) = self.registered(proc) {
+            if let Some(me) = self.registered(generation) {
                 // Another thread of this process registered (while we waited for a slot, or
                 // while we claimed one: then we gave ours back).
-                return Some(Ctx::new(r, me));
+                return Some(Participant::new(r, me));
             }
             {
                 // Registrations of this process are made under its table's lock: the slot of
                 // another handle on this region is shared, and a thread of this handle that
                 // registered meanwhile is seen here.
-                let table = participants::lock(proc);
-                if let Some(me) = self.registered(proc) {
-                    return Some(Ctx::new(r, me));
+                let table = participants::lock(generation);
+                if let Some(me) = self.registered(generation) {
+                    return Some(Participant::new(r, me));
                 }
                 let base = r.base() as usize;
                 let got = table.share(base).or_else(|| {
-                    let i = claim_participant(r, ident, guest)?;
+                    let i = claim_participant(r, ident, spare)?;
                     table.record(base, i);
                     Some(i)
                 });
                 if let Some(i) = got {
-                    self.me
-                        .store((u64::from(proc) << 32) | u64::from(i + 1), Relaxed);
-                    return Some(Ctx::new(r, i));
+                    self.registration
+                        .store((u64::from(generation) << 32) | u64::from(i + 1), Relaxed);
+                    return Some(Participant::new(r, i));
                 }
             }
-            // Full: borrow the spare "guest" slot to reclaim dead participants. One thread at a
-            // time, even within a process: a second user would go on scanning under the guest
+            // Full: borrow the spare slot to reclaim dead participants. One thread at a
+            // time, even within a process: a second user would go on scanning under the spare
             // index after the first gave the slot back and a third process claimed it, and two
             // processes with one index break the journal lock's "holder is dead" test (a
             // holder that is `me` is never taken over) and the per-participant accounting.
             //
-            // A borrower that died with the guest slot (maybe holding the journal lock, or
+            // A borrower that died with the spare slot (maybe holding the journal lock, or
             // owing a wake-up or a hand-off from the recovery it was doing) leaves its identity
             // there: adopt the slot, undoing what it left. Otherwise, with every regular slot
             // also held by the dead, no live process would have an index to recover from.
-            let g = r.proc(guest);
+            let g = r.participant(spare);
             let held = g.ident.load(SeqCst);
             let took = if held == 0 {
                 g.claim(0, ident)
             } else {
-                held != ident && g.dead(held) && Ctx::new(r, guest).adopt(held, ident)
+                held != ident && g.dead(held) && Participant::new(r, spare).adopt(held, ident)
             };
             if took {
-                /// Gives the guest slot back, also if the scan unwinds.
-                struct GiveBack<'a>(&'a layout::ProcSlot, u64);
+                /// Gives the spare slot back, also if the scan unwinds.
+                struct GiveBack<'a>(&'a layout::ParticipantSlot, u64);
                 impl Drop for GiveBack<'_> {
                     fn drop(&mut self) {
                         self.0.free(self.1);
                     }
                 }
                 let _give_back = GiveBack(g, ident);
-                let found = Ctx::new(r, guest).scan(None).0;
-                if certain && found == 0 && (0..guest).all(|i| r.proc(i).ident.load(SeqCst) != 0) {
+                let found = Participant::new(r, spare).scan(None).0;
+                if certain
+                    && found == 0
+                    && (0..spare).all(|i| r.participant(i).ident.load(SeqCst) != 0)
+                {
                     // Every regular slot is held by a live process: say so now.
                     return None;
                 }

@@ -326,7 +326,7 @@ fn pidfs_ino(pid: u32) -> PidIno {
     }
 }
 
-/// This process's pidfs inode, to record in its participant slot (`ProcSlot::pidfs_ino`);
+/// This process's pidfs inode, to record in its participant slot (`ParticipantSlot::pidfs_ino`);
 /// 0 if the kernel has no pidfs (or `pidfd_open` is not allowed).
 pub(crate) fn self_pidfs_ino() -> u64 {
     let pid = current_pid();

@@ -23,7 +23,7 @@
 //! (See `journal` for transactions and `recovery` for what the accounting lets survivors undo.)
 
 use super::journal::{Target, Txn};
-use super::region::{low, owner_of, word, Ctx};
+use super::region::{low, owner_tag, word, Participant};
 use super::timing::JLOCK_GRACE;
 use crate::algo::{self, CasError, StateWord, LOCKED, STARVING, WOKEN};
 use core::sync::atomic::Ordering::*;
@@ -34,13 +34,13 @@ std::thread_local! {
     static LAST_RELEASED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
 }
 
-impl Ctx<'_> {
+impl Participant<'_> {
     /// The word that replaces `cur` when this participant changes Go's state to `new`: the
     /// owner stays while the lock stays held, becomes us when we take it, and is cleared when
     /// it is released.
     fn successor(&self, cur: u64, new: u32) -> u64 {
         let owner = match (low(cur) & LOCKED != 0, new & LOCKED != 0) {
-            (true, true) => owner_of(cur),
+            (true, true) => owner_tag(cur),
             (false, true) => self.tag(),
             _ => 0,
         };
@@ -70,7 +70,7 @@ impl Ctx<'_> {
     }
 }
 
-impl StateWord for Ctx<'_> {
+impl StateWord for Participant<'_> {
     const ACROSS_PROCESSES: bool = true;
 
     #[inline]
@@ -134,7 +134,7 @@ impl StateWord for Ctx<'_> {
     }
 }
 
-impl Ctx<'_> {
+impl Participant<'_> {
     /// [`StateWord::release_locked`], guessing that the word is `guess` (what our acquisition
     /// installed, or the uncontended "held by us, nothing else set").
     ///
@@ -150,7 +150,7 @@ impl Ctx<'_> {
         let mut cur = guess;
         loop {
             let l = low(cur);
-            if l & (LOCKED | STARVING) != LOCKED || owner_of(cur) != self.tag() {
+            if l & (LOCKED | STARVING) != LOCKED || owner_tag(cur) != self.tag() {
                 return self.release_locked_slow();
             }
             match st.compare_exchange(cur, word(l - LOCKED, 0), Release, Relaxed) {
@@ -238,7 +238,7 @@ impl Ctx<'_> {
     /// word unchanged: [`CasError::OutOfTime`].
     #[cold]
     fn cas_abandoned(&self, old: u32, new: u32) -> Result<u32, CasError> {
-        let p = self.r.proc(self.me);
+        let p = self.r.participant(self.me);
         if algo::deregistered(old) == Some(new) {
             p.ab_reg_posted.fetch_add(1, SeqCst);
         } else if old & WOKEN != 0 && new == old & !WOKEN {
@@ -256,7 +256,7 @@ impl Ctx<'_> {
         let mut cur = st.load(Relaxed);
         loop {
             let l = low(cur);
-            if l & LOCKED == 0 || owner_of(cur) != self.tag() {
+            if l & LOCKED == 0 || owner_tag(cur) != self.tag() {
                 // Not held by us: every caller (a guard, `unlock_leaked`, a condvar wait)
                 // releases only what this participant holds, so a peer wrote the word
                 // (cleared it, or installed another owner). Leave it alone and wake nobody
@@ -279,7 +279,7 @@ impl Ctx<'_> {
             loop {
                 let c = st.load(SeqCst);
                 let l = low(c);
-                if l & STARVING == 0 || l & LOCKED == 0 || owner_of(c) != self.tag() {
+                if l & STARVING == 0 || l & LOCKED == 0 || owner_tag(c) != self.tag() {
                     cur = c;
                     break;
                 }
