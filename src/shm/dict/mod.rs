@@ -147,8 +147,8 @@ pub enum DictError {
     ValueTooLarge {
         /// The value's length.
         len: usize,
-        /// The largest value this key may have here ([`ShmDict::max_value_len`] minus the
-        /// key).
+        /// The largest value this key may have here (what the largest block holds beside
+        /// the entry's header and the key, the value padded to 8).
         max: usize,
     },
     /// [`ShmDict::check`] found a broken structure (described).
@@ -285,7 +285,7 @@ pub struct DictStats {
 ///
 /// * Keys up to [`MAX_KEY`] (65535) bytes, empty allowed. A value up to what the largest
 ///   buddy block of the zone holds ([`ShmDict::max_value_len`]; half the zone, rounded down to
-///   a power of two of pages, minus 48 bytes and the key).
+///   a power of two of pages, minus 48 bytes and the key; at most 4 GiB − 1).
 /// * Zone of at least [`ShmDict::MIN_CAPACITY`] bytes, at most 64 GiB.
 /// * Per entry: 48 bytes of header, the value rounded up to 8, the key, rounded up to its size
 ///   class (at most 25 % more above 64 bytes), and about 4 bytes of buckets per 256 bytes of
@@ -524,7 +524,7 @@ impl ShmDict {
             Value::Bytes(b) => b.len(),
             Value::Int(_) => 8,
         };
-        let max = self.max_value_len().saturating_sub(key.len());
+        let max = self.max_value_len_for(key.len());
         if vlen > max {
             return Err(DictError::ValueTooLarge { len: vlen, max });
         }
@@ -862,8 +862,15 @@ impl ShmDict {
 
     /// The largest value a key of 0 bytes may have in this zone.
     pub fn max_value_len(&self) -> usize {
+        self.max_value_len_for(0)
+    }
+
+    /// The largest value a key of `klen` bytes may have: its entry (header, the value padded
+    /// to 8, the key) fits the largest block, and its length the entry's 32-bit field.
+    fn max_value_len_for(&self, klen: usize) -> usize {
         let block = alloc::largest_block(&self.shards[0].g);
-        (block - layout::E_VALUE) & !7
+        let room = block.saturating_sub(layout::E_VALUE + klen) & !7;
+        room.min(u32::MAX as usize)
     }
 
     /// Counters (see [`DictStats`]).
