@@ -501,6 +501,10 @@ fn shm_accept_mutex_inherited_across_fork_holds_nothing() {
 /// nothing. The parent still holds the lock throughout.
 #[cfg(target_os = "linux")]
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a MAP_SHARED mapping and fork(): Miri supports neither"
+)]
 fn accept_lock_forked_mid_phase_holds_nothing() {
     let lock = ShmMutex::anonymous(()).unwrap();
     let mut a = AcceptLock::new(ShmAcceptMutex::new(&lock), Config::nginx());
