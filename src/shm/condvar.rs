@@ -34,10 +34,13 @@ use super::journal::Hooks as _;
 use super::mapping::{Mapping, MappingLayout};
 use super::region::Participant;
 use super::timing::TICK;
-use super::{repaired, sys, ShmMutex, ShmMutexGuard, ShmSafe, ShmShared};
+use super::{repaired, stats, sys, ShmMutex, ShmMutexGuard, ShmSafe, ShmShared};
 use crate::WaitTimeoutResult;
 use core::fmt;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use core::sync::atomic::{
+    AtomicU32, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::{Duration, Instant};
 
 /// A condition variable shared between processes, bound to one [`ShmMutex`]: std's `Condvar`
@@ -393,13 +396,24 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
 
     /// Wake one thread waiting on this condition variable, in any process (if any waits).
     pub fn notify_one(&self) {
+        self.count_notify();
         self.w.notify_one();
     }
 
     /// Wake every thread waiting on this condition variable, in any process. One is woken
     /// now; each of them wakes the next once it holds the mutex again (see the type docs).
     pub fn notify_all(&self) {
+        self.count_notify();
         self.w.broadcast();
+    }
+
+    /// Count a notify in this process's statistics row ([`ShmMutex::stats`]), if it is a
+    /// participant (a process that never locked the mutex has no row).
+    fn count_notify(&self) {
+        if let Some(me) = self.m.registered(sys::fork_generation()) {
+            let row = self.m.region.stats_row(me);
+            row.cv_notifies.fetch_add(1, Relaxed);
+        }
     }
 
     /// The loop of every `wait*_while*`: wait while `condition` holds, until `deadline`. A
@@ -454,6 +468,10 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         // never too low. (Only the region's own condition variable has per-participant
         // shares: recovery takes them back.)
         let me = self.m.registered(sys::fork_generation());
+        if let Some(me) = me {
+            // We hold the lock: the holder's plain add.
+            stats::bump(&self.m.region.stats_row(me).cv_waits);
+        }
         let mine = me
             .filter(|_| w.region_seq.is_none())
             .map(|i| &self.m.region.participant(i).cv_waiting);
@@ -492,6 +510,12 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         }
         sub_saturating(w.sleepers, 1);
         let r = self.m.lock();
+        if !notified {
+            // Holding the lock again (`r` carries the guard either way).
+            if let Some(me) = self.m.registered(sys::fork_generation()) {
+                stats::bump(&self.m.region.stats_row(me).cv_timeouts);
+            }
+        }
         // Wake one and chain: a broadcast made since this wait began owes the next sleeper a
         // wake-up, which this waiter passes on now that it holds the mutex (so the next one
         // queues on it rather than all of them racing for it at once).

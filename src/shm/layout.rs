@@ -8,6 +8,8 @@
 //!               type (hash and name, offset 416)
 //! 448           participants × ParticipantSlot (64 bytes each): identity + accounting of each process
 //! ...           waiter_slots × WaiterSlot (64 bytes each): one futex word per sleeping thread
+//! stats_offset  participants × StatsRow (128 bytes each): the lock statistics each process
+//!               counts (`ShmMutex::stats`), one row per participant slot
 //! value_offset  T (aligned to max(64, align_of::<T>()))
 //! total_size    (a multiple of 64)
 //! ```
@@ -24,7 +26,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// the initialiser, so a region with this magic is fully initialised.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
 /// The layout version. Bumped on any change of the bytes below.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// `b"GoMutMap"`: the first 8 bytes of a named [`Mapping`](super::Mapping)'s object once its
 /// creator has initialised what it holds. Written last.
 pub const MAP_MAGIC: u64 = u64::from_le_bytes(*b"GoMutMap");
@@ -224,6 +226,42 @@ pub(crate) struct WaiterSlot {
     pub _pad: [u64; 4],
 }
 
+/// The lock statistics counted under one participant slot (`ShmMutex::stats` sums them).
+///
+/// Only the process in the slot writes its row, so the counting costs no cache-line traffic
+/// between processes. Line 0 is written by the lock's holder while it holds the lock, with a
+/// plain load and store (the lock orders every holder's writes, in every process); line 1 by
+/// the slow paths with `fetch_add` (a thread that does not hold the lock). A row is never
+/// cleared while the region lives: a process that takes over a dead one's slot counts on top
+/// of what it left, so the sums only grow.
+#[repr(C, align(64))]
+pub(crate) struct StatsRow {
+    // --- line 0: written by the lock's holder ---
+    /// Acquisitions (every `lock`, `try_lock*` that succeeded, condvar re-acquisition).
+    pub acquisitions: AtomicU64,
+    /// Acquisitions that did not succeed at once and went through Go's `lockSlow`.
+    pub contended: AtomicU64,
+    /// Time those spent in `lockSlow` (ns, `CLOCK_MONOTONIC`).
+    pub wait_ns: AtomicU64,
+    /// The longest of them (ns).
+    pub wait_max_ns: AtomicU64,
+    /// Acquisitions told that the previous owner died (`LockError::OwnerDied`).
+    pub owner_died_told: AtomicU64,
+    /// Condvar waits begun (the waiter holds the lock then).
+    pub cv_waits: AtomicU64,
+    /// Condvar waits that timed out (counted once the lock is held again).
+    pub cv_timeouts: AtomicU64,
+    pub _spare0: AtomicU64,
+    // --- line 1: written with `fetch_add` on the slow paths ---
+    /// Switches into starvation mode (a waiter that waited over 1 ms set `STARVING`).
+    pub starvation_entries: AtomicU64,
+    /// Dead participants this slot's processes recovered.
+    pub recoveries: AtomicU64,
+    /// Condvar notifies (`notify_one`, `notify_all`).
+    pub cv_notifies: AtomicU64,
+    pub _spare1: [AtomicU64; 5],
+}
+
 /// Indices of [`Header::rec`], one per field of the public `RecoveryCounts`, named as it is.
 pub(crate) mod rec {
     /// The journal lock was taken over from a dead holder.
@@ -244,11 +282,14 @@ pub(crate) mod rec {
 pub const HEADER_SIZE: usize = size_of::<Header>();
 pub(crate) const PARTICIPANT_SLOT_SIZE: usize = size_of::<ParticipantSlot>();
 pub(crate) const WAITER_SLOT_SIZE: usize = size_of::<WaiterSlot>();
+pub(crate) const STATS_ROW_SIZE: usize = size_of::<StatsRow>();
 
 const _: () = {
     assert!(HEADER_SIZE == 448);
     assert!(PARTICIPANT_SLOT_SIZE == 64);
     assert!(WAITER_SLOT_SIZE == 64);
+    assert!(STATS_ROW_SIZE == 128);
+    assert!(core::mem::offset_of!(StatsRow, starvation_entries) == 64);
     assert!(align_of::<Header>() == REGION_ALIGN);
     assert!(core::mem::offset_of!(Header, value_align) == 48);
     assert!(core::mem::offset_of!(Header, owner_died) == 52);
@@ -334,6 +375,7 @@ pub(crate) struct Layout {
     pub waiter_slots: u32,
     pub participants_offset: usize,
     pub slots_offset: usize,
+    pub stats_offset: usize,
     pub value_offset: usize,
     pub value_size: usize,
     pub value_align: usize,
@@ -362,7 +404,8 @@ impl Layout {
         }
         let participants_offset = HEADER_SIZE;
         let slots_offset = participants_offset + participants as usize * PARTICIPANT_SLOT_SIZE;
-        let end = slots_offset + waiter_slots as usize * WAITER_SLOT_SIZE;
+        let stats_offset = slots_offset + waiter_slots as usize * WAITER_SLOT_SIZE;
+        let end = stats_offset + participants as usize * STATS_ROW_SIZE;
         let value_offset = align_up(end, value_align.max(REGION_ALIGN));
         let total_size = align_up(value_offset.checked_add(value_size)?, REGION_ALIGN);
         Some(Self {
@@ -370,6 +413,7 @@ impl Layout {
             waiter_slots,
             participants_offset,
             slots_offset,
+            stats_offset,
             value_offset,
             value_size,
             value_align,

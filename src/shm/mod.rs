@@ -177,6 +177,7 @@ mod queue;
 mod recovery;
 mod region;
 mod registration;
+mod stats;
 mod sys;
 mod timing;
 mod types;
@@ -197,6 +198,7 @@ pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use limit_req::{Decision, RateLimiter};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
+pub use stats::LockStats;
 pub use types::{ShmBool, ShmSafe, ShmShared};
 
 // The derive macros share the traits' names (as serde's do): `use gomutex::shm::ShmSafe`
@@ -207,6 +209,7 @@ pub use gomutex_derive::{ShmSafe, ShmShared};
 
 use self::attach::unmap;
 use self::journal::Hooks as _;
+use self::layout::StatsRow;
 use self::region::{low, Participant, Region};
 /// Which process this is to memory it may have inherited across `fork()` (no system call):
 /// what guards and handles compare against.
@@ -259,8 +262,18 @@ impl<T: ShmSafe> ShmMutex<T> {
         &self,
         generation: u32,
         ctx: Participant<'_>,
+        row: &StatsRow,
         word: u64,
     ) -> LockResult<ShmMutexGuard<'_, T>> {
+        let h = self.region.hdr();
+        let died = h.owner_died.load(Acquire) != 0;
+        // Counted by the holder, in its own row (`stats`): a plain add on a line no other
+        // process writes. Before the guard is made, so that it is built in place (a store
+        // in between has it built on the stack and copied).
+        stats::bump(&row.acquisitions);
+        if died {
+            stats::bump(&row.owner_died_told);
+        }
         let g = ShmMutexGuard {
             m: self,
             generation,
@@ -269,8 +282,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             panicking: std::thread::panicking(),
             _not_send: PhantomData,
         };
-        let h = self.region.hdr();
-        if h.owner_died.load(Acquire) != 0 {
+        if died {
             Err(LockError::OwnerDied(g))
         } else if h.poisoned.load(Acquire) != 0 {
             Err(LockError::Poisoned(g))
@@ -292,11 +304,16 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
         let generation = sys::fork_generation();
         let ctx = self.participant_of(generation);
+        // The row's address is worked out before the lock's CAS, off the critical path: after
+        // it, the count is one add to a line in this core's cache.
+        let row = ctx.stats();
         let w = ctx.acquire_fast();
         if w == 0 {
+            let since = sys::mono_ns();
             algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, None);
+            ctx.record_wait_since(since);
         }
-        self.guard(generation, ctx, w)
+        self.guard(generation, ctx, row, w)
     }
 
     /// [`lock`](Self::lock), handling the owner-died path: if a previous owner died (or
@@ -355,9 +372,10 @@ impl<T: ShmSafe> ShmMutex<T> {
             return Err(TryLockError::WouldBlock);
         };
         // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
+        let row = ctx.stats();
         let w = ctx.acquire_fast();
         if w != 0 {
-            return Ok(self.guard(sys::fork_generation(), ctx, w)?);
+            return Ok(self.guard(sys::fork_generation(), ctx, row, w)?);
         }
         // The probe never waits for the journal lock here.
         ctx.until(Some(Instant::now())).probe();
@@ -389,9 +407,15 @@ impl<T: ShmSafe> ShmMutex<T> {
             return Err(TryLockError::WouldBlock);
         };
         let ctx = ctx.until(deadline);
+        let row = ctx.stats();
         let w = ctx.acquire_fast();
-        if w != 0 || algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, deadline) {
-            Ok(self.guard(sys::fork_generation(), ctx, w)?)
+        if w != 0 {
+            return Ok(self.guard(sys::fork_generation(), ctx, row, w)?);
+        }
+        let since = sys::mono_ns();
+        if algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, deadline) {
+            ctx.record_wait_since(since);
+            Ok(self.guard(sys::fork_generation(), ctx, row, w)?)
         } else {
             Err(TryLockError::WouldBlock)
         }

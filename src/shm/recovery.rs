@@ -328,6 +328,7 @@ impl Participant<'_> {
         }
         let mut g = self.jlock_adopting();
         self.undo_dead(self.me, g.after());
+        self.stats().recoveries.fetch_add(1, Relaxed);
         true
     }
 
@@ -485,7 +486,9 @@ impl Participant<'_> {
             // A CAS: a newcomer may have adopted the slot meanwhile (`adopt`, the spare slot),
             // and then it is the newcomer's.
             self.r.cv_after_death(d, ident);
-            self.r.participant(d).free(ident);
+            if self.r.participant(d).free(ident) {
+                self.stats().recoveries.fetch_add(1, Relaxed);
+            }
         }
     }
 

@@ -78,6 +78,14 @@ impl Region {
         unsafe { self.element(self.layout.slots_offset, i, self.layout.waiter_slots) }
     }
 
+    /// The statistics row of participant slot `i` (inline: the lock's holder counts there on
+    /// every acquisition).
+    #[inline]
+    pub(crate) fn stats_row(&self, i: u32) -> &StatsRow {
+        // SAFETY: the layout places `participants` stats rows at `stats_offset`.
+        unsafe { self.element(self.layout.stats_offset, i, self.layout.participants) }
+    }
+
     pub(crate) fn value_ptr(&self) -> *mut u8 {
         // SAFETY: in bounds by the layout.
         unsafe { self.base.as_ptr().add(self.layout.value_offset) }

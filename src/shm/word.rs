@@ -226,6 +226,11 @@ impl Participant<'_> {
             tx.word = Some((cur, self.successor(cur, new)));
             self.account_cas(&mut tx, old, new);
             if self.commit(&tx) {
+                // Go's switch to starvation mode (`lockSlow`, the lock held): not a fair
+                // unlock's hand-off, which clears LOCKED.
+                if new & !old & STARVING != 0 && new & LOCKED != 0 {
+                    self.stats().starvation_entries.fetch_add(1, Relaxed);
+                }
                 return Ok(old);
             }
         }
