@@ -269,6 +269,88 @@ fn get_keep_alive(addr: SocketAddr, n: usize) {
     }
 }
 
+/// `GET /status` on a new connection with `Connection: close`: the page.
+fn get_status(addr: SocketAddr) -> String {
+    let mut s = connect(addr);
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (status, body, close) = read_response(&mut BufReader::new(s)).expect("response");
+    assert_eq!((status, close), (200, true), "{body}");
+    body
+}
+
+/// The status page, parsed: nginx's three stub_status figures, the worker lines' `name value`
+/// pairs, and the `name value` pairs of the line that starts with `line` (if there is one).
+struct Status {
+    text: String,
+    active: u64,
+    accepts: u64,
+    handled: u64,
+    requests: u64,
+    workers: Vec<std::collections::HashMap<String, u64>>,
+}
+
+/// `name value name value ...` after the first word.
+fn pairs(line: &str) -> std::collections::HashMap<String, u64> {
+    let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+    assert!(words.len().is_multiple_of(2), "odd pairs in {line:?}");
+    words
+        .chunks(2)
+        .map(|p| {
+            let v = p[1]
+                .parse()
+                .unwrap_or_else(|_| panic!("{:?} in {line:?}", p[1]));
+            (p[0].to_string(), v)
+        })
+        .collect()
+}
+
+impl Status {
+    fn parse(text: String) -> Self {
+        let lines: Vec<&str> = text.lines().collect();
+        let active = lines[0]
+            .strip_prefix("Active connections: ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no active connections in {text}"));
+        assert_eq!(lines[1], "server accepts handled requests", "{text}");
+        let n: Vec<u64> = lines[2]
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(n.len(), 3, "{text}");
+        let workers = lines
+            .iter()
+            .filter(|l| l.starts_with("worker "))
+            .map(|l| {
+                let mut p = pairs(&l["worker".len()..]);
+                p.insert(
+                    "index".into(),
+                    l.split_whitespace().nth(1).unwrap().parse().unwrap(),
+                );
+                p
+            })
+            .collect();
+        Status {
+            active,
+            accepts: n[0],
+            handled: n[1],
+            requests: n[2],
+            workers,
+            text,
+        }
+    }
+
+    /// The pairs of the line that starts with `name`.
+    fn line(&self, name: &str) -> std::collections::HashMap<String, u64> {
+        let l = self
+            .text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} line in {}", self.text));
+        pairs(l)
+    }
+}
+
 /// `close` requests with `Connection: close` from `threads` client threads, plus `ka_conns`
 /// keep-alive connections with `ka_reqs` requests each. Returns the requests sent.
 fn load(addr: SocketAddr, threads: usize, close: usize, ka_conns: usize, ka_reqs: usize) -> u64 {
@@ -364,6 +446,50 @@ fn mutex_mode_answers_every_request_and_stats_add_up() {
     eprintln!("mutex: {sent} requests in {:?}", t.elapsed());
 }
 
+/// Issue 26, item 3: `GET /status` answers nginx's stub_status figures, per-worker lines and
+/// the accept lock's statistics, and they move as the traffic says: `n` more connections and
+/// requests (plus the first status request), and more lock acquisitions.
+#[test]
+fn status_page_counts_connections_requests_and_the_lock() {
+    let srv = Server::start("mutex", &[]);
+    let first = Status::parse(get_status(srv.addr));
+    // Its own connection is accepted and open; no request was answered before it.
+    assert_eq!(first.requests, 0, "{}", first.text);
+    assert!(first.accepts >= 1 && first.active >= 1, "{}", first.text);
+    assert_eq!(first.handled, first.accepts);
+    assert_eq!(first.workers.len(), 2, "{}", first.text);
+    let lock1 = first.line("accept_lock");
+    assert!(lock1["acquisitions"] >= 1, "{}", first.text);
+    let n = 50;
+    load(srv.addr, 2, n, 0, 0);
+    let second = Status::parse(get_status(srv.addr));
+    let n = n as u64;
+    // The first status request, the `n` others; this one is counted once answered.
+    assert_eq!(second.requests, first.requests + 1 + n, "{}", second.text);
+    // The `n` connections and this one.
+    assert_eq!(second.accepts, first.accepts + n + 1, "{}", second.text);
+    assert_eq!(second.handled, second.accepts);
+    let per_worker: u64 = second.workers.iter().map(|w| w["accepted"]).sum();
+    assert_eq!(per_worker, second.accepts, "{}", second.text);
+    let lock2 = second.line("accept_lock");
+    assert!(
+        lock2["acquisitions"] > lock1["acquisitions"],
+        "{}",
+        second.text
+    );
+    assert!(lock2["contended"] <= lock2["acquisitions"]);
+    assert!(lock2["worst_wait_ns"] <= lock2["total_wait_ns"]);
+    assert_eq!(lock2["owner_deaths"], 0, "{}", second.text);
+    assert!(
+        !second.text.contains("limit_req"),
+        "no --limit-req: {}",
+        second.text
+    );
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    assert_eq!(json_num(&out.json, "totals", "requests"), n + 2);
+}
+
 #[test]
 fn every_other_accept_mode_serves() {
     for mode in ["blocking", "none", "exclusive", "reuseport"] {
@@ -422,6 +548,14 @@ fn killed_holder_recovers(mode: &str) {
     );
     srv.wait_stderr("respawning", Duration::from_secs(5));
     let sent = 1 + load(srv.addr, 2, 200, 1, 20);
+    // The status page keeps the killed worker's counts and shows the lock's owner death.
+    let status = Status::parse(get_status(srv.addr));
+    assert_eq!(status.requests, sent, "{}", status.text);
+    assert_eq!(status.accepts, 1 + 200 + 1 + 1, "{}", status.text);
+    let lock = status.line("accept_lock");
+    assert!(lock["owner_deaths"] >= 1, "{}", status.text);
+    assert!(lock["owner_died_reported"] >= 1, "{}", status.text);
+    let sent = sent + 1;
     let out = srv.stop();
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert_eq!(
@@ -555,6 +689,16 @@ fn limit_req_answers_503_over_the_rate_on_one_key() {
         limited += l;
     }
     let elapsed_ms = t.elapsed().as_millis() as u64;
+    // The status page (not itself limited) has the limiter's decisions.
+    let status = Status::parse(get_status(addr));
+    let lim = status.line("limit_req");
+    assert_eq!(
+        (lim["passed"], lim["rejected"]),
+        (ok, limited),
+        "{}",
+        status.text
+    );
+    assert_eq!(status.requests, ok + limited, "{}", status.text);
     // Another key has its own bucket.
     let s = connect(addr);
     let mut w = s.try_clone().unwrap();
@@ -577,7 +721,8 @@ fn limit_req_answers_503_over_the_rate_on_one_key() {
     }
     assert_eq!(json_num(&out.json, "totals", "limit_passed"), ok + 1);
     assert_eq!(json_num(&out.json, "totals", "limit_rejected"), limited);
-    assert_eq!(json_num(&out.json, "totals", "requests"), sent + 1);
+    // With the other key's request and the status request.
+    assert_eq!(json_num(&out.json, "totals", "requests"), sent + 2);
     let rows: u64 = workers(&out.json)
         .iter()
         .map(|r| row_num(r, "limit_rejected"))
@@ -919,6 +1064,16 @@ fn killed_worker_drops_out_of_the_shared_counts() {
     // Let the replacement start.
     thread::sleep(Duration::from_millis(200));
     let second = keep_alive_burst(srv.addr, 20);
+    // `/status` still counts the victim's accepts (the master folded them into the totals
+    // when it reaped it): both bursts and the status connection.
+    let status = Status::parse(get_status(srv.addr));
+    assert_eq!(status.accepts, 41, "{}", status.text);
+    assert_eq!(
+        status.workers.len(),
+        2,
+        "the survivor and the replacement: {}",
+        status.text
+    );
     let out = srv.stop();
     drop((first, second));
     assert!(out.status.success(), "stderr: {}", out.stderr);

@@ -1,5 +1,6 @@
 //! A minimal HTTP/1.1 server side: parse a request head (and skip a `Content-Length` body),
-//! answer `200 OK` with the body `ok`, honour keep-alive and `Connection: close`.
+//! answer `200 OK` with the body `ok` (or, for `/status`, the status page), honour keep-alive
+//! and `Connection: close`.
 //! Requests may arrive in pieces; pipelined requests are answered in order.
 
 use std::io::{self, Read, Write};
@@ -145,6 +146,27 @@ pub fn respond(out: &mut Vec<u8>, req: &Request) {
     }
 }
 
+/// The path of the status page (nginx's `stub_status` location).
+pub const STATUS_PATH: &[u8] = b"/status";
+
+/// Whether the request target (path and query) asks for the status page.
+pub fn is_status(target: &[u8]) -> bool {
+    target.split(|&b| b == b'?').next() == Some(STATUS_PATH)
+}
+
+/// Append the status page `body` as the response to `req` (never cached: it changes).
+pub fn respond_status(out: &mut Vec<u8>, req: &Request, body: &str) {
+    let _ = write!(
+        out,
+        "HTTP/1.1 200 OK\r\nServer: gomutex-prefork\r\nContent-Type: text/plain\r\nCache-Control: no-cache\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
+        body.len(),
+        connection(req)
+    );
+    if !req.head {
+        out.extend_from_slice(body.as_bytes());
+    }
+}
+
 /// Append an error response (the connection closes after it).
 pub fn respond_error(out: &mut Vec<u8>, bad: &Bad) {
     let status = match bad {
@@ -200,8 +222,14 @@ impl Conn {
     }
 
     /// Handle readiness: read what is there, answer every complete request, write. Adds the
-    /// number of requests answered to `served`.
-    pub fn on_ready(&mut self, served: &mut u64, admit: &mut impl Admit) -> Next {
+    /// number of requests answered to `served`. `/status` is answered with `status()`, not
+    /// subject to `admit` (as nginx's `stub_status` location is usually left unlimited).
+    pub fn on_ready(
+        &mut self,
+        served: &mut u64,
+        admit: &mut impl Admit,
+        status: &dyn Fn() -> String,
+    ) -> Next {
         self.last = Instant::now();
         if self.wpos < self.wbuf.len() {
             match self.flush() {
@@ -238,7 +266,10 @@ impl Conn {
             match parse(&self.rbuf[used..]) {
                 Ok(Some(req)) => {
                     let (a, b) = req.target;
-                    if admit.admit(&self.stream, &self.rbuf[used + a..used + b]) {
+                    let target = &self.rbuf[used + a..used + b];
+                    if is_status(target) {
+                        respond_status(&mut self.wbuf, &req, &status());
+                    } else if admit.admit(&self.stream, target) {
                         respond(&mut self.wbuf, &req);
                     } else {
                         respond_limited(&mut self.wbuf, &req);
@@ -329,5 +360,13 @@ mod tests {
             Err(Bad::Chunked)
         );
         assert_eq!(parse(&vec![b'a'; MAX_HEAD + 1]), Err(Bad::TooLarge));
+    }
+
+    #[test]
+    fn status_path() {
+        assert!(is_status(b"/status"));
+        assert!(is_status(b"/status?x=1"));
+        assert!(!is_status(b"/status/x"));
+        assert!(!is_status(b"/"));
     }
 }

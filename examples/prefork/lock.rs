@@ -36,6 +36,11 @@ impl SharedLock {
     pub fn handle(&self) -> ShmAcceptMutex<'_> {
         ShmAcceptMutex::new(&self.m)
     }
+
+    /// The lock's statistics, summed over every process that used it (the `/status` page).
+    pub fn stats(&self) -> shm::LockStats {
+        self.m.stats()
+    }
 }
 
 impl ForceUnlock for SharedLock {

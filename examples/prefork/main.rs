@@ -48,6 +48,8 @@ mod lock;
 #[cfg(target_os = "linux")]
 mod shared;
 #[cfg(target_os = "linux")]
+mod status;
+#[cfg(target_os = "linux")]
 mod sys;
 #[cfg(target_os = "linux")]
 mod worker;
@@ -464,6 +466,7 @@ impl Master<'_> {
             connections: self.args.connections,
             multi_accept: self.args.multi_accept,
             hold_ms: self.hold_ms,
+            shared_lock: self.lock,
             limit: self.limiter.map(|limiter| limit::Limit {
                 limiter,
                 key: self.args.limit_key,
@@ -504,8 +507,9 @@ impl Master<'_> {
             let abnormal = exit != Exit::Code(0) || respawn;
             self.finished
                 .push(self.region.slot(i).snapshot(i, &exit.to_string()));
-            // Its connections died with it: out of the other workers' spread rule.
-            self.region.slot(i).retire();
+            // Its connections died with it: out of the other workers' spread rule (its counts
+            // go on in the `/status` totals).
+            self.region.retire(i);
             if !respawn {
                 continue;
             }

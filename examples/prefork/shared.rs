@@ -79,6 +79,12 @@ pub struct Header {
     pub hook_taken: AtomicU32,
     /// The pid that fired it.
     pub hook_pid: AtomicI32,
+    /// The counts of reaped workers, folded in by the master ([`Region::retire`]) before it
+    /// respawns their slots, so the `/status` totals never drop.
+    pub retired_accepted: AtomicU64,
+    pub retired_requests: AtomicU64,
+    pub retired_limit_passed: AtomicU64,
+    pub retired_limit_rejected: AtomicU64,
 }
 
 /// A snapshot of one worker's counters.
@@ -220,6 +226,27 @@ impl<'m> Region<'m> {
             load.with_least(least as usize)
                 .with_recent(own_recent, least_recent)
         }
+    }
+
+    /// Every slot.
+    pub fn slots(&self) -> &'m [Slot] {
+        self.slots
+    }
+
+    /// The master, right after `waitpid` reaped slot `i`'s worker: [`Slot::retire`], with the
+    /// worker's counts folded into the header's retired totals first (a `/status` read in
+    /// between sees them twice for an instant: too high, never too low).
+    pub fn retire(&self, i: usize) {
+        let (h, s) = (self.header, self.slot(i));
+        for (total, c) in [
+            (&h.retired_accepted, &s.accepted),
+            (&h.retired_requests, &s.requests),
+            (&h.retired_limit_passed, &s.limit_passed),
+            (&h.retired_limit_rejected, &s.limit_rejected),
+        ] {
+            total.fetch_add(c.load(Relaxed), Relaxed);
+        }
+        s.retire();
     }
 
     /// Slot `i`.

@@ -3,6 +3,7 @@
 
 use crate::http::{Conn, Next};
 use crate::limit::Limit;
+use crate::lock::SharedLock;
 use crate::shared::{mono_ms, Header, Region, Slot, RATE_HALF_LIFE};
 use crate::sys::{self, Epoll};
 use crate::Mode;
@@ -43,6 +44,8 @@ pub struct Worker<'a, L: AcceptMutex> {
     pub multi_accept: bool,
     /// Test hook: hold the accept lock this long, once per server.
     pub hold_ms: Option<u64>,
+    /// The accept lock itself (lock modes), for the `/status` page's lock figures.
+    pub shared_lock: Option<&'a SharedLock>,
     /// `--limit-req`.
     pub limit: Option<Limit<'a>>,
 }
@@ -102,6 +105,8 @@ impl<L: AcceptMutex> Worker<'_, L> {
         // Recent accepts (exponentially decayed), published in `slot.recent`.
         let mut recent = 0f64;
         let mut decayed_at = Instant::now();
+        let (region, shared_lock, limited) = (self.region, self.shared_lock, limit.is_some());
+        let status = move || crate::status::render(region, shared_lock.map(|l| l.stats()), limited);
 
         while !stop {
             self.slot.iterations.fetch_add(1, Relaxed);
@@ -218,7 +223,9 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 let fd = t as u32 as RawFd;
                 let g = (t >> 32) as u32;
                 let next = match conns.get_mut(fd as usize) {
-                    Some(Some(e)) if e.conn.gen == g => e.conn.on_ready(&mut served, &mut limit),
+                    Some(Some(e)) if e.conn.gen == g => {
+                        e.conn.on_ready(&mut served, &mut limit, &status)
+                    }
                     _ => continue,
                 };
                 apply(&ep, &mut conns, &mut live, fd, next)?;
@@ -229,7 +236,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 let mut conn = Conn::new(TcpStream::from(fd), gen);
                 ep.add(raw, libc::EPOLLIN as u32, token(raw, gen))?;
                 // Optimistic read: the request has often arrived with the connection.
-                let next = conn.on_ready(&mut served, &mut limit);
+                let next = conn.on_ready(&mut served, &mut limit, &status);
                 if conns.len() <= raw as usize {
                     conns.resize_with(raw as usize + 1, || None);
                 }

@@ -1,0 +1,78 @@
+//! The `GET /status` page: nginx's `stub_status` text (active connections; accepts, handled,
+//! requests), then one line per worker and the accept lock's statistics
+//! ([`gomutex::shm::ShmMutex::stats`]), each a `name value` list that a script splits on
+//! spaces:
+//!
+//! ```text
+//! Active connections: 2
+//! server accepts handled requests
+//!  14 14 37
+//! worker 0 pid 4242 accepted 8 requests 20 active 1
+//! worker 1 pid 4243 accepted 6 requests 17 active 1
+//! accept_lock acquisitions 120 contended 3 total_wait_ns 51200 worst_wait_ns 20480 starvation_entries 0 owner_deaths 0 owner_died_reported 0 recoveries 0
+//! limit_req passed 30 rejected 7
+//! ```
+//!
+//! A worker being started shows `pid 0`. The totals include reaped workers (the master folds their counts into the header before it
+//! respawns the slot); the worker lines are the running workers. Every accepted connection is
+//! served, so `handled` equals `accepts` (nginx's differ when it runs out of connections).
+//! The `accept_lock` line is there in the lock modes, the `limit_req` line with `--limit-req`.
+
+use crate::shared::{Region, STARTING};
+use gomutex::shm::LockStats;
+use std::fmt::Write;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The page, read from the shared region (no lock taken: each count is a relaxed load).
+pub fn render(region: &Region, lock: Option<LockStats>, limited: bool) -> String {
+    let h = region.header();
+    let mut active = 0;
+    let mut accepted = h.retired_accepted.load(Relaxed);
+    let mut requests = h.retired_requests.load(Relaxed);
+    let mut passed = h.retired_limit_passed.load(Relaxed);
+    let mut rejected = h.retired_limit_rejected.load(Relaxed);
+    let mut rows = String::new();
+    for (i, s) in region.slots().iter().enumerate() {
+        let pid = match s.pid.load(Relaxed) {
+            0 => continue, // never started, or reaped (its counts are in the header's)
+            STARTING => 0, // being forked: `pid 0`, no counts yet
+            pid => pid,
+        };
+        let (a, r, live) = (
+            s.accepted.load(Relaxed),
+            s.requests.load(Relaxed),
+            s.live.load(Relaxed),
+        );
+        active += live;
+        accepted += a;
+        requests += r;
+        passed += s.limit_passed.load(Relaxed);
+        rejected += s.limit_rejected.load(Relaxed);
+        let _ = writeln!(
+            rows,
+            "worker {i} pid {pid} accepted {a} requests {r} active {live}"
+        );
+    }
+    let mut out = format!(
+        "Active connections: {active}\nserver accepts handled requests\n {accepted} {accepted} {requests}\n{rows}"
+    );
+    if let Some(s) = lock {
+        let _ = writeln!(
+            out,
+            "accept_lock acquisitions {} contended {} total_wait_ns {} worst_wait_ns {} \
+             starvation_entries {} owner_deaths {} owner_died_reported {} recoveries {}",
+            s.acquisitions,
+            s.contended,
+            s.total_wait_ns,
+            s.worst_wait_ns,
+            s.starvation_entries,
+            s.owner_deaths,
+            s.owner_died_reported,
+            s.recoveries
+        );
+    }
+    if limited {
+        let _ = writeln!(out, "limit_req passed {passed} rejected {rejected}");
+    }
+    out
+}
