@@ -135,14 +135,20 @@ pub trait Admit {
 
 /// Append the response to `out`.
 pub fn respond(out: &mut Vec<u8>, req: &Request) {
+    respond_text(out, req, "", BODY);
+}
+
+/// Append a `200 OK` answer to `req` with the text `body` and the header lines `extra`
+/// (each ending in CRLF).
+fn respond_text(out: &mut Vec<u8>, req: &Request, extra: &str, body: &str) {
     let _ = write!(
         out,
-        "HTTP/1.1 200 OK\r\nServer: gomutex-prefork\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
-        BODY.len(),
+        "HTTP/1.1 200 OK\r\nServer: gomutex-prefork\r\nContent-Type: text/plain\r\n{extra}Content-Length: {}\r\nConnection: {}\r\n\r\n",
+        body.len(),
         connection(req)
     );
     if !req.head {
-        out.extend_from_slice(BODY.as_bytes());
+        out.extend_from_slice(body.as_bytes());
     }
 }
 
@@ -156,15 +162,7 @@ pub fn is_status(target: &[u8]) -> bool {
 
 /// Append the status page `body` as the response to `req` (never cached: it changes).
 pub fn respond_status(out: &mut Vec<u8>, req: &Request, body: &str) {
-    let _ = write!(
-        out,
-        "HTTP/1.1 200 OK\r\nServer: gomutex-prefork\r\nContent-Type: text/plain\r\nCache-Control: no-cache\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
-        body.len(),
-        connection(req)
-    );
-    if !req.head {
-        out.extend_from_slice(body.as_bytes());
-    }
+    respond_text(out, req, "Cache-Control: no-cache\r\n", body);
 }
 
 /// Append an error response (the connection closes after it).

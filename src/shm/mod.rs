@@ -48,6 +48,13 @@
 //! `derive` feature `#[derive(ShmSafe)]` / `#[derive(ShmShared)]` check that at compile time
 //! instead of an `unsafe impl`.
 //!
+//! # Statistics
+//!
+//! [`ShmMutex::stats`] sums what every process counted ([`LockStats`]: acquisitions, contended
+//! ones and their wait, starvation-mode entries, owner deaths, recoveries, condvar waits and
+//! notifies), readable by any process that maps the region; each process counts in its own
+//! participant slot's row, so counting moves no cache line between processes.
+//!
 //! # Condition variable
 //!
 //! [`ShmMutex::condvar`] gives the region's [`ShmCondvar`]: std's `Condvar` API across

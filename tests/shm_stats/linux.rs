@@ -5,7 +5,7 @@
 //! `harness = false`: the tests run one after another on the main thread, so the process is
 //! single-threaded whenever it forks. Run one with `cargo test --test shm_stats -- <name>`.
 
-use gomutex::shm::{Config, LockError, LockStats, ShmMutex};
+use gomutex::shm::{Config, LockError, LockStats, ShmMutex, ShmMutexGuard};
 use std::time::Duration;
 
 #[path = "../common/mod.rs"]
@@ -24,6 +24,19 @@ fn until_waiters(m: &ShmMutex<u64>, n: u32) {
         || format!("{n} waiter(s): {:?}", m.diagnostics()),
         || m.diagnostics().waiters >= n,
     );
+}
+
+/// The lock held by this process, and a forked child that blocks in `lock` (then unlocks
+/// and exits 0), known to be queued for `HOLD` already: a waiter past Go's 1 ms threshold.
+fn held_with_queued_child(m: &ShmMutex<u64>) -> (ShmMutexGuard<'_, u64>, libc::pid_t) {
+    let g = m.lock().unwrap();
+    let child = fork(|| {
+        lock_once(m);
+        0
+    });
+    until_waiters(m, 1);
+    std::thread::sleep(HOLD);
+    (g, child)
 }
 
 /// Lock and release once, reporting an owner death as a failure.
@@ -63,13 +76,7 @@ fn uncontended_acquisitions() {
 /// the child is queued: one contended acquisition that waited at least `HOLD`.
 fn contended_across_processes() {
     let m = ShmMutex::anonymous(0u64).unwrap();
-    let g = m.lock().unwrap();
-    let child = fork(|| {
-        lock_once(&m);
-        0
-    });
-    until_waiters(&m, 1);
-    std::thread::sleep(HOLD);
+    let (g, child) = held_with_queued_child(&m);
     drop(g);
     assert_eq!(wait_limit(child, LIMIT, "contended child"), 0);
     let s = m.stats();
@@ -85,13 +92,7 @@ fn contended_across_processes() {
 /// next unlock hands the lock to it.
 fn starvation_entry_in_the_fairness_scenario() {
     let m = ShmMutex::anonymous(0u64).unwrap();
-    let g = m.lock().unwrap();
-    let child = fork(|| {
-        lock_once(&m);
-        0
-    });
-    until_waiters(&m, 1);
-    std::thread::sleep(HOLD);
+    let (g, child) = held_with_queued_child(&m);
     signal(child, libc::SIGSTOP);
     wait_stopped(child);
     // The unlock wakes the (stopped) waiter; the lock is free in normal mode, so this process
