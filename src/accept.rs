@@ -262,7 +262,22 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
         }
     }
 
-    /// The shared mutex.
+    /// The shared mutex (its [`stats`](ShmMutex::stats) are the accept lock's, summed over
+    /// every worker).
+    ///
+    /// ```
+    /// use gomutex::accept::{AcceptMutex, ShmAcceptMutex};
+    /// let shared = gomutex::shm::ShmMutex::anonymous(())?;
+    /// let worker = ShmAcceptMutex::new(&shared);
+    /// assert!(worker.try_lock().is_some());
+    /// // SAFETY: acquired just above.
+    /// unsafe { worker.unlock() };
+    /// assert!(worker.lock_for(std::time::Duration::from_millis(1)).is_some());
+    /// // SAFETY: as above.
+    /// unsafe { worker.unlock() };
+    /// assert_eq!(worker.shm().stats().acquisitions, 2);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
     pub fn shm(&self) -> &'a ShmMutex<T> {
         self.m
     }
