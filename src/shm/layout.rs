@@ -246,7 +246,7 @@ pub(crate) struct StatsRow {
     /// The longest of them (ns).
     pub wait_max_ns: AtomicU64,
     /// Acquisitions told that the previous owner died (`LockError::OwnerDied`).
-    pub owner_died_told: AtomicU64,
+    pub owner_died_reported: AtomicU64,
     /// Condvar waits begun (the waiter holds the lock then).
     pub cv_waits: AtomicU64,
     /// Condvar waits that timed out (counted once the lock is held again).

@@ -279,7 +279,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         // in between has it built on the stack and copied).
         stats::bump(&row.acquisitions);
         if died {
-            stats::bump(&row.owner_died_told);
+            stats::bump(&row.owner_died_reported);
         }
         let g = ShmMutexGuard {
             m: self,

@@ -94,7 +94,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             add(&mut s.total_wait_ns, &row.wait_ns);
             s.worst_wait_ns = s.worst_wait_ns.max(row.wait_max_ns.load(Relaxed));
             add(&mut s.starvation_entries, &row.starvation_entries);
-            add(&mut s.owner_died_reported, &row.owner_died_told);
+            add(&mut s.owner_died_reported, &row.owner_died_reported);
             add(&mut s.recoveries, &row.recoveries);
             add(&mut s.cv_waits, &row.cv_waits);
             add(&mut s.cv_timeouts, &row.cv_timeouts);
