@@ -11,7 +11,9 @@
 //! supervises: it reaps dead workers with `waitpid`, releases the accept lock a dead worker held
 //! (`force_unlock(pid)`, as nginx does), respawns them, and on SIGINT/SIGTERM stops them all and
 //! prints a table of what each did. Each worker runs an epoll loop answering every HTTP/1.1
-//! request with `200 OK` and the body `ok`.
+//! request with `200 OK` and the body `ok`, except `GET /status`: nginx `stub_status`-like
+//! text with the connection and request totals, one line per worker and the accept lock's
+//! statistics (`status.rs`).
 //!
 //! Accept modes (who watches the listening socket):
 //!
