@@ -234,6 +234,11 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
                 "entry at {e:#x}: kind {kind}"
             );
             ensure!(
+                m.ld32(e + E_USED) <= 1,
+                "entry at {e:#x}: used word {}",
+                m.ld32(e + E_USED)
+            );
+            ensure!(
                 kind != VALUE_INT || vlen == 8,
                 "entry at {e:#x}: integer of {vlen} bytes"
             );

@@ -1,6 +1,12 @@
 //! The LRU order: a doubly linked list of every entry through `E_PREV`/`E_NEXT`, most recently
-//! used at the head (`H_LRU_HEAD`), least at the tail. A write puts its entry at the head, a
-//! hit moves it there, eviction takes from the tail (nginx's and lua_shared_dict's rule).
+//! written at the head (`H_LRU_HEAD`), least at the tail. A write puts its entry at the head;
+//! eviction takes from the tail (nginx's and lua_shared_dict's rule).
+//!
+//! A hit does not relink: it sets the entry's used word (`E_USED`), one store into a line the
+//! lookup has just read. Eviction gives a used tail entry a second chance (to the head, word
+//! cleared) and evicts the first unused one: the CLOCK approximation of LRU. Moving the entry
+//! on every hit, as nginx does, writes two neighbours' lines and a redo record per `get`, and
+//! measured 2.5 times slower for `get`s (docs/benchmarks.md).
 
 use super::index::{off, reference};
 use super::layout::*;
@@ -40,6 +46,31 @@ pub(crate) fn touch(tx: &mut Tx<'_>, e: usize) {
         unlink(tx, e);
         push_head(tx, e);
     }
+}
+
+/// Mark `e` used by a hit: one plain store, outside any transaction (a death before or after
+/// it leaves a valid dictionary either way), skipped if already marked so that a hot entry's
+/// line stays clean.
+#[inline]
+pub(crate) fn mark_used(m: &Mem, e: usize) {
+    if m.ld32(e + E_USED) == 0 {
+        m.st32(e + E_USED, 1);
+    }
+}
+
+/// Give used entries at the tail their second chance, at most `max` of them: each moves to
+/// the head with its used word cleared. Returns how many moved. Planned in `tx`, like any
+/// other change of the list.
+pub(crate) fn second_chance(tx: &mut Tx<'_>, max: usize) -> usize {
+    for moved in 0..max {
+        let r = tx.r32(H_LRU_TAIL);
+        if r == 0 || tx.r32(off(r) + E_USED) == 0 {
+            return moved;
+        }
+        tx.w32(off(r) + E_USED, 0);
+        touch(tx, off(r));
+    }
+    max
 }
 
 /// Take `old` out and put the new entry `new` at the head (a write is a use).

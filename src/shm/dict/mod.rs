@@ -202,7 +202,7 @@ pub struct DictStats {
 /// mapping:  [ ShmMutex<u64> region | pad to 4096 | dictionary zone (capacity bytes)           ]
 /// zone:     [ header | redo record | page descriptors | buckets | pages (slabs, large, free) ]
 /// entry:    [ chain link | LRU prev, next | hash | key length, kind | flags | value length |
-///             expiry (ms, CLOCK_MONOTONIC) | sequence | value (8-aligned) | key ]
+///             used | expiry (ms, CLOCK_MONOTONIC) | sequence | value (8-aligned) | key ]
 /// ```
 ///
 /// # A death in the middle of an update
@@ -296,7 +296,8 @@ pub struct DictStats {
 ///   then evicts at most 64 live ones from the tail, then fails with
 ///   [`DictError::NoMemory`]; `safe_*` only free expired ones.
 /// * One lock per dictionary (nginx's and lua_shared_dict's choice): every operation,
-///   `get` included (it moves the entry in the LRU order), takes it.
+///   `get` included, takes it. A hit marks its entry used rather than moving it: eviction
+///   gives a used entry at the LRU tail a second chance (the CLOCK approximation of LRU).
 /// * A peer that corrupts the zone (writes it outside this code) makes operations panic
 ///   ("region corrupt") rather than read outside it.
 pub struct ShmDict {
@@ -552,8 +553,8 @@ impl ShmDict {
         })
     }
 
-    /// The value and flags of `key`, if it has a live entry (a hit makes it the most recently
-    /// used).
+    /// The value and flags of `key`, if it has a live entry (a hit marks it used, which spares
+    /// it from the next eviction that reaches it).
     ///
     /// ```
     /// use gomutex::shm::{OwnedValue, ShmDict};
@@ -833,7 +834,8 @@ impl ShmDict {
         freed
     }
 
-    /// Up to `max` live keys (0: all), most recently used first. Holds the lock for the walk.
+    /// Up to `max` live keys (0: all), in LRU order (most recently written or spared first).
+    /// Holds the lock for the walk.
     pub fn keys(&self, max: usize) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         for s in self.shards.iter() {

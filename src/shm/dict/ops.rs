@@ -22,6 +22,9 @@ const EXPIRED_SCAN: usize = 1024;
 /// [`DictError::NoMemory`] (lua_shared_dict: 30).
 pub(crate) const MAX_EVICT: usize = 64;
 
+/// Second chances planned in one transaction (each ~8 words of the redo record).
+const SECOND_CHANCE_BATCH: usize = 16;
+
 /// Which writes a store accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -90,6 +93,23 @@ impl Zone<'_> {
         }
     }
 
+    /// Give the used entries at the LRU tail their second chance, until the tail is an unused
+    /// one; batches of [`SECOND_CHANCE_BATCH`], each committed on its own. Every entry moves at
+    /// most once (its used word is cleared as it moves), so this ends within one pass.
+    fn second_chances(&self) {
+        let mut left = self.m.ld64(H_COUNT) as usize;
+        while left > 0 {
+            let mut tx = Tx::new(self.m);
+            let moved = lru::second_chance(&mut tx, SECOND_CHANCE_BATCH.min(left));
+            tx.commit();
+            if moved < SECOND_CHANCE_BATCH {
+                return;
+            }
+            crash::point(crash::BETWEEN);
+            left -= moved;
+        }
+    }
+
     /// Free one entry to make room, never `keep`: an expired one if there is one within
     /// [`EXPIRED_SCAN`] of the LRU tail, else (unless `safe`) the least recently used.
     /// `Ok(true)` if a live entry was evicted; `NoMemory` if nothing may go.
@@ -120,6 +140,8 @@ impl Zone<'_> {
         if safe {
             return Err(DictError::NoMemory);
         }
+        self.second_chances();
+        let tx = Tx::new(self.m);
         let mut r = tx.r32(H_LRU_TAIL);
         if r != 0 && Some(index::off(r)) == keep {
             r = tx.r32(index::off(r) + E_PREV);
@@ -188,6 +210,7 @@ impl Zone<'_> {
             m.st32(e + E_KEYLEN_KIND, key.len() as u32 | kind << 16);
             m.st32(e + E_FLAGS, flags);
             m.st32(e + E_VLEN, vlen as u32);
+            m.st32(e + E_USED, 0);
             m.st64(e + E_EXPIRES, expires);
             let seq = tx.r64(H_SEQ) + 1;
             m.st64(e + E_SEQ, seq);
@@ -218,18 +241,17 @@ impl Zone<'_> {
         Err(DictError::NoMemory)
     }
 
-    /// The live (or, with `stale`, also expired) entry of `key`, moved to the LRU head if live:
+    /// The live (or, with `stale`, also expired) entry of `key`, marked used if live:
     /// `(entry, expired)`.
     pub(crate) fn get(&self, key: &[u8], stale: bool, now: u64) -> Option<(usize, bool)> {
-        let mut tx = Tx::new(self.m);
+        let tx = Tx::new(self.m);
         let (e, _) = index::find(&tx, &self.g, key, self.hash(key))?;
         let expired = ttl::expired(&tx, e, now);
         if expired && !stale {
             return None;
         }
         if !expired {
-            lru::touch(&mut tx, e);
-            tx.commit();
+            lru::mark_used(self.m, e);
         }
         Some((e, expired))
     }

@@ -460,3 +460,35 @@ fn the_largest_plans_fit_the_redo_record() {
     assert_eq!(d.free_space(), all, "merged back into one block per order");
     ok(&d);
 }
+
+#[test]
+fn a_hit_gives_its_entry_a_second_chance_at_eviction() {
+    let d = dict(128 << 10);
+    let mut n = 0;
+    while d
+        .safe_add(format!("k{n}"), &[0u8; 100][..], None, 0)
+        .is_ok()
+    {
+        n += 1;
+    }
+    assert!(n > 2 * 16, "enough entries for several batches: {n}");
+    // k0 and k1 are the oldest, but used: the first eviction skips them for k2.
+    assert!(d.get("k0").is_some() && d.get("k1").is_some());
+    assert!(d.set("new", &[1u8; 100][..], None, 0).unwrap() >= 1);
+    assert!(
+        d.get_stale("k2").is_none(),
+        "the oldest unused entry goes first"
+    );
+    assert!(d.get_stale("k0").is_some() && d.get_stale("k1").is_some());
+    ok(&d);
+    // Every entry used: a pass gives each its chance (several committed batches), then the
+    // oldest, unused now, goes.
+    for i in 0..n {
+        let _ = d.get(format!("k{i}"));
+    }
+    let _ = d.get("new");
+    assert!(d.set("new2", &[1u8; 100][..], None, 0).unwrap() >= 1);
+    assert!(d.get_stale("k3").is_none(), "the tail after the pass");
+    assert!(d.get_stale("new").is_some());
+    ok(&d);
+}
