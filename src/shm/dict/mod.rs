@@ -5,6 +5,7 @@
 
 mod alloc;
 mod check;
+mod config;
 #[doc(hidden)]
 pub mod crash;
 mod index;
@@ -15,180 +16,23 @@ mod ops;
 mod redo;
 mod shard;
 mod ttl;
+mod types;
 
 pub use check::CheckReport;
+pub use config::DictConfig;
+pub use types::{DictError, DictStats, Incr, Item, OwnedValue, Value};
 
-use self::layout::{Geometry, PAGE};
+use self::layout::PAGE;
 use self::ops::{Mode, Write};
 use self::shard::Shard;
 #[cfg(doc)]
 use super::ShmMutex;
-use super::{Config, Mapping, ShmError};
+use super::{Mapping, ShmError};
 use core::fmt;
 use std::time::Duration;
 
 /// The longest key, in bytes.
 pub const MAX_KEY: usize = 0xffff;
-
-/// A value to store, or one borrowed from the zone: bytes, or an integer (what
-/// [`ShmDict::incr`] counts with).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Value<'a> {
-    /// A byte string.
-    Bytes(&'a [u8]),
-    /// A 64-bit signed integer.
-    Int(i64),
-}
-
-impl<'a> Value<'a> {
-    /// This value, owned.
-    pub fn to_owned(&self) -> OwnedValue {
-        match *self {
-            Value::Bytes(b) => OwnedValue::Bytes(b.to_vec()),
-            Value::Int(i) => OwnedValue::Int(i),
-        }
-    }
-}
-
-impl<'a> From<&'a [u8]> for Value<'a> {
-    fn from(b: &'a [u8]) -> Self {
-        Value::Bytes(b)
-    }
-}
-impl<'a, const N: usize> From<&'a [u8; N]> for Value<'a> {
-    fn from(b: &'a [u8; N]) -> Self {
-        Value::Bytes(b)
-    }
-}
-impl<'a> From<&'a Vec<u8>> for Value<'a> {
-    fn from(b: &'a Vec<u8>) -> Self {
-        Value::Bytes(b)
-    }
-}
-impl<'a> From<&'a str> for Value<'a> {
-    fn from(s: &'a str) -> Self {
-        Value::Bytes(s.as_bytes())
-    }
-}
-impl From<i64> for Value<'_> {
-    fn from(i: i64) -> Self {
-        Value::Int(i)
-    }
-}
-
-/// A value copied out of the zone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OwnedValue {
-    /// A byte string.
-    Bytes(Vec<u8>),
-    /// A 64-bit signed integer.
-    Int(i64),
-}
-
-impl OwnedValue {
-    /// The bytes, if it is a byte string.
-    pub fn as_bytes(&self) -> Option<&[u8]> {
-        match self {
-            OwnedValue::Bytes(b) => Some(b),
-            OwnedValue::Int(_) => None,
-        }
-    }
-    /// The integer, if it is one.
-    pub fn as_int(&self) -> Option<i64> {
-        match *self {
-            OwnedValue::Int(i) => Some(i),
-            OwnedValue::Bytes(_) => None,
-        }
-    }
-}
-
-/// What [`ShmDict::get`] and [`ShmDict::get_stale`] return.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item {
-    /// The value.
-    pub value: OwnedValue,
-    /// The flags stored with it (0 if none were given).
-    pub flags: u32,
-    /// Whether it is expired (only [`get_stale`](ShmDict::get_stale) returns those).
-    pub stale: bool,
-}
-
-/// What [`ShmDict::incr`] returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Incr {
-    /// The new value.
-    pub value: i64,
-    /// Live entries evicted to make room (only when the key was created).
-    pub evicted: u32,
-}
-
-/// Why a dictionary operation did nothing. Every failing operation leaves the dictionary as
-/// it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DictError {
-    /// No room for the entry, even after freeing what the operation may free.
-    NoMemory,
-    /// `add`: the key has a live entry.
-    Exists,
-    /// `replace`, `incr` without an initial value, `ttl`, `expire`: the key has no live
-    /// entry.
-    NotFound,
-    /// `incr`: the value is not an integer.
-    NotANumber,
-    /// `incr`: the sum does not fit an `i64`.
-    Overflow,
-    /// The key is longer than [`MAX_KEY`].
-    KeyTooLong {
-        /// Its length.
-        len: usize,
-    },
-    /// The entry is larger than the largest block of this zone.
-    ValueTooLarge {
-        /// The value's length.
-        len: usize,
-        /// The largest value this key may have here (what the largest block holds beside
-        /// the entry's header and the key, the value padded to 8).
-        max: usize,
-    },
-    /// [`ShmDict::check`] found a broken structure (described).
-    Corrupt(String),
-}
-
-impl fmt::Display for DictError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DictError::NoMemory => f.write_str("no memory"),
-            DictError::Exists => f.write_str("exists"),
-            DictError::NotFound => f.write_str("not found"),
-            DictError::NotANumber => f.write_str("not a number"),
-            DictError::Overflow => f.write_str("integer overflow"),
-            DictError::KeyTooLong { len } => {
-                write!(f, "key of {len} bytes, at most {MAX_KEY} allowed")
-            }
-            DictError::ValueTooLarge { len, max } => {
-                write!(f, "value of {len} bytes, at most {max} fit")
-            }
-            DictError::Corrupt(what) => write!(f, "dictionary corrupt: {what}"),
-        }
-    }
-}
-
-impl std::error::Error for DictError {}
-
-/// Counters of a dictionary (a snapshot, taken under its lock).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DictStats {
-    /// Entries stored, live or expired (until freed by a write, `flush_expired` or eviction).
-    pub entries: u64,
-    /// Bytes of the chunks they occupy.
-    pub used_bytes: u64,
-    /// Live entries evicted to make room, since the zone was made.
-    pub evicted: u64,
-    /// Committed updates of dead processes completed by others, since the zone was made.
-    pub replayed: u64,
-}
 
 /// A dictionary in memory shared between processes, with OpenResty's `lua_shared_dict`
 /// operations, that stays whole when a process is killed at any instruction.
@@ -305,71 +149,6 @@ pub struct ShmDict {
     /// Seed of the hash that picks a key's shard (from shard 0's header).
     route: u64,
     _map: Mapping,
-}
-
-/// How a dictionary is made: its number of shards and its locks' sizes.
-///
-/// ```
-/// use gomutex::shm::{Config, DictConfig, ShmDict};
-/// let cfg = DictConfig::new().shards(4).lock(Config::new().participants(16));
-/// let d = ShmDict::anonymous_with(1 << 20, cfg)?;
-/// assert_eq!(d.shards(), 4);
-/// assert!(d.capacity() <= 1 << 20);
-/// # Ok::<(), gomutex::shm::ShmError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DictConfig {
-    /// Independent parts, each a lock and a zone of `capacity / shards` bytes (rounded down
-    /// to 4096); a key lives in the one its hash picks. Default 1 (nginx's single lock per
-    /// zone); at most 1024.
-    pub shards: u32,
-    /// The sizes of each shard's lock.
-    pub lock: Config,
-}
-
-impl Default for DictConfig {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl DictConfig {
-    /// One shard, the lock's default [`Config`].
-    pub const fn new() -> Self {
-        Self {
-            shards: 1,
-            lock: Config::new(),
-        }
-    }
-
-    /// This configuration with [`shards`](Self::shards) set to `n`.
-    #[must_use]
-    pub const fn shards(self, n: u32) -> Self {
-        Self { shards: n, ..self }
-    }
-
-    /// This configuration with the locks' sizes `cfg`.
-    #[must_use]
-    pub const fn lock(self, cfg: Config) -> Self {
-        Self { lock: cfg, ..self }
-    }
-
-    /// Each shard's zone for a dictionary of `capacity` bytes.
-    fn zone(&self, capacity: usize) -> Result<Geometry, ShmError> {
-        if self.shards == 0 || self.shards > 1024 {
-            return Err(ShmError::InvalidConfig("a dictionary has 1 to 1024 shards"));
-        }
-        let zone = if self.shards == 1 {
-            capacity
-        } else {
-            capacity / self.shards as usize / PAGE * PAGE
-        };
-        Geometry::new(zone).ok_or(ShmError::InvalidConfig(
-            "a dictionary's capacity must be at least ShmDict::MIN_CAPACITY per shard and at \
-             most 64 GiB per shard",
-        ))
-    }
 }
 
 impl fmt::Debug for ShmDict {
