@@ -161,6 +161,15 @@ fn pages_free(tx: &mut Tx<'_>, npages: u32, mut p: u32, order: u32) {
     push(tx, buddy_head(k), p);
 }
 
+/// Whether [`alloc`] of `size` would succeed now.
+pub(crate) fn fits(tx: &Tx<'_>, size: Size) -> bool {
+    let (partial, order) = match size {
+        Size::Class(c) => (tx.r32(partial_head(c)) != 0, 0),
+        Size::Order(k) => (false, k),
+    };
+    partial || (order..ORDERS as u32).any(|k| tx.r32(buddy_head(k)) != 0)
+}
+
 /// Offset of a new chunk for `size`, or `None` if no free memory has it.
 pub(crate) fn alloc(tx: &mut Tx<'_>, g: &Geometry, size: Size) -> Option<usize> {
     let off = match size {

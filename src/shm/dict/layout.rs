@@ -117,7 +117,7 @@ pub(crate) const E_FLAGS: usize = 20;
 /// u32: value length in bytes.
 pub(crate) const E_VLEN: usize = 24;
 /// u32: 1 if a `get` hit the entry since it was written or last given a second chance
-/// (`lru::second_chance`), else 0.
+/// (`lru::spare`), else 0.
 pub(crate) const E_USED: usize = 28;
 /// u64: expiry, ms on `CLOCK_MONOTONIC` (0 = never).
 pub(crate) const E_EXPIRES: usize = 32;

@@ -58,19 +58,12 @@ pub(crate) fn mark_used(m: &Mem, e: usize) {
     }
 }
 
-/// Give used entries at the tail their second chance, at most `max` of them: each moves to
-/// the head with its used word cleared. Returns how many moved. Planned in `tx`, like any
-/// other change of the list.
-pub(crate) fn second_chance(tx: &mut Tx<'_>, max: usize) -> usize {
-    for moved in 0..max {
-        let r = tx.r32(H_LRU_TAIL);
-        if r == 0 || tx.r32(off(r) + E_USED) == 0 {
-            return moved;
-        }
-        tx.w32(off(r) + E_USED, 0);
-        touch(tx, off(r));
-    }
-    max
+/// Give `e` (used, at the tail) its second chance: to the head with its used word cleared, so
+/// the next pass that reaches it evicts it unless a hit marks it again. Planned in `tx`, like
+/// any other change of the list.
+pub(crate) fn spare(tx: &mut Tx<'_>, e: usize) {
+    tx.w32(e + E_USED, 0);
+    touch(tx, e);
 }
 
 /// Take `old` out and put the new entry `new` at the head (a write is a use).

@@ -1,7 +1,9 @@
 //! The operations, on a [`Zone`]: the region seen by the holder of its lock. Each is one or
-//! more transactions ([`Tx`]); an operation that frees room first (expired entries, then the
-//! least recently used ones) commits each eviction on its own, so a death between two leaves a
-//! dictionary with some entries evicted and the rest as they were, every one whole.
+//! more transactions ([`Tx`]). A write that must free room first plans the whole of it on an
+//! overlay (nothing changes if it cannot succeed), then frees the entries planned in one
+//! transaction (or, when that would overflow the redo record, one entry per transaction) and
+//! stores in another: a death between two leaves a dictionary with some entries freed and the
+//! rest as they were, every one whole.
 
 use super::alloc::{self, Size};
 use super::crash;
@@ -16,14 +18,12 @@ use std::time::Duration;
 /// How many expired entries a write frees from the LRU tail before it starts (lua_shared_dict
 /// frees up to 2).
 const EXPIRE_ON_WRITE: usize = 2;
-/// How far up from the LRU tail a write that does not fit looks for expired entries.
+/// How far up from the LRU tail a write that does not fit looks for expired entries (they do
+/// not count against [`MAX_EVICT`]).
 const EXPIRED_SCAN: usize = 1024;
-/// At most this many live entries are evicted for one write before it fails with
-/// [`DictError::NoMemory`] (lua_shared_dict: 30).
+/// At most this many live entries may be evicted for one write; if that would not make room
+/// it fails with [`DictError::NoMemory`], evicting none (lua_shared_dict: 30 tries).
 pub(crate) const MAX_EVICT: usize = 64;
-
-/// Second chances planned in one transaction (each ~8 words of the redo record).
-const SECOND_CHANCE_BATCH: usize = 16;
 
 /// Which writes a store accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,24 @@ pub(crate) struct Write {
     pub safe: bool,
 }
 
+/// Room planned for a new entry: the plan, its steps in order, and how many live entries it
+/// evicts.
+struct Room<'m> {
+    plan: Tx<'m>,
+    room: Vec<Step>,
+    live: u32,
+}
+
+/// A step of making room.
+#[derive(Clone, Copy)]
+enum Step {
+    /// Free entry `e` (`live`: an eviction).
+    Free { e: usize, live: bool },
+    /// Give the used entry `e` at the LRU tail its second chance: to the head, its used word
+    /// cleared (the CLOCK approximation of LRU, see `lru`).
+    Spare(usize),
+}
+
 /// The region, under its lock.
 pub(crate) struct Zone<'m> {
     pub m: &'m Mem,
@@ -59,108 +77,139 @@ impl Zone<'_> {
         index::hash(self.seed, key) as u32
     }
 
-    /// Unlink and free entry `e` (linked from `link`).
-    fn remove(&self, tx: &mut Tx<'_>, e: usize, link: usize) {
+    /// Unlink and free entry `e` (linked from `link`); `evicted`: it is live (statistics).
+    fn remove(&self, tx: &mut Tx<'_>, e: usize, link: usize, evicted: bool) {
         index::unlink(tx, link, e);
         lru::unlink(tx, e);
         let n = tx.r64(H_COUNT);
-        tx.w64(H_COUNT, n - 1);
+        tx.w64(H_COUNT, n.wrapping_sub(1));
+        if evicted {
+            let n = tx.r64(H_EVICTED);
+            tx.w64(H_EVICTED, n + 1);
+        }
         alloc::free(tx, &self.g, e);
     }
 
-    /// Remove entry `e`, found by a route other than its key, in a transaction of its own.
-    fn remove_alone(&self, e: usize) {
-        let mut tx = Tx::new(self.m);
+    /// Plan the removal of entry `e`, found by a route other than its key (the LRU list).
+    fn remove_found(&self, tx: &mut Tx<'_>, e: usize, evicted: bool) -> Result<(), DictError> {
         // A linked entry is always in its chain (`check` verifies it).
-        let link = index::link_of(&tx, &self.g, e).expect("entry missing from the index");
-        self.remove(&mut tx, e, link);
+        let link = index::link_of(tx, &self.g, e)
+            .ok_or_else(|| DictError::Corrupt(format!("entry at {e:#x} missing from the index")))?;
+        self.remove(tx, e, link, evicted);
+        Ok(())
+    }
+
+    /// Remove entry `e`, found by a route other than its key, in a transaction of its own.
+    fn remove_alone(&self, e: usize, evicted: bool) -> Result<(), DictError> {
+        let mut tx = Tx::new(self.m);
+        self.remove_found(&mut tx, e, evicted)?;
         tx.commit();
         crash::point(crash::BETWEEN);
+        Ok(())
     }
 
-    /// Free up to [`EXPIRE_ON_WRITE`] expired entries at the LRU tail.
-    fn expire_tail(&self, now: u64) {
-        for _ in 0..EXPIRE_ON_WRITE {
-            let tail = self.m.ld32(H_LRU_TAIL);
-            if tail == 0 {
-                return;
-            }
-            let e = index::off(tail);
-            if !ttl::expired(&Tx::new(self.m), e, now) {
-                return;
-            }
-            self.remove_alone(e);
-        }
-    }
-
-    /// Give the used entries at the LRU tail their second chance, until the tail is an unused
-    /// one; batches of [`SECOND_CHANCE_BATCH`], each committed on its own. Every entry moves at
-    /// most once (its used word is cleared as it moves), so this ends within one pass.
-    fn second_chances(&self) {
-        let mut left = self.m.ld64(H_COUNT) as usize;
-        while left > 0 {
-            let mut tx = Tx::new(self.m);
-            let moved = lru::second_chance(&mut tx, SECOND_CHANCE_BATCH.min(left));
-            tx.commit();
-            if moved < SECOND_CHANCE_BATCH {
-                return;
-            }
-            crash::point(crash::BETWEEN);
-            left -= moved;
-        }
-    }
-
-    /// Free one entry to make room, never `keep`: an expired one if there is one within
-    /// [`EXPIRED_SCAN`] of the LRU tail, else (unless `safe`) the least recently used.
-    /// `Ok(true)` if a live entry was evicted; `NoMemory` if nothing may go.
-    fn evict_one(
+    /// Plan room for a new entry of `size` (never freeing `keep`, the key's live entry):
+    /// lua_shared_dict's freeing of expired entries at the LRU tail on every write; then, while
+    /// it does not fit, the expired entries within [`EXPIRED_SCAN`] of the tail; then (unless
+    /// `safe`) the least recently used entries, at most [`MAX_EVICT`] of them live. The plan
+    /// is made on an overlay and changes nothing: if the entry cannot fit within these
+    /// bounds, `NoMemory` leaves every entry where it was. `(plan, entries to free with
+    /// whether each is live, live ones)`.
+    fn plan_room(
         &self,
-        now: u64,
-        safe: bool,
+        size: Size,
         keep: Option<usize>,
-        scan: &mut bool,
-    ) -> Result<bool, DictError> {
-        let tx = Tx::new(self.m);
-        if *scan {
-            let mut r = tx.r32(H_LRU_TAIL);
-            for _ in 0..EXPIRED_SCAN {
-                if r == 0 {
+        safe: bool,
+        now: u64,
+    ) -> Result<Room<'_>, DictError> {
+        let mut plan = Tx::plan(self.m);
+        let mut room = Vec::new();
+        // Bounds every walk (a corrupt list may hold a cycle).
+        let entries = plan.r64(H_COUNT).min(u64::from(self.g.npages) * 64) as usize;
+        let free = |plan: &mut Tx<'_>, room: &mut Vec<Step>, e, live| {
+            room.push(Step::Free { e, live });
+            self.remove_found(plan, e, live)
+        };
+        for _ in 0..EXPIRE_ON_WRITE {
+            let tail = plan.r32(H_LRU_TAIL);
+            let e = index::off(tail);
+            if tail == 0 || Some(e) == keep || !ttl::expired(&plan, e, now) {
+                break;
+            }
+            free(&mut plan, &mut room, e, false)?;
+        }
+        let mut r = plan.r32(H_LRU_TAIL);
+        for _ in 0..EXPIRED_SCAN.min(entries) {
+            if r == 0 || alloc::fits(&plan, size) {
+                break;
+            }
+            let e = index::off(r);
+            r = plan.r32(e + E_PREV);
+            if Some(e) != keep && ttl::expired(&plan, e, now) {
+                free(&mut plan, &mut room, e, false)?;
+            }
+        }
+        let mut live = 0;
+        let mut r = plan.r32(H_LRU_TAIL);
+        // Each entry is passed at most twice: once to spare it (its used word cleared), once
+        // to evict it.
+        for _ in 0..=2 * entries {
+            if alloc::fits(&plan, size) {
+                return Ok(Room { plan, room, live });
+            }
+            if r == 0 || safe {
+                break;
+            }
+            let e = index::off(r);
+            r = plan.r32(e + E_PREV);
+            if Some(e) == keep {
+                continue;
+            }
+            let is_live = !ttl::expired(&plan, e, now);
+            if is_live && plan.r32(e + E_USED) != 0 {
+                lru::spare(&mut plan, e);
+                room.push(Step::Spare(e));
+                continue;
+            }
+            if is_live {
+                if live as usize == MAX_EVICT {
                     break;
                 }
-                let e = index::off(r);
-                if Some(e) != keep && ttl::expired(&tx, e, now) {
-                    self.remove_alone(e);
-                    return Ok(false);
-                }
-                r = tx.r32(e + E_PREV);
+                live += 1;
             }
-            // None near the tail: do not look again during this operation.
-            *scan = false;
+            free(&mut plan, &mut room, e, is_live)?;
         }
-        if safe {
-            return Err(DictError::NoMemory);
+        Err(DictError::NoMemory)
+    }
+
+    /// Free what [`plan_room`](Self::plan_room) planned: in one transaction if it fits the
+    /// redo record, else one entry per transaction (each leaving a valid dictionary).
+    fn make_room(&self, room: Room<'_>) -> Result<(), DictError> {
+        if room.room.is_empty() {
+            return Ok(());
         }
-        self.second_chances();
-        let tx = Tx::new(self.m);
-        let mut r = tx.r32(H_LRU_TAIL);
-        if r != 0 && Some(index::off(r)) == keep {
-            r = tx.r32(index::off(r) + E_PREV);
+        if room.plan.fits_record() {
+            room.plan.commit();
+            crash::point(crash::BETWEEN);
+            return Ok(());
         }
-        if r == 0 {
-            return Err(DictError::NoMemory);
+        for step in room.room {
+            match step {
+                Step::Free { e, live } => self.remove_alone(e, live)?,
+                Step::Spare(e) => {
+                    let mut tx = Tx::new(self.m);
+                    lru::spare(&mut tx, e);
+                    tx.commit();
+                    crash::point(crash::BETWEEN);
+                }
+            }
         }
-        let e = index::off(r);
-        let live = !ttl::expired(&tx, e, now);
-        self.remove_alone(e);
-        if live {
-            let n = self.m.ld64(H_EVICTED);
-            self.m.st64(H_EVICTED, n + 1);
-        }
-        Ok(live)
+        Ok(())
     }
 
     /// Store `key` → `value`: the new entry is built in free memory and published, with the
-    /// old entry (if any) freed, in one transaction. Returns the live entries evicted.
+    /// old entry (if any) freed, in one transaction. Returns the live entries evicted to make
+    /// room (freed first, in transactions of their own; none if the store fails).
     pub(crate) fn store(
         &self,
         key: &[u8],
@@ -174,71 +223,68 @@ impl Zone<'_> {
             mode,
             safe,
         } = w;
-        self.expire_tail(now);
         let hash = self.hash(key);
         let (kind, vlen) = match value {
             Value::Bytes(b) => (VALUE_BYTES, b.len()),
             Value::Int(_) => (VALUE_INT, 8),
         };
         let size = Size::of(entry_size(key.len(), vlen));
-        let mut evicted = 0u32;
-        let mut scan = true;
-        for _ in 0..=MAX_EVICT + EXPIRED_SCAN {
-            let mut tx = Tx::new(self.m);
-            let found = index::find(&tx, &self.g, key, hash);
-            let live = found.is_some_and(|(e, _)| !ttl::expired(&tx, e, now));
-            match mode {
-                Mode::Absent if live => return Err(DictError::Exists),
-                Mode::Present if !live => return Err(DictError::NotFound),
-                _ => {}
-            }
-            // Allocate first, while the old entry still holds its chunk: the new one is
-            // written beside it, never over it.
-            let Some(e) = alloc::alloc(&mut tx, &self.g, size) else {
-                // Nothing was written: the plan is dropped.
-                if evicted as usize >= MAX_EVICT {
-                    return Err(DictError::NoMemory);
-                }
-                if self.evict_one(now, safe, found.map(|f| f.0), &mut scan)? {
-                    evicted += 1;
-                }
-                continue;
-            };
-            // The entry, whole, in memory no structure names yet.
-            let m = self.m;
-            m.st32(e + E_HASH, hash);
-            m.st32(e + E_KEYLEN_KIND, key.len() as u32 | kind << 16);
-            m.st32(e + E_FLAGS, flags);
-            m.st32(e + E_VLEN, vlen as u32);
-            m.st32(e + E_USED, 0);
-            m.st64(e + E_EXPIRES, expires);
-            let seq = tx.r64(H_SEQ) + 1;
-            m.st64(e + E_SEQ, seq);
-            match value {
-                Value::Bytes(b) => m.write(e + E_VALUE, b),
-                Value::Int(i) => m.st64(e + E_VALUE, i as u64),
-            }
-            m.write(key_off(e, vlen), key);
-            // Its links and the structures' changes, planned.
-            tx.w64(H_SEQ, seq);
-            match found {
-                Some((old, link)) => {
-                    index::swap(&mut tx, link, old, e);
-                    lru::replace(&mut tx, old, e);
-                    alloc::free(&mut tx, &self.g, old);
-                }
-                None => {
-                    index::link(&mut tx, &self.g, e, hash);
-                    lru::push_head(&mut tx, e);
-                    let n = tx.r64(H_COUNT);
-                    tx.w64(H_COUNT, n + 1);
-                }
-            }
-            crash::point(crash::ENTRY_WRITTEN);
-            tx.commit();
-            return Ok(evicted);
+        let mut found = index::find(&Tx::new(self.m), &self.g, key, hash);
+        let live = found.is_some_and(|(e, _)| !ttl::expired(&Tx::new(self.m), e, now));
+        match mode {
+            Mode::Absent if live => return Err(DictError::Exists),
+            Mode::Present if !live => return Err(DictError::NotFound),
+            _ => {}
         }
-        Err(DictError::NoMemory)
+        // The key's live entry stays until the new one replaces it (it is never written over);
+        // an expired one may go to make room.
+        let room = self.plan_room(size, found.filter(|_| live).map(|f| f.0), safe, now)?;
+        let evicted = room.live;
+        if !room.room.is_empty() {
+            self.make_room(room)?;
+            found = index::find(&Tx::new(self.m), &self.g, key, hash);
+        }
+        // Allocate first, while the old entry still holds its chunk: the new one is written
+        // beside it, never over it.
+        let mut tx = Tx::new(self.m);
+        let Some(e) = alloc::alloc(&mut tx, &self.g, size) else {
+            return Err(DictError::Corrupt(
+                "no chunk where the plan found room".to_string(),
+            ));
+        };
+        // The entry, whole, in memory no structure names yet.
+        let m = self.m;
+        m.st32(e + E_HASH, hash);
+        m.st32(e + E_KEYLEN_KIND, key.len() as u32 | kind << 16);
+        m.st32(e + E_FLAGS, flags);
+        m.st32(e + E_VLEN, vlen as u32);
+        m.st32(e + E_USED, 0);
+        m.st64(e + E_EXPIRES, expires);
+        let seq = tx.r64(H_SEQ) + 1;
+        m.st64(e + E_SEQ, seq);
+        match value {
+            Value::Bytes(b) => m.write(e + E_VALUE, b),
+            Value::Int(i) => m.st64(e + E_VALUE, i as u64),
+        }
+        m.write(key_off(e, vlen), key);
+        // Its links and the structures' changes, planned.
+        tx.w64(H_SEQ, seq);
+        match found {
+            Some((old, link)) => {
+                index::swap(&mut tx, link, old, e);
+                lru::replace(&mut tx, old, e);
+                alloc::free(&mut tx, &self.g, old);
+            }
+            None => {
+                index::link(&mut tx, &self.g, e, hash);
+                lru::push_head(&mut tx, e);
+                let n = tx.r64(H_COUNT);
+                tx.w64(H_COUNT, n + 1);
+            }
+        }
+        crash::point(crash::ENTRY_WRITTEN);
+        tx.commit();
+        Ok(evicted)
     }
 
     /// The live (or, with `stale`, also expired) entry of `key`, marked used if live:
@@ -278,7 +324,6 @@ impl Zone<'_> {
         init: Option<(i64, u64)>,
         now: u64,
     ) -> Result<(i64, u32), DictError> {
-        self.expire_tail(now);
         let mut tx = Tx::new(self.m);
         if let Some((e, _)) = index::find(&tx, &self.g, key, self.hash(key)) {
             if !ttl::expired(&tx, e, now) {
@@ -313,7 +358,7 @@ impl Zone<'_> {
         match index::find(&tx, &self.g, key, self.hash(key)) {
             Some((e, link)) => {
                 let live = !ttl::expired(&tx, e, now);
-                self.remove(&mut tx, e, link);
+                self.remove(&mut tx, e, link, false);
                 tx.commit();
                 live
             }
@@ -360,7 +405,9 @@ impl Zone<'_> {
             let tx = Tx::new(self.m);
             r = tx.r32(e + E_PREV);
             if ttl::expired(&tx, e, now) {
-                self.remove_alone(e);
+                if self.remove_alone(e, false).is_err() {
+                    break;
+                }
                 freed += 1;
             }
         }

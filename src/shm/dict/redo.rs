@@ -20,6 +20,10 @@
 use super::crash;
 use super::layout::{Mem, LOG, LOG_CAP, LOG_ENTRIES};
 use core::sync::atomic::{fence, Ordering};
+use std::collections::HashMap;
+
+/// Planned writes past which a plan indexes them (a linear search up to there).
+const INDEXED: usize = 64;
 
 /// A transaction being planned: writes kept aside until [`commit`](Tx::commit).
 pub(crate) struct Tx<'m> {
@@ -27,11 +31,35 @@ pub(crate) struct Tx<'m> {
     /// `(offset << 1 | is_u64, value)`. A `Vec`, so that a transaction is cheap to make and
     /// move (a read-only one, most lookups, allocates nothing).
     w: Vec<(u64, u64)>,
+    /// Where each key is in `w`, once `w` is long (a plan of many evictions).
+    at: Option<HashMap<u64, usize>>,
+    /// At most this many writes (the redo record's size, or unbounded for a plan that is
+    /// only looked at).
+    cap: usize,
 }
 
 impl<'m> Tx<'m> {
     pub(crate) fn new(m: &'m Mem) -> Self {
-        Self { m, w: Vec::new() }
+        Self {
+            m,
+            w: Vec::new(),
+            at: None,
+            cap: LOG_CAP,
+        }
+    }
+
+    /// A transaction of any size, to find out what a sequence of changes would do: it may be
+    /// committed only if it fits the redo record ([`fits_record`](Self::fits_record)).
+    pub(crate) fn plan(m: &'m Mem) -> Self {
+        Self {
+            cap: usize::MAX,
+            ..Self::new(m)
+        }
+    }
+
+    /// Whether the writes planned fit the redo record.
+    pub(crate) fn fits_record(&self) -> bool {
+        self.w.len() <= LOG_CAP
     }
 
     /// The writes planned so far.
@@ -48,7 +76,10 @@ impl<'m> Tx<'m> {
 
     #[inline]
     fn find(&self, key: u64) -> Option<usize> {
-        self.planned().iter().rposition(|&(k, _)| k == key)
+        match &self.at {
+            Some(at) => at.get(&key).copied(),
+            None => self.planned().iter().position(|&(k, _)| k == key),
+        }
     }
 
     #[inline]
@@ -75,13 +106,19 @@ impl<'m> Tx<'m> {
                 // Bounded by construction (see `alloc`: the largest plan, a store that splits
                 // and frees an entry that merges every order, is well under LOG_CAP).
                 assert!(
-                    self.w.len() < LOG_CAP,
+                    self.w.len() < self.cap,
                     "gomutex::shm::ShmDict: transaction too large"
                 );
                 if self.w.is_empty() {
                     self.w.reserve(32);
                 }
                 self.w.push((key, v));
+                if let Some(at) = &mut self.at {
+                    at.insert(key, self.w.len() - 1);
+                } else if self.w.len() > INDEXED {
+                    let at = self.w.iter().enumerate().map(|(i, &(k, _))| (k, i));
+                    self.at = Some(at.collect());
+                }
             }
         }
     }
@@ -105,6 +142,10 @@ impl<'m> Tx<'m> {
         if self.w.is_empty() {
             return;
         }
+        assert!(
+            self.fits_record(),
+            "gomutex::shm::ShmDict: transaction too large"
+        );
         let m = self.m;
         for (i, &(k, v)) in self.planned().iter().enumerate() {
             m.st64(LOG_ENTRIES + 16 * i, k);

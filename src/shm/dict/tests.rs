@@ -1,5 +1,6 @@
+use self::layout::PAGE;
 use super::*;
-use crate::shm::{Mapping, MappingLayout, ShmMutex};
+use crate::shm::{Config, Mapping, MappingLayout, ShmMutex};
 use std::collections::HashMap;
 
 fn dict(cap: usize) -> ShmDict {
@@ -491,4 +492,89 @@ fn a_hit_gives_its_entry_a_second_chance_at_eviction() {
     assert!(d.get_stale("k3").is_none(), "the tail after the pass");
     assert!(d.get_stale("new").is_some());
     ok(&d);
+}
+
+/// Fill `d` with live entries of the 64-byte class (64 to a page, pages filled one after
+/// another, so entries `64 j .. 64 j + 64` share a page): their count.
+fn fill_small(d: &ShmDict) -> usize {
+    let mut n = 0;
+    while d.safe_add(format!("k{n:05}"), 7i64, None, 0).is_ok() {
+        n += 1;
+    }
+    assert_eq!(d.free_space(), 0);
+    n
+}
+
+/// Removing expired entries does not use up the budget of live evictions (nginx's rule: drop
+/// the expired, then evict the least recently used until the entry fits). Here every page
+/// keeps one live entry among 63 expired ones, more expired entries than the old shared budget
+/// of 1089 steps: freeing them frees no page, and one live eviction (the LRU tail, alone in its
+/// page once its neighbours are gone) does (found by a review: `NoMemory` instead).
+#[test]
+fn expired_entries_do_not_use_up_the_eviction_budget() {
+    let d = dict(192 << 10);
+    let n = fill_small(&d);
+    assert!(n / 64 * 63 > 1100, "{n}");
+    for i in (0..n).filter(|i| i % 64 != 0) {
+        d.expire(format!("k{i:05}"), Some(Duration::from_millis(1)))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    // A value of another size class: it needs a free page.
+    assert_eq!(d.set("big", &[1u8; 200][..], None, 0), Ok(1));
+    assert!(d.get("k00000").is_none(), "the LRU tail was evicted");
+    for i in (64..n).step_by(64) {
+        assert!(
+            d.get(format!("k{i:05}")).is_some(),
+            "{i}: live, not evicted"
+        );
+    }
+    assert_eq!(d.stats().evicted, 1);
+    ok(&d);
+}
+
+/// A store that cannot succeed evicts nothing: the entries of four aligned pages must go for a
+/// value of 12000 bytes, more than the 64 live evictions one store may make, so it fails, and
+/// every entry is still there (found by a review: 64 entries were lost).
+#[test]
+fn a_store_that_fails_evicts_nothing() {
+    let d = dict(128 << 10);
+    let n = fill_small(&d);
+    let before = ok(&d);
+    let big = vec![1u8; 12_000];
+    assert_eq!(d.set("big", &big, None, 0), Err(DictError::NoMemory));
+    assert_eq!(d.add("big", &big, None, 0), Err(DictError::NoMemory));
+    assert_eq!(d.safe_set("big", &big, None, 0), Err(DictError::NoMemory));
+    assert_eq!(d.stats().evicted, 0);
+    assert_eq!(ok(&d), before);
+    for i in 0..n {
+        assert!(d.get(format!("k{i:05}")).is_some(), "{i}");
+    }
+    // Expired entries are not freed by a failing store either.
+    for i in 0..n {
+        d.expire(format!("k{i:05}"), Some(Duration::from_millis(1)))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    // Still too large with everything expired? No: all of it may go now, and it fits.
+    assert_eq!(d.set("big", &big, None, 0), Ok(0));
+    ok(&d);
+}
+
+/// An update that does not fit beside the key's old entry fails and leaves the old entry (and
+/// everything else) as it was.
+#[test]
+fn an_update_that_cannot_fit_beside_the_old_entry_changes_nothing() {
+    let d = dict(64 << 10);
+    let max = d.max_value_len_for(1);
+    d.set("k", &vec![3u8; max][..], None, 0).unwrap();
+    d.set("a", "1", None, 0).unwrap();
+    let before = ok(&d);
+    assert_eq!(
+        d.set("k", &vec![4u8; max][..], None, 0),
+        Err(DictError::NoMemory)
+    );
+    assert_eq!(ok(&d), before);
+    assert_eq!(bytes(&d, "k"), Some(vec![3u8; max]));
+    assert_eq!(bytes(&d, "a").as_deref(), Some(&b"1"[..]));
 }

@@ -1,8 +1,8 @@
 //! The values, results and errors of the dictionary's operations.
 
-use super::MAX_KEY;
 #[cfg(doc)]
 use super::ShmDict;
+use super::MAX_KEY;
 use core::fmt;
 
 /// A value to store, or one borrowed from the zone: bytes, or an integer (what
