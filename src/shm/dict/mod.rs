@@ -198,8 +198,10 @@ impl ShmDict {
 
     /// A new dictionary of `capacity` bytes of zones at `offset` of `map` (a multiple of
     /// 4096; it takes [`required_size`](Self::required_size) bytes from there). Whatever was
-    /// there is overwritten; nothing is written if an argument is wrong. The handle keeps the
-    /// mapping alive.
+    /// there is overwritten. Nothing is written if an argument is wrong, if part of the range is
+    /// used by a handle of this process ([`ShmError::InvalidConfig`]), or if a shard's place
+    /// holds a lock a live process uses ([`ShmError::RegionInUse`]): every shard's place is
+    /// checked before the first is written. The handle keeps the mapping alive.
     ///
     /// ```
     /// use gomutex::shm::{DictConfig, Mapping, ShmDict};
@@ -233,6 +235,11 @@ impl ShmDict {
         }
         let g = cfg.zone(capacity)?;
         let stride = need / cfg.shards as usize;
+        // Every shard's place is checked before any is written: a refusal writes nothing.
+        shard::check_free(map, offset, need)?;
+        for i in 0..cfg.shards as usize {
+            Shard::check_place(map, offset + i * stride)?;
+        }
         // The last shard first: shard 0's magic, written last, says the whole is there.
         let mut shards = (0..cfg.shards)
             .rev()

@@ -5,6 +5,8 @@
 use super::layout::{self, Geometry, Mem, PAGE};
 use super::ops::Zone;
 use super::{alloc, redo, ttl};
+use crate::shm::attach::check_not_in_use;
+use crate::shm::mapping::{overlaps, IN_USE};
 use crate::shm::{Config, Mapping, ShmError, ShmMutex, ShmMutexGuard};
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,6 +37,16 @@ impl Shard {
         let seed = random_seed();
         init_zone(&mem, &g, seed, index, shards);
         Ok(Self { lock, mem, g, seed })
+    }
+
+    /// Refuse a place `init_in` would refuse for reasons beyond the mapping's claims (checked
+    /// for the whole dictionary by [`check_free`]): a lock in use at `off` (checked by the
+    /// caller: page-aligned, a shard's length inside the mapping). Writes nothing.
+    pub(crate) fn check_place(map: &Mapping, off: usize) -> Result<(), ShmError> {
+        // SAFETY: `off` is in the mapping with a shard's length after it (the caller's
+        // checks), page-aligned: a header's worth of mapped, aligned bytes, only loaded.
+        let base = unsafe { map.as_ptr().add(off) };
+        check_not_in_use(base, map.len() - off)
     }
 
     /// Attach to the shard at `off`, validating the lock's header and the zone's; its
@@ -125,6 +137,16 @@ impl Shard {
         };
         f(&zone, ttl::now_ms())
     }
+}
+
+/// Refuse `off..off + len` of `map` if a handle of this process uses part of it (a lock, a
+/// shared value, another dictionary), as [`ShmMutex::init_in`] and
+/// [`Mapping::shared_slice`] would, but before anything is written.
+pub(crate) fn check_free(map: &Mapping, off: usize, len: usize) -> Result<(), ShmError> {
+    if overlaps(&map.claims(), off, off + len, None) {
+        return Err(IN_USE);
+    }
+    Ok(())
 }
 
 /// The zone's bytes, claimed in `map` (so no lock of this process is placed over them).

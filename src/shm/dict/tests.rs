@@ -578,3 +578,36 @@ fn an_update_that_cannot_fit_beside_the_old_entry_changes_nothing() {
     assert_eq!(bytes(&d, "k"), Some(vec![3u8; max]));
     assert_eq!(bytes(&d, "a").as_deref(), Some(&b"1"[..]));
 }
+
+/// `init_in` checks every shard's place before it writes any: a range of the mapping in use
+/// in shard 0's zone (here a shared counter) is refused with nothing written, not after the
+/// other shards were made (found by a review: shards 1 to 3 were written).
+#[test]
+fn init_in_with_shards_validates_everything_first() {
+    use std::sync::atomic::AtomicU64;
+    let cfg = DictConfig::new().shards(4);
+    let cap = 1 << 20;
+    let need = ShmDict::required_size(cap, cfg).unwrap();
+    let map = Mapping::anonymous(need).unwrap();
+    let stride = need / 4;
+    // In use by a shared value, in shard 0's zone; then, in another case, shard 3's lock.
+    for at in [stride - 4096, 3 * stride] {
+        let map = Mapping::anonymous(need).unwrap();
+        map.shared::<AtomicU64>(at).unwrap();
+        assert!(matches!(
+            ShmDict::init_in(&map, 0, cap, cfg),
+            Err(ShmError::InvalidConfig(_))
+        ));
+        // SAFETY: reading our own fresh mapping.
+        let all_zero = unsafe { core::slice::from_raw_parts(map.as_ptr(), need) }
+            .iter()
+            .all(|&b| b == 0);
+        assert!(all_zero, "{at:#x}: a refused init wrote nothing");
+    }
+    // Over a dictionary in use in this process: refused too, and it keeps working.
+    let a = ShmDict::init_in(&map, 0, cap, cfg).unwrap();
+    a.set("k", "v", None, 0).unwrap();
+    assert!(ShmDict::init_in(&map, 0, cap, cfg).is_err());
+    assert_eq!(bytes(&a, "k").as_deref(), Some(&b"v"[..]));
+    ok(&a);
+}
