@@ -39,8 +39,10 @@ pub const MAX_KEY: usize = 0xffff;
 ///
 /// One region of fixed size holds everything, as an nginx zone does: a header, a redo record,
 /// a buddy allocator of 4 KiB pages with slab pages of 21 size classes for small entries, an
-/// index (open hashing with chains of offsets, never pointers) and an LRU list. One
-/// [`ShmMutex`] guards it.
+/// index (open hashing with chains of offsets, never pointers) and an LRU list; one
+/// [`ShmMutex`] guards it. A dictionary is one such zone (nginx's layout) or several
+/// ([`DictConfig::shards`]): each with its own lock, a key in the one its hash picks, so
+/// processes working on different shards do not wait for each other.
 ///
 /// ```text
 /// mapping:  [ ShmMutex<u64> region | pad to 4096 | dictionary zone (capacity bytes)           ]
@@ -136,12 +138,20 @@ pub const MAX_KEY: usize = 0xffff;
 ///   zone; 3 % of the zone for page descriptors and buckets.
 /// * An update of an existing key needs room for the new entry beside the old one (it is never
 ///   written over it); the old entry is not evicted to make that room.
-/// * Eviction: a write that does not fit frees expired entries within 1024 of the LRU tail,
-///   then evicts at most 64 live ones from the tail, then fails with
-///   [`DictError::NoMemory`]; `safe_*` only free expired ones.
-/// * One lock per dictionary (nginx's and lua_shared_dict's choice): every operation,
-///   `get` included, takes it. A hit marks its entry used rather than moving it: eviction
-///   gives a used entry at the LRU tail a second chance (the CLOCK approximation of LRU).
+/// * Eviction (per shard): every write frees up to 2 expired entries at the LRU tail; one that
+///   does not fit then frees the expired entries within 1024 of the tail, then evicts live
+///   ones from the tail, at most 64; `safe_*` free only expired ones. A hit marks its entry
+///   used rather than moving it: eviction gives a used entry at the tail a second chance (to
+///   the head, unmarked: the CLOCK approximation of LRU). The room is planned before anything
+///   is changed: a write that cannot fit within these bounds fails with
+///   [`DictError::NoMemory`] and frees (and moves) nothing.
+/// * TTLs: `None` or zero never expires (lua_shared_dict's `exptime` 0); the resolution is
+///   1 ms, a TTL under it is 1 ms.
+/// * Every operation, `get` included, takes the lock of its key's shard. Operations on the
+///   whole dictionary ([`keys`](Self::keys), [`flush_all`](Self::flush_all),
+///   [`flush_expired`](Self::flush_expired), [`check`](Self::check), [`stats`](Self::stats))
+///   take the shards' locks one after another, so with several shards they are not atomic:
+///   writes to a shard already passed are not seen, or not flushed.
 /// * A peer that corrupts the zone (writes it outside this code) makes operations panic
 ///   ("region corrupt") rather than read outside it.
 pub struct ShmDict {
@@ -449,10 +459,11 @@ impl ShmDict {
         })
     }
 
-    /// Store `value` under `key`, with a time to live (`None`: never expires; millisecond
-    /// resolution) and user `flags`. If it does not fit, frees expired entries and then evicts
-    /// the least recently used ones; returns how many live entries it evicted
-    /// (lua_shared_dict's `forcible` is `> 0`).
+    /// Store `value` under `key`, with a time to live (`None` or zero: never expires, as
+    /// lua_shared_dict's `exptime` 0; millisecond resolution) and user `flags`. If it does not
+    /// fit, frees expired entries and then evicts the least recently used ones; returns how
+    /// many live entries it evicted (lua_shared_dict's `forcible` is `> 0`). If it cannot fit
+    /// (see the limits on [`ShmDict`]), [`DictError::NoMemory`], nothing freed.
     ///
     /// ```
     /// use gomutex::shm::ShmDict;
@@ -569,7 +580,7 @@ impl ShmDict {
         self.shard(key).with(|z, now| z.ttl(key, now))
     }
 
-    /// Set the time to live of `key`'s live entry (`None`: never expires), or
+    /// Set the time to live of `key`'s live entry (`None` or zero: never expires), or
     /// [`DictError::NotFound`].
     ///
     /// ```
@@ -588,8 +599,9 @@ impl ShmDict {
             .with(|z, now| z.expire(key, ttl::expiry(ttl, now), now))
     }
 
-    /// Expire every entry now (one store; their memory is freed as writes, eviction or
-    /// [`flush_expired`](Self::flush_expired) reach them).
+    /// Expire every entry now (one store per shard; their memory is freed as writes, eviction
+    /// or [`flush_expired`](Self::flush_expired) reach them). Atomic in each shard, not across
+    /// shards: with several, a write to a shard already flushed survives the call.
     ///
     /// ```
     /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
@@ -620,8 +632,9 @@ impl ShmDict {
         freed
     }
 
-    /// Up to `max` live keys (0: all), in LRU order (most recently written or spared first).
-    /// Holds the lock for the walk.
+    /// Up to `max` live keys (0: all): shard after shard, each in its LRU order (most recently
+    /// written or spared first; with several shards, no order across them). Holds each
+    /// shard's lock for its walk.
     pub fn keys(&self, max: usize) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         for s in self.shards.iter() {

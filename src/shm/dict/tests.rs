@@ -611,3 +611,23 @@ fn init_in_with_shards_validates_everything_first() {
     assert_eq!(bytes(&a, "k").as_deref(), Some(&b"v"[..]));
     ok(&a);
 }
+
+/// A zero TTL never expires, as lua_shared_dict's `exptime` 0 (it was 1 ms); a TTL under a
+/// millisecond is one.
+#[test]
+fn a_zero_ttl_never_expires() {
+    let d = dict(1 << 16);
+    d.set("z", "v", Some(Duration::ZERO), 0).unwrap();
+    d.incr("n", 1, Some(0), Some(Duration::ZERO)).unwrap();
+    d.set("e", "v", None, 0).unwrap();
+    d.expire("e", Some(Duration::ZERO)).unwrap();
+    d.set("tiny", "v", Some(Duration::from_micros(10)), 0)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    for k in ["z", "n", "e"] {
+        assert_eq!(d.ttl(k), Ok(None), "{k}");
+        assert!(d.get(k).is_some(), "{k}");
+    }
+    assert!(d.get("tiny").is_none());
+    ok(&d);
+}

@@ -11,10 +11,12 @@ pub(crate) fn now_ms() -> u64 {
     (crate::shm::sys::mono_ns() / 1_000_000).max(1)
 }
 
-/// The expiry word for a TTL given now: `None` never expires; a TTL under 1 ms is 1 ms.
+/// The expiry word for a TTL given now: `None` or zero never expires (lua_shared_dict's
+/// `exptime` 0); another TTL under 1 ms is 1 ms (so a TTL meant to expire does).
 pub(crate) fn expiry(ttl: Option<Duration>, now: u64) -> u64 {
     match ttl {
         None => 0,
+        Some(d) if d.is_zero() => 0,
         Some(d) => {
             let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
             now.saturating_add(ms)

@@ -151,7 +151,7 @@ impl fmt::Display for DictError {
 
 impl std::error::Error for DictError {}
 
-/// Counters of a dictionary (a snapshot, taken under its lock).
+/// Counters of a dictionary (taken under each shard's lock in turn).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DictStats {
