@@ -160,7 +160,7 @@ trait Store {
 impl Store for &ShmDict {
     fn get(&mut self, k: &[u8]) -> bool {
         // The value is read in place (as a server would copy it out to a client).
-        self.get_with(k, |_, flags| flags).is_some()
+        self.get_with(k, |_, flags| flags).unwrap().is_some()
     }
     fn set(&mut self, k: &[u8], v: &[u8]) {
         assert_eq!(ShmDict::set(self, k, v, None, 0), Ok(0));

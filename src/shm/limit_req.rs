@@ -200,6 +200,7 @@ mod tests {
     fn bucket(l: &RateLimiter, key: &str) -> Bucket {
         l.dict
             .get_with(key, |v, _| Bucket::decode(v))
+            .unwrap()
             .flatten()
             .expect("no bucket")
     }

@@ -10,13 +10,15 @@ use std::time::Duration;
 
 /// A key's bucket as stored: (last ms, excess in thousandths).
 fn bucket(l: &RateLimiter, key: &str) -> Option<(u64, i64)> {
-    l.dict().get_with(key, |v, _| match v {
-        gomutex::shm::Value::Bytes(b) if b.len() == 16 => Some((
-            u64::from_le_bytes(b[..8].try_into().unwrap()),
-            i64::from_le_bytes(b[8..].try_into().unwrap()),
-        )),
-        _ => None,
-    })?
+    l.dict()
+        .get_with(key, |v, _| match v {
+            gomutex::shm::Value::Bytes(b) if b.len() == 16 => Some((
+                u64::from_le_bytes(b[..8].try_into().unwrap()),
+                i64::from_le_bytes(b[8..].try_into().unwrap()),
+            )),
+            _ => None,
+        })
+        .unwrap()?
 }
 
 /// Two workers send 3 requests of one key at every tick of a shared clock, the clock moving a

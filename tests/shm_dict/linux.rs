@@ -20,14 +20,14 @@ const POINTS: [(u32, &str); 6] = [
 ];
 
 fn bytes(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
-    d.get_stale(k).map(|i| match i.value {
+    d.get_stale(k).unwrap().map(|i| match i.value {
         OwnedValue::Bytes(b) => b,
         OwnedValue::Int(n) => format!("int:{n}").into_bytes(),
     })
 }
 
 fn live(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
-    d.get(k).map(|i| match i.value {
+    d.get(k).unwrap().map(|i| match i.value {
         OwnedValue::Bytes(b) => b,
         OwnedValue::Int(n) => format!("int:{n}").into_bytes(),
     })
@@ -88,7 +88,9 @@ fn cases() -> Vec<Case> {
             },
             reaches: ALL,
             before: |d| bytes(d, "k").is_none(),
-            after: |d| live(d, "k").as_deref() == Some(b"new") && d.get("k").unwrap().flags == 1,
+            after: |d| {
+                live(d, "k").as_deref() == Some(b"new") && d.get("k").unwrap().unwrap().flags == 1
+            },
         },
         Case {
             name: "set (replace, another size class)",
@@ -132,7 +134,7 @@ fn cases() -> Vec<Case> {
                 d.set("other", "o", None, 0).unwrap();
             },
             op: |d| {
-                assert!(d.delete("k"));
+                assert!(d.delete("k").unwrap());
             },
             reaches: NO_ENTRY,
             before: |d| live(d, "k").as_deref() == Some(b"old"),
@@ -148,9 +150,10 @@ fn cases() -> Vec<Case> {
                 d.incr("k", 1, None, None).unwrap();
             },
             reaches: NO_ENTRY,
-            before: |d| d.get("k").unwrap().value == OwnedValue::Int(5),
+            before: |d| d.get("k").unwrap().unwrap().value == OwnedValue::Int(5),
             after: |d| {
-                d.get("k").unwrap().value == OwnedValue::Int(6) && d.keys(1) == [b"k".to_vec()]
+                d.get("k").unwrap().unwrap().value == OwnedValue::Int(6)
+                    && d.keys(1).unwrap() == [b"k".to_vec()]
             },
         },
         Case {
@@ -163,7 +166,8 @@ fn cases() -> Vec<Case> {
             reaches: ALL,
             before: |d| bytes(d, "k").is_none(),
             after: |d| {
-                d.get("k").unwrap().value == OwnedValue::Int(11) && d.ttl("k").unwrap().is_some()
+                d.get("k").unwrap().unwrap().value == OwnedValue::Int(11)
+                    && d.ttl("k").unwrap().is_some()
             },
         },
         Case {
@@ -186,18 +190,18 @@ fn cases() -> Vec<Case> {
                 d.set("other", "o", None, 0).unwrap();
             },
             op: |d| {
-                assert!(d.get("k").is_some());
+                assert!(d.get("k").unwrap().is_some());
             },
             reaches: &[],
-            before: |d| d.keys(0) == [b"other".to_vec(), b"k".to_vec()],
-            after: |d| d.keys(0) == [b"other".to_vec(), b"k".to_vec()],
+            before: |d| d.keys(0).unwrap() == [b"other".to_vec(), b"k".to_vec()],
+            after: |d| d.keys(0).unwrap() == [b"other".to_vec(), b"k".to_vec()],
         },
         Case {
             name: "flush_all",
             setup: |d| {
                 d.set("k", "v", None, 0).unwrap();
             },
-            op: |d| d.flush_all(),
+            op: |d| d.flush_all().unwrap(),
             reaches: ONE_WORD,
             before: |d| live(d, "k").is_some(),
             after: |d| live(d, "k").is_none() && bytes(d, "k").is_some(),
@@ -214,7 +218,7 @@ fn cases() -> Vec<Case> {
                 std::thread::sleep(Duration::from_millis(3));
             },
             op: |d| {
-                assert_eq!(d.flush_expired(0), 3);
+                assert_eq!(d.flush_expired(0).unwrap(), 3);
             },
             reaches: MULTI,
             // The first transaction frees the expired entry nearest the tail, "a"; the others
@@ -253,7 +257,7 @@ fn cases() -> Vec<Case> {
                 {
                     n += 1;
                 }
-                assert!(d.get("f00000").is_some());
+                assert!(d.get("f00000").unwrap().is_some());
             },
             op: |d| {
                 assert!(d.set("f-new0", &[2u8; 200][..], None, 0).unwrap() >= 1);
@@ -261,9 +265,10 @@ fn cases() -> Vec<Case> {
             reaches: MULTI_STORE,
             // The first transaction gives the used tail, "f00000", its second chance: it moves
             // to the head (then "f00001" is evicted, then the entry stored).
-            before: |d| d.keys(0).last() == Some(&b"f00000".to_vec()),
+            before: |d| d.keys(0).unwrap().last() == Some(&b"f00000".to_vec()),
             after: |d| {
-                d.keys(0).first() == Some(&b"f00000".to_vec()) && bytes(d, "f-new0").is_none()
+                d.keys(0).unwrap().first() == Some(&b"f00000".to_vec())
+                    && bytes(d, "f-new0").is_none()
             },
         },
     ]
@@ -323,7 +328,7 @@ fn crash_points_every_operation() {
                 assert!(
                     (case.before)(&d),
                     "{ctx}: not the state before the operation: {:?}",
-                    d.keys(0)
+                    d.keys(0).unwrap()
                 );
             }
             let was_replayed = matches!(
@@ -373,7 +378,7 @@ fn value(slot: usize, k: usize, v: u64) -> Vec<u8> {
 /// What the dictionary holds for key `k` of `slot`, in the model's terms (a version, or a
 /// counter + 1; 0 = absent); `Err` for a value that is no version of this key (torn).
 fn observe(d: &ShmDict, slot: usize, k: usize) -> Result<u64, String> {
-    match d.get(key(slot, k)) {
+    match d.get(key(slot, k)).unwrap() {
         None => Ok(0),
         Some(item) => match (k >= COUNTERS, item.value) {
             (true, OwnedValue::Int(n)) if n >= 0 => Ok(n as u64 + 1),
@@ -430,7 +435,7 @@ fn worker(d: &ShmDict, book: &AnonShared, slot: usize, seed: u64, crash: u32) ->
         inflight_new.store(new, SeqCst);
         inflight_key.store(k as u64 + 1, SeqCst);
         let r = if new == 0 {
-            d.delete(&name);
+            d.delete(&name).unwrap();
             Ok(0)
         } else if k >= COUNTERS {
             d.incr(&name, 1, Some(0), None).map(|i| {
@@ -604,6 +609,7 @@ fn counters_of_forked_workers() {
     let total: i64 = (0..50)
         .map(|c| {
             d.get(format!("client:{c}"))
+                .unwrap()
                 .unwrap()
                 .value
                 .as_int()

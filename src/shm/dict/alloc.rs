@@ -132,14 +132,14 @@ fn pages_alloc(tx: &mut Tx<'_>, order: u32) -> Option<u32> {
     }
     tx.w32(Geometry::desc(p) + D_KIND, KIND_NONE);
     let free = tx.r64(H_FREE_PAGES);
-    tx.w64(H_FREE_PAGES, free - (1 << order));
+    tx.w64(H_FREE_PAGES, free.wrapping_sub(1 << order));
     Some(p)
 }
 
 /// Return the block of 2^`order` pages at `p`, merging it with free buddies.
 fn pages_free(tx: &mut Tx<'_>, npages: u32, mut p: u32, order: u32) {
     let free = tx.r64(H_FREE_PAGES);
-    tx.w64(H_FREE_PAGES, free + (1 << order));
+    tx.w64(H_FREE_PAGES, free.wrapping_add(1 << order));
     let mut k = order;
     while (k as usize) + 1 < ORDERS {
         let b = p ^ (1 << k);
@@ -204,16 +204,22 @@ pub(crate) fn alloc(tx: &mut Tx<'_>, g: &Geometry, size: Size) -> Option<usize> 
         }
     };
     let used = tx.r64(H_USED);
-    tx.w64(H_USED, used + size.bytes() as u64);
+    tx.w64(H_USED, used.wrapping_add(size.bytes() as u64));
     Some(off)
 }
 
 /// The memory the chunk at `off` occupies (from its page's descriptor).
 pub(crate) fn size_at(tx: &Tx<'_>, g: &Geometry, off: usize) -> Size {
     let d = Geometry::desc(g.page_of(off));
+    let arg = tx.r32(d + D_ARG);
     match tx.r32(d + D_KIND) {
-        KIND_SLAB => Size::Class(tx.r32(d + D_ARG)),
-        _ => Size::Order(tx.r32(d + D_ARG)),
+        KIND_SLAB if (arg as usize) < CLASSES.len() => Size::Class(arg),
+        KIND_LARGE if (arg as usize) < ORDERS => Size::Order(arg),
+        _ => {
+            // No chunk is there: a corrupt reference or descriptor.
+            corrupt(off);
+            Size::Class(0)
+        }
     }
 }
 
@@ -223,7 +229,7 @@ pub(crate) fn free(tx: &mut Tx<'_>, g: &Geometry, off: usize) {
     let d = Geometry::desc(p);
     let size = size_at(tx, g, off);
     let used = tx.r64(H_USED);
-    tx.w64(H_USED, used - size.bytes() as u64);
+    tx.w64(H_USED, used.wrapping_sub(size.bytes() as u64));
     match size {
         Size::Order(k) => pages_free(tx, g.npages, p, k),
         Size::Class(c) => {

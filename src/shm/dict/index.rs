@@ -67,7 +67,7 @@ pub(crate) fn find(tx: &Tx<'_>, g: &Geometry, key: &[u8], hash: u32) -> Option<(
     let mut r = tx.r32(link);
     // A chain is never longer than the number of entries: bound the walk (a corrupt cycle
     // would otherwise spin for ever under the lock).
-    let mut left = tx.r64(H_COUNT) + 1;
+    let mut left = tx.r64(H_COUNT).min(g.max_entries()) + 1;
     while r != 0 && left > 0 {
         let e = off(r);
         if tx.r32(e + E_HASH) == hash && key_of(tx, e) == key {
@@ -104,7 +104,7 @@ pub(crate) fn unlink(tx: &mut Tx<'_>, link: usize, e: usize) {
 /// The word that links to entry `e` (for an entry found by another route, e.g. the LRU list).
 pub(crate) fn link_of(tx: &Tx<'_>, g: &Geometry, e: usize) -> Option<usize> {
     let mut link = bucket(g, tx.r32(e + E_HASH));
-    let mut left = tx.r64(H_COUNT) + 1;
+    let mut left = tx.r64(H_COUNT).min(g.max_entries()) + 1;
     loop {
         let r = tx.r32(link);
         if r == 0 || left == 0 {

@@ -16,6 +16,7 @@
 //! little-endian integer at a fixed offset, read and written as an atomic of its width, so a
 //! 32-bit and a 64-bit process agree.
 
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// "GoMuDict", little-endian: the first 8 bytes of an initialised dictionary region.
@@ -178,6 +179,12 @@ impl Geometry {
         None
     }
 
+    /// The most entries the zone can hold (64 to a page): a bound on every walk, so that a
+    /// cycle a peer wrote ends.
+    pub(crate) fn max_entries(&self) -> u64 {
+        u64::from(self.npages) * 64
+    }
+
     /// Offset of page `p`'s descriptor.
     #[inline]
     pub(crate) fn desc(p: u32) -> usize {
@@ -190,10 +197,17 @@ impl Geometry {
         self.pages_off + PAGE * p as usize
     }
 
-    /// The page holding byte offset `off` (which is at or past `pages_off`).
+    /// The page holding byte offset `off` (at or past `pages_off`, unless the zone is corrupt:
+    /// then page 0, and the operation fails).
     #[inline]
     pub(crate) fn page_of(&self, off: usize) -> u32 {
-        ((off - self.pages_off) / PAGE) as u32
+        match off.checked_sub(self.pages_off) {
+            Some(d) if d / PAGE < self.npages as usize => (d / PAGE) as u32,
+            _ => {
+                corrupt(off);
+                0
+            }
+        }
     }
 }
 
@@ -226,73 +240,127 @@ impl Mem {
         Self { base, len }
     }
 
+    /// Whether `n` bytes at `off` lie in the region, aligned to `align`; if not, the zone is
+    /// corrupt (recorded for the operation, which fails).
     #[inline]
-    fn check(&self, off: usize, n: usize, align: usize) {
+    fn check(&self, off: usize, n: usize, align: usize) -> bool {
         if !off.is_multiple_of(align) || off.checked_add(n).is_none_or(|end| end > self.len) {
             corrupt(off);
+            return false;
         }
+        true
     }
 
+    /// The word at `off`; outside the region a stand-in (the operation fails).
     #[inline]
     pub(crate) fn a32(&self, off: usize) -> &AtomicU32 {
-        self.check(off, 4, 4);
+        if !self.check(off, 4, 4) {
+            return &OUTSIDE32;
+        }
         // SAFETY: in bounds and aligned (checked; the base is 8-aligned); an AtomicU32 is
         // valid for every bit pattern.
         unsafe { &*self.base.add(off).cast::<AtomicU32>() }
     }
 
+    /// As [`a32`](Self::a32).
     #[inline]
     pub(crate) fn a64(&self, off: usize) -> &AtomicU64 {
-        self.check(off, 8, 8);
+        if !self.check(off, 8, 8) {
+            return &OUTSIDE64;
+        }
         // SAFETY: as in `a32`.
         unsafe { &*self.base.add(off).cast::<AtomicU64>() }
     }
 
+    /// The u32 at `off` (0 outside the region: a null reference, so walks stop).
     #[inline]
     pub(crate) fn ld32(&self, off: usize) -> u32 {
         self.a32(off).load(Ordering::Relaxed)
     }
 
+    /// The u64 at `off` (0 outside the region).
     #[inline]
     pub(crate) fn ld64(&self, off: usize) -> u64 {
         self.a64(off).load(Ordering::Relaxed)
     }
 
+    /// Store at `off` (nothing outside the region).
     #[inline]
     pub(crate) fn st32(&self, off: usize, v: u32) {
-        self.a32(off).store(v, Ordering::Relaxed)
+        if self.check(off, 4, 4) {
+            self.a32(off).store(v, Ordering::Relaxed)
+        }
     }
 
+    /// Store at `off` (nothing outside the region).
     #[inline]
     pub(crate) fn st64(&self, off: usize, v: u64) {
-        self.a64(off).store(v, Ordering::Relaxed)
+        if self.check(off, 8, 8) {
+            self.a64(off).store(v, Ordering::Relaxed)
+        }
     }
 
-    /// `n` bytes at `off`. Only under the lock (nobody writes them meanwhile).
+    /// `n` bytes at `off` (none outside the region). Only under the lock (nobody writes them
+    /// meanwhile).
     #[inline]
     pub(crate) fn bytes(&self, off: usize, n: usize) -> &[u8] {
-        self.check(off, n, 1);
+        if !self.check(off, n, 1) {
+            return &[];
+        }
         // SAFETY: in bounds (checked); the lock is held, so no process writes these bytes
         // while the borrow lives (the callers' rule).
         unsafe { core::slice::from_raw_parts(self.base.add(off), n) }
     }
 
-    /// Copy `src` to `off`. Only under the lock, into a chunk no published structure names.
+    /// Copy `src` to `off` (nothing outside the region). Only under the lock, into a chunk no
+    /// published structure names.
     #[inline]
     pub(crate) fn write(&self, off: usize, src: &[u8]) {
-        self.check(off, src.len(), 1);
+        if !self.check(off, src.len(), 1) {
+            return;
+        }
         // SAFETY: in bounds (checked); the lock is held and the bytes belong to a free chunk
         // (the callers' rule), so nobody reads or writes them meanwhile.
         unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
     }
 }
 
-/// A reference or offset read from the region points outside it: the region was corrupted
-/// (by a peer writing it, since the dictionary's own updates are crash-consistent).
+/// What an access outside the region reads instead: 0 (nothing stores to them: `st32` and
+/// `st64` skip such offsets, and the only atomic stores are to fixed header fields).
+static OUTSIDE32: AtomicU32 = AtomicU32::new(0);
+static OUTSIDE64: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The first offset outside the region (or another impossible value) that the operation
+    /// in progress on this thread met; `None` if none.
+    static CORRUPT: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// A reference, offset or field read from the region is impossible: the region was corrupted
+/// (by a peer writing it, since the dictionary's own updates are crash-consistent). The
+/// operation goes on without reading or writing outside the region, commits nothing
+/// ([`Tx::commit`](super::redo::Tx::commit) checks), and fails with
+/// [`DictError::Corrupt`](super::DictError::Corrupt).
 #[cold]
 #[inline(never)]
-fn corrupt(off: usize) -> ! {
-    panic!("gomutex::shm::ShmDict: region corrupt (offset {off:#x} out of bounds)")
+pub(crate) fn corrupt(off: usize) {
+    CORRUPT.with(|c| {
+        if c.get().is_none() {
+            c.set(Some(off));
+        }
+    });
+}
+
+/// Whether the operation in progress met a corrupt zone.
+#[inline]
+pub(crate) fn corrupt_seen() -> bool {
+    CORRUPT.with(|c| c.get().is_some())
+}
+
+/// The offset the operation in progress found corrupt, clearing it (at an operation's start
+/// and end).
+pub(crate) fn take_corrupt() -> Option<usize> {
+    CORRUPT.with(|c| c.take())
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ pub const MAX_KEY: usize = 0xffff;
 ///     unsafe { libc::waitpid(pid, &mut status, 0) };
 /// }
 /// let total: i64 = (0..3)
-///     .map(|c| hits.get(format!("client:{c}")).unwrap().value.as_int().unwrap())
+///     .map(|c| hits.get(format!("client:{c}")).unwrap().unwrap().value.as_int().unwrap())
 ///     .sum();
 /// assert_eq!(total, 400);
 /// # Ok::<(), gomutex::shm::ShmError>(())
@@ -113,18 +113,18 @@ pub const MAX_KEY: usize = 0xffff;
 /// use std::time::Duration;
 ///
 /// let cache = ShmDict::anonymous(1 << 20)?;
-/// cache.set("/index.html", b"<html>...</html>", Some(Duration::from_millis(50)), 0).unwrap();
+/// cache.set("/index.html", b"<html>...</html>", Some(Duration::from_millis(50)), 0)?;
 /// let len = cache.get_with("/index.html", |v, _flags| match v {
 ///     Value::Bytes(b) => b.len(), // borrowed from the shared region, under the lock
 ///     Value::Int(_) => 0,
-/// });
+/// })?;
 /// assert_eq!(len, Some(16));
 /// std::thread::sleep(Duration::from_millis(60));
-/// assert!(cache.get("/index.html").is_none()); // expired
-/// let stale = cache.get_stale("/index.html").unwrap(); // still there until evicted
+/// assert!(cache.get("/index.html")?.is_none()); // expired
+/// let stale = cache.get_stale("/index.html")?.unwrap(); // still there until evicted
 /// assert!(stale.stale);
-/// assert_eq!(cache.flush_expired(0), 1); // and now its memory is free
-/// # Ok::<(), gomutex::shm::ShmError>(())
+/// assert_eq!(cache.flush_expired(0)?, 1); // and now its memory is free
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
 /// # Limits
@@ -152,8 +152,9 @@ pub const MAX_KEY: usize = 0xffff;
 ///   [`flush_expired`](Self::flush_expired), [`check`](Self::check), [`stats`](Self::stats))
 ///   take the shards' locks one after another, so with several shards they are not atomic:
 ///   writes to a shard already passed are not seen, or not flushed.
-/// * A peer that corrupts the zone (writes it outside this code) makes operations panic
-///   ("region corrupt") rather than read outside it.
+/// * A peer that corrupts the zone (writes it outside this code) makes operations that meet
+///   the damage fail with [`DictError::Corrupt`], changing nothing; they never read or write
+///   outside the zone, nor panic. [`check`](Self::check) describes the damage.
 pub struct ShmDict {
     shards: Box<[Shard]>,
     /// Seed of the hash that picks a key's shard (from shard 0's header).
@@ -219,9 +220,9 @@ impl ShmDict {
     /// let map = Mapping::anonymous(ShmDict::required_size(1 << 16, cfg)?)?;
     /// let a = ShmDict::init_in(&map, 0, 1 << 16, cfg)?;
     /// let b = ShmDict::attach_in(&map, 0)?; // what another process does
-    /// a.set("k", "v", None, 7).unwrap();
-    /// assert_eq!(b.get("k").unwrap().flags, 7);
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// a.set("k", "v", None, 7)?;
+    /// assert_eq!(b.get("k")?.unwrap().flags, 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn init_in(
         map: &Mapping,
@@ -338,7 +339,7 @@ impl ShmDict {
         safe: bool,
     ) -> Result<u32, DictError> {
         self.check_size(key, &value)?;
-        self.shard(key).with(|z, now| {
+        self.shard(key).try_with(|z, now| {
             let w = Write {
                 expires: ttl::expiry(ttl, now),
                 flags,
@@ -356,21 +357,24 @@ impl ShmDict {
     /// use gomutex::shm::{OwnedValue, ShmDict};
     /// let d = ShmDict::anonymous(64 << 10)?;
     /// d.set("a", "x", None, 3).unwrap();
-    /// let item = d.get("a").unwrap();
+    /// let item = d.get("a")?.unwrap();
     /// assert_eq!((item.value, item.flags), (OwnedValue::Bytes(b"x".to_vec()), 3));
-    /// assert!(d.get("b").is_none());
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// assert!(d.get("b")?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn get(&self, key: impl AsRef<[u8]>) -> Option<Item> {
+    ///
+    /// Like every operation, [`DictError::Corrupt`] if the zone was damaged by a writer other
+    /// than this dictionary (it never reads outside the zone, nor panics).
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Item>, DictError> {
         self.get_item(key.as_ref(), false)
     }
 
     /// [`get`](Self::get), also returning an expired entry not freed yet (`stale: true`).
-    pub fn get_stale(&self, key: impl AsRef<[u8]>) -> Option<Item> {
+    pub fn get_stale(&self, key: impl AsRef<[u8]>) -> Result<Option<Item>, DictError> {
         self.get_item(key.as_ref(), true)
     }
 
-    fn get_item(&self, key: &[u8], stale: bool) -> Option<Item> {
+    fn get_item(&self, key: &[u8], stale: bool) -> Result<Option<Item>, DictError> {
         self.shard(key).with(|z, now| {
             let (e, expired) = z.get(key, stale, now)?;
             let (v, flags) = z.value_of(e);
@@ -394,20 +398,21 @@ impl ShmDict {
     /// let n = d.get_with("k", |v, _| match v {
     ///     Value::Bytes(b) => { buf[..b.len()].copy_from_slice(b); b.len() }
     ///     Value::Int(_) => 0,
-    /// });
+    /// })?;
     /// assert_eq!((n, &buf[..3]), (Some(3), &b"abc"[..]));
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn get_with<R>(
         &self,
         key: impl AsRef<[u8]>,
         f: impl FnOnce(Value<'_>, u32) -> R,
-    ) -> Option<R> {
+    ) -> Result<Option<R>, DictError> {
         let key = key.as_ref();
         self.shard(key).with(|z, now| {
             let (e, _) = z.get(key, false, now)?;
             let (v, flags) = z.value_of(e);
-            Some(f(v, flags))
+            // Not on bytes read from a corrupt zone.
+            (!layout::corrupt_seen()).then(|| f(v, flags))
         })
     }
 
@@ -441,9 +446,12 @@ impl ShmDict {
     ) -> Result<(R, u32), DictError> {
         let key = key.as_ref();
         self.check_size(key, &Value::Bytes(&[0u8; N]))?;
-        self.shard(key).with(|z, now| {
+        self.shard(key).try_with(|z, now| {
             let (r, new) = {
                 let old = z.get(key, false, now).map(|(e, _)| z.value_of(e).0);
+                if layout::corrupt_seen() {
+                    return Err(DictError::NoMemory); // replaced by `Corrupt` in `with`
+                }
                 f(old)
             };
             let Some(new) = new else {
@@ -538,7 +546,7 @@ impl ShmDict {
     }
 
     /// Remove `key`; whether it had a live entry.
-    pub fn delete(&self, key: impl AsRef<[u8]>) -> bool {
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool, DictError> {
         let key = key.as_ref();
         self.shard(key).with(|z, now| z.delete(key, now))
     }
@@ -567,7 +575,7 @@ impl ShmDict {
     ) -> Result<Incr, DictError> {
         let key = key.as_ref();
         self.check_size(key, &Value::Int(0))?;
-        self.shard(key).with(|z, now| {
+        self.shard(key).try_with(|z, now| {
             let init = init.map(|i| (i, ttl::expiry(init_ttl, now)));
             z.incr(key, by, init, now)
                 .map(|(value, evicted)| Incr { value, evicted })
@@ -577,7 +585,7 @@ impl ShmDict {
     /// Time left before `key`'s entry expires (`None`: never), or [`DictError::NotFound`].
     pub fn ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, DictError> {
         let key = key.as_ref();
-        self.shard(key).with(|z, now| z.ttl(key, now))
+        self.shard(key).try_with(|z, now| z.ttl(key, now))
     }
 
     /// Set the time to live of `key`'s live entry (`None` or zero: never expires), or
@@ -596,7 +604,7 @@ impl ShmDict {
     pub fn expire(&self, key: impl AsRef<[u8]>, ttl: Option<Duration>) -> Result<(), DictError> {
         let key = key.as_ref();
         self.shard(key)
-            .with(|z, now| z.expire(key, ttl::expiry(ttl, now), now))
+            .try_with(|z, now| z.expire(key, ttl::expiry(ttl, now), now))
     }
 
     /// Expire every entry now (one store per shard; their memory is freed as writes, eviction
@@ -605,46 +613,47 @@ impl ShmDict {
     ///
     /// ```
     /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
-    /// d.set("a", "1", None, 0).unwrap();
-    /// d.flush_all();
-    /// assert!(d.get("a").is_none());
-    /// assert!(d.get_stale("a").unwrap().stale);
-    /// assert_eq!(d.flush_expired(0), 1);
-    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// d.set("a", "1", None, 0)?;
+    /// d.flush_all()?;
+    /// assert!(d.get("a")?.is_none());
+    /// assert!(d.get_stale("a")?.unwrap().stale);
+    /// assert_eq!(d.flush_expired(0)?, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn flush_all(&self) {
+    pub fn flush_all(&self) -> Result<(), DictError> {
         for s in self.shards.iter() {
-            s.with(|z, _| z.flush_all());
+            s.with(|z, _| z.flush_all())?;
         }
+        Ok(())
     }
 
     /// Free up to `max` expired entries (0: all); how many were freed. Holds the lock while
     /// it walks the LRU list: with many entries, prefer a bounded `max`.
-    pub fn flush_expired(&self, max: usize) -> usize {
+    pub fn flush_expired(&self, max: usize) -> Result<usize, DictError> {
         let mut freed = 0;
         for s in self.shards.iter() {
             if max != 0 && freed >= max {
                 break;
             }
             let left = if max == 0 { 0 } else { max - freed };
-            freed += s.with(|z, now| z.flush_expired(left, now));
+            freed += s.with(|z, now| z.flush_expired(left, now))?;
         }
-        freed
+        Ok(freed)
     }
 
     /// Up to `max` live keys (0: all): shard after shard, each in its LRU order (most recently
     /// written or spared first; with several shards, no order across them). Holds each
     /// shard's lock for its walk.
-    pub fn keys(&self, max: usize) -> Vec<Vec<u8>> {
+    pub fn keys(&self, max: usize) -> Result<Vec<Vec<u8>>, DictError> {
         let mut out = Vec::new();
         for s in self.shards.iter() {
             if max != 0 && out.len() >= max {
                 break;
             }
             let left = if max == 0 { 0 } else { max - out.len() };
-            out.extend(s.with(|z, now| z.keys(left, now)));
+            out.extend(s.with(|z, now| z.keys(left, now))?);
         }
-        out
+        Ok(out)
     }
 
     /// Bytes of the zone (what it was made with).
@@ -658,6 +667,7 @@ impl ShmDict {
         self.shards
             .iter()
             .map(|s| s.with(|z, _| z.m.ld64(layout::H_FREE_PAGES) as usize * PAGE))
+            .map(|r| r.unwrap_or(0))
             .sum()
     }
 
@@ -674,7 +684,7 @@ impl ShmDict {
         room.min(u32::MAX as usize)
     }
 
-    /// Counters (see [`DictStats`]).
+    /// Counters (see [`DictStats`]), from the zones' headers (read even from a damaged zone).
     pub fn stats(&self) -> DictStats {
         let mut t = DictStats {
             entries: 0,
@@ -683,7 +693,7 @@ impl ShmDict {
             replayed: 0,
         };
         for s in self.shards.iter() {
-            s.with(|z, _| {
+            let _ = s.with(|z, _| {
                 t.entries += z.m.ld64(layout::H_COUNT);
                 t.used_bytes += z.m.ld64(layout::H_USED);
                 t.evicted += z.m.ld64(layout::H_EVICTED);
@@ -708,7 +718,11 @@ impl ShmDict {
         for (i, s) in self.shards.iter().enumerate() {
             let r = s
                 .with(|z, _| check::check(z.m, &z.g, z.seed))
-                .map_err(|e| DictError::Corrupt(format!("shard {i}: {e}")))?;
+                .and_then(|r| r.map_err(DictError::Corrupt))
+                .map_err(|e| match e {
+                    DictError::Corrupt(e) => DictError::Corrupt(format!("shard {i}: {e}")),
+                    e => e,
+                })?;
             total.add(&r);
         }
         Ok(total)

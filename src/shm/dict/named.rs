@@ -29,7 +29,7 @@ impl ShmDict {
     /// let b = ShmDict::open(&name)?; // another process would do this
     /// shm::unlink(&name)?;
     /// a.set("k", "v", None, 0).unwrap();
-    /// assert!(b.get("k").is_some());
+    /// assert!(b.get("k").unwrap().is_some());
     /// # Ok::<(), shm::ShmError>(())
     /// ```
     pub fn create(name: &str, capacity: usize, cfg: DictConfig) -> Result<Self, ShmError> {

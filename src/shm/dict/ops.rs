@@ -85,7 +85,7 @@ impl Zone<'_> {
         tx.w64(H_COUNT, n.wrapping_sub(1));
         if evicted {
             let n = tx.r64(H_EVICTED);
-            tx.w64(H_EVICTED, n + 1);
+            tx.w64(H_EVICTED, n.wrapping_add(1));
         }
         alloc::free(tx, &self.g, e);
     }
@@ -125,7 +125,7 @@ impl Zone<'_> {
         let mut plan = Tx::plan(self.m);
         let mut room = Vec::new();
         // Bounds every walk (a corrupt list may hold a cycle).
-        let entries = plan.r64(H_COUNT).min(u64::from(self.g.npages) * 64) as usize;
+        let entries = plan.r64(H_COUNT).min(self.g.max_entries()) as usize;
         let free = |plan: &mut Tx<'_>, room: &mut Vec<Step>, e, live| {
             room.push(Step::Free { e, live });
             self.remove_found(plan, e, live)
@@ -260,7 +260,7 @@ impl Zone<'_> {
         m.st32(e + E_VLEN, vlen as u32);
         m.st32(e + E_USED, 0);
         m.st64(e + E_EXPIRES, expires);
-        let seq = tx.r64(H_SEQ) + 1;
+        let seq = tx.r64(H_SEQ).wrapping_add(1);
         m.st64(e + E_SEQ, seq);
         match value {
             Value::Bytes(b) => m.write(e + E_VALUE, b),
@@ -279,7 +279,7 @@ impl Zone<'_> {
                 index::link(&mut tx, &self.g, e, hash);
                 lru::push_head(&mut tx, e);
                 let n = tx.r64(H_COUNT);
-                tx.w64(H_COUNT, n + 1);
+                tx.w64(H_COUNT, n.wrapping_add(1));
             }
         }
         crash::point(crash::ENTRY_WRITTEN);
@@ -400,7 +400,9 @@ impl Zone<'_> {
     pub(crate) fn flush_expired(&self, max: usize, now: u64) -> usize {
         let mut freed = 0;
         let mut r = self.m.ld32(H_LRU_TAIL);
-        while r != 0 && (max == 0 || freed < max) {
+        let mut left = self.m.ld64(H_COUNT).min(self.g.max_entries());
+        while r != 0 && left > 0 && (max == 0 || freed < max) {
+            left -= 1;
             let e = index::off(r);
             let tx = Tx::new(self.m);
             r = tx.r32(e + E_PREV);
@@ -419,7 +421,7 @@ impl Zone<'_> {
         let tx = Tx::new(self.m);
         let mut out = Vec::new();
         let mut r = tx.r32(H_LRU_HEAD);
-        let mut left = tx.r64(H_COUNT);
+        let mut left = tx.r64(H_COUNT).min(self.g.max_entries());
         while r != 0 && left > 0 && (max == 0 || out.len() < max) {
             let e = index::off(r);
             if !ttl::expired(&tx, e, now) {

@@ -18,7 +18,7 @@
 //! every key holds its old or its new value.
 
 use super::crash;
-use super::layout::{Mem, LOG, LOG_CAP, LOG_ENTRIES};
+use super::layout::{corrupt_seen, Mem, LOG, LOG_CAP, LOG_ENTRIES};
 use core::sync::atomic::{fence, Ordering};
 use std::collections::HashMap;
 
@@ -139,7 +139,8 @@ impl<'m> Tx<'m> {
 
     /// Make the planned writes happen, all or none, whatever instant the process dies at.
     pub(crate) fn commit(self) {
-        if self.w.is_empty() {
+        // A plan made over a corrupt zone is not applied (the operation fails).
+        if self.w.is_empty() || corrupt_seen() {
             return;
         }
         assert!(

@@ -4,7 +4,7 @@
 
 use super::layout::{self, Geometry, Mem, PAGE};
 use super::ops::Zone;
-use super::{alloc, redo, ttl};
+use super::{alloc, redo, ttl, DictError};
 use crate::shm::attach::check_not_in_use;
 use crate::shm::mapping::{overlaps, IN_USE};
 use crate::shm::{Config, Mapping, ShmError, ShmMutex, ShmMutexGuard};
@@ -119,7 +119,7 @@ impl Shard {
                 let g = e.into_guard();
                 if redo::replay(&self.mem) {
                     let n = self.mem.ld64(layout::H_REPLAYED);
-                    self.mem.st64(layout::H_REPLAYED, n + 1);
+                    self.mem.st64(layout::H_REPLAYED, n.wrapping_add(1));
                 }
                 g.mark_consistent();
                 g
@@ -127,15 +127,34 @@ impl Shard {
         }
     }
 
-    /// Run `f` on the zone under the lock, with the time now (ms).
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&Zone<'_>, u64) -> R) -> R {
+    /// Run `f` on the zone under the lock, with the time now (ms); [`DictError::Corrupt`] if
+    /// the zone (or a dead holder's redo record) names memory outside it or a structure that
+    /// cannot be (`f`'s changes are then not committed).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&Zone<'_>, u64) -> R) -> Result<R, DictError> {
+        layout::take_corrupt();
         let _g = self.locked();
         let zone = Zone {
             m: &self.mem,
             g: self.g,
             seed: self.seed,
         };
-        f(&zone, ttl::now_ms())
+        let r = f(&zone, ttl::now_ms());
+        match layout::take_corrupt() {
+            None => Ok(r),
+            Some(off) => Err(DictError::Corrupt(format!(
+                "a reference points outside the zone or to no entry (offset {off:#x}): the \
+                 region was written by something other than this dictionary; nothing was \
+                 changed (check() describes the damage)"
+            ))),
+        }
+    }
+
+    /// [`with`](Self::with) for an operation that may fail itself.
+    pub(crate) fn try_with<R>(
+        &self,
+        f: impl FnOnce(&Zone<'_>, u64) -> Result<R, DictError>,
+    ) -> Result<R, DictError> {
+        self.with(f)?
     }
 }
 
