@@ -229,6 +229,62 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "lpush (new list)",
+            setup: |d| {
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                assert_eq!(d.lpush("k", b"a").unwrap(), 1);
+            },
+            reaches: ALL,
+            before: |d| d.get_stale("k").unwrap().is_none(),
+            after: |d| d.llen("k") == Ok(1),
+        },
+        Case {
+            name: "rpush (existing list)",
+            setup: |d| {
+                d.rpush("k", b"a").unwrap();
+            },
+            op: |d| {
+                assert_eq!(d.rpush("k", [5u8; 3000]).unwrap(), 2);
+            },
+            reaches: ALL,
+            before: |d| d.llen("k") == Ok(1),
+            after: |d| {
+                d.llen("k") == Ok(2) && {
+                    let last = d.rpop("k").unwrap();
+                    d.rpush("k", last.as_deref().unwrap()).unwrap();
+                    last == Some(vec![5u8; 3000])
+                }
+            },
+        },
+        Case {
+            name: "lpop",
+            setup: |d| {
+                d.rpush("k", b"a").unwrap();
+                d.rpush("k", b"b").unwrap();
+            },
+            op: |d| {
+                assert_eq!(d.lpop("k").unwrap().as_deref(), Some(&b"a"[..]));
+            },
+            reaches: ALL,
+            before: |d| d.llen("k") == Ok(2),
+            after: |d| d.llen("k") == Ok(1),
+        },
+        Case {
+            name: "rpop (the last item: the key goes)",
+            setup: |d| {
+                d.rpush("k", b"a").unwrap();
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                assert_eq!(d.rpop("k").unwrap().as_deref(), Some(&b"a"[..]));
+            },
+            reaches: NO_ENTRY,
+            before: |d| d.llen("k") == Ok(1),
+            after: |d| d.get_stale("k").unwrap().is_none() && live(d, "other").is_some(),
+        },
+        Case {
             name: "set (evicting)",
             setup: |d| {
                 let mut n = 0;
@@ -351,6 +407,17 @@ const WORKERS: usize = 4;
 const KEYS: usize = 64;
 /// Keys from this one on are counters (`incr`); the others hold byte strings.
 const COUNTERS: usize = 48;
+/// Keys from this one to `COUNTERS` are lists (`rpush`, `rpop`): the model is the length,
+/// item `i` is `item(slot, k, i)`.
+const LISTS: usize = 40;
+
+/// Item `i` of list `k` of worker `slot` (its length and bytes depend on all three).
+fn item(slot: usize, k: usize, i: u64) -> Vec<u8> {
+    let len = 8 + (i as usize * 13 + k) % 40;
+    let mut b = i.to_le_bytes().to_vec();
+    b.resize(len, (slot * 31 + k) as u8 ^ i as u8);
+    b
+}
 /// Per worker slot in the bookkeeping mapping: the model (one u64 per key: a version, 0 =
 /// absent, or a counter's value + 1), the in-flight record (key + 1, old, new), progress.
 const SLOT: usize = KEYS + 4;
@@ -378,6 +445,12 @@ fn value(slot: usize, k: usize, v: u64) -> Vec<u8> {
 /// What the dictionary holds for key `k` of `slot`, in the model's terms (a version, or a
 /// counter + 1; 0 = absent); `Err` for a value that is no version of this key (torn).
 fn observe(d: &ShmDict, slot: usize, k: usize) -> Result<u64, String> {
+    if (LISTS..COUNTERS).contains(&k) {
+        return d
+            .llen(key(slot, k))
+            .map(|n| n as u64)
+            .map_err(|e| format!("{}: {e}", key(slot, k)));
+    }
     match d.get(key(slot, k)).unwrap() {
         None => Ok(0),
         Some(item) => match (k >= COUNTERS, item.value) {
@@ -420,7 +493,14 @@ fn worker(d: &ShmDict, book: &AnonShared, slot: usize, seed: u64, crash: u32) ->
         let name = key(slot, k);
         let old = model(k).load(SeqCst);
         let choice = rnd() % 10;
-        let new = if k >= COUNTERS {
+        let list = (LISTS..COUNTERS).contains(&k);
+        let new = if list {
+            match choice {
+                0 => 0,
+                _ if old > 0 && (old >= 20 || choice < 5) => old - 1,
+                _ => old + 1,
+            }
+        } else if k >= COUNTERS {
             match choice {
                 0 => 0,
                 _ => old.max(1) + 1,
@@ -437,6 +517,17 @@ fn worker(d: &ShmDict, book: &AnonShared, slot: usize, seed: u64, crash: u32) ->
         let r = if new == 0 {
             d.delete(&name).unwrap();
             Ok(0)
+        } else if list && new > old {
+            d.rpush(&name, item(slot, k, old)).map(|n| {
+                assert_eq!(n as u64, new);
+                0
+            })
+        } else if list {
+            // The item popped is the one the model says is last: never torn, never another.
+            d.rpop(&name).map(|i| {
+                assert_eq!(i, Some(item(slot, k, new)), "{name}: popped");
+                0
+            })
         } else if k >= COUNTERS {
             d.incr(&name, 1, Some(0), None).map(|i| {
                 assert_eq!(i.value as u64 + 1, new);

@@ -230,7 +230,7 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
             let (klen, kind) = index::klen_kind(&tx, e);
             let vlen = m.ld32(e + E_VLEN) as usize;
             ensure!(
-                kind == VALUE_BYTES || kind == VALUE_INT,
+                kind == VALUE_BYTES || kind == VALUE_INT || kind == VALUE_LIST,
                 "entry at {e:#x}: kind {kind}"
             );
             ensure!(
@@ -242,6 +242,13 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
                 kind != VALUE_INT || vlen == 8,
                 "entry at {e:#x}: integer of {vlen} bytes"
             );
+            if kind == VALUE_LIST {
+                let items = crate::shm::dict::list::items(m.bytes(e + E_VALUE, vlen));
+                ensure!(
+                    items.is_some_and(|n| n > 0),
+                    "entry at {e:#x}: a list of {vlen} bytes that is not whole (or empty)"
+                );
+            }
             let need = entry_size(klen, vlen);
             ensure!(
                 Size::of(need) == chunks[&e],

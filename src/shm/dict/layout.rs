@@ -130,6 +130,9 @@ pub(crate) const E_VALUE: usize = 48;
 pub(crate) const VALUE_BYTES: u32 = 0;
 /// A 64-bit signed integer (`incr`), 8 bytes little-endian.
 pub(crate) const VALUE_INT: u32 = 1;
+/// A list of byte strings (`lpush`…): each a u32 length, little-endian, then its bytes, back
+/// to back, first to last.
+pub(crate) const VALUE_LIST: u32 = 2;
 
 /// Bytes an entry with this key and value occupies before rounding to its chunk.
 pub(crate) fn entry_size(klen: usize, vlen: usize) -> usize {

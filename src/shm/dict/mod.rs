@@ -10,6 +10,7 @@ mod config;
 pub mod crash;
 mod index;
 mod layout;
+mod list;
 mod lru;
 mod named;
 mod ops;
@@ -50,6 +51,11 @@ pub const MAX_KEY: usize = 0xffff;
 /// entry:    [ chain link | LRU prev, next | hash | key length, kind | flags | value length |
 ///             used | expiry (ms, CLOCK_MONOTONIC) | sequence | value (8-aligned) | key ]
 /// ```
+///
+/// A key holds a byte string, an integer ([`incr`](Self::incr)) or a list of byte strings
+/// ([`lpush`](Self::lpush), [`rpush`](Self::rpush), [`lpop`](Self::lpop),
+/// [`rpop`](Self::rpop), [`llen`](Self::llen); [`DictError::WrongType`] across the two
+/// kinds, as lua_shared_dict's "value not a list").
 ///
 /// # A death in the middle of an update
 ///
@@ -345,6 +351,7 @@ impl ShmDict {
                 flags,
                 mode,
                 safe,
+                list: false,
             };
             z.store(key, value, w, now)
         })
@@ -375,14 +382,19 @@ impl ShmDict {
     }
 
     fn get_item(&self, key: &[u8], stale: bool) -> Result<Option<Item>, DictError> {
-        self.shard(key).with(|z, now| {
-            let (e, expired) = z.get(key, stale, now)?;
+        self.shard(key).try_with(|z, now| {
+            let Some((e, expired)) = z.get(key, stale, now) else {
+                return Ok(None);
+            };
+            if z.is_list(e) {
+                return Err(DictError::WrongType);
+            }
             let (v, flags) = z.value_of(e);
-            Some(Item {
+            Ok(Some(Item {
                 value: v.to_owned(),
                 flags,
                 stale: expired,
-            })
+            }))
         })
     }
 
@@ -408,11 +420,16 @@ impl ShmDict {
         f: impl FnOnce(Value<'_>, u32) -> R,
     ) -> Result<Option<R>, DictError> {
         let key = key.as_ref();
-        self.shard(key).with(|z, now| {
-            let (e, _) = z.get(key, false, now)?;
+        self.shard(key).try_with(|z, now| {
+            let Some((e, _)) = z.get(key, false, now) else {
+                return Ok(None);
+            };
+            if z.is_list(e) {
+                return Err(DictError::WrongType);
+            }
             let (v, flags) = z.value_of(e);
             // Not on bytes read from a corrupt zone.
-            (!layout::corrupt_seen()).then(|| f(v, flags))
+            Ok((!layout::corrupt_seen()).then(|| f(v, flags)))
         })
     }
 
@@ -448,7 +465,11 @@ impl ShmDict {
         self.check_size(key, &Value::Bytes(&[0u8; N]))?;
         self.shard(key).try_with(|z, now| {
             let (r, new) = {
-                let old = z.get(key, false, now).map(|(e, _)| z.value_of(e).0);
+                let found = z.get(key, false, now);
+                if found.is_some_and(|(e, _)| z.is_list(e)) {
+                    return Err(DictError::WrongType);
+                }
+                let old = found.map(|(e, _)| z.value_of(e).0);
                 if layout::corrupt_seen() {
                     return Err(DictError::NoMemory); // replaced by `Corrupt` in `with`
                 }
@@ -462,6 +483,7 @@ impl ShmDict {
                 flags: 0,
                 mode: Mode::Any,
                 safe: false,
+                list: false,
             };
             z.store(key, Value::Bytes(&new), w, now).map(|ev| (r, ev))
         })

@@ -45,6 +45,8 @@ pub(crate) struct Write {
     pub mode: Mode,
     /// Never evict a live entry.
     pub safe: bool,
+    /// The value (bytes) is an encoded list.
+    pub list: bool,
 }
 
 /// Room planned for a new entry: the plan, its steps in order, and how many live entries it
@@ -222,9 +224,11 @@ impl Zone<'_> {
             flags,
             mode,
             safe,
+            list,
         } = w;
         let hash = self.hash(key);
         let (kind, vlen) = match value {
+            Value::Bytes(b) if list => (VALUE_LIST, b.len()),
             Value::Bytes(b) => (VALUE_BYTES, b.len()),
             Value::Int(_) => (VALUE_INT, 8),
         };
@@ -302,7 +306,12 @@ impl Zone<'_> {
         Some((e, expired))
     }
 
-    /// Read entry `e`'s value and flags.
+    /// Whether entry `e` holds a list.
+    pub(crate) fn is_list(&self, e: usize) -> bool {
+        index::klen_kind(&Tx::new(self.m), e).1 == VALUE_LIST
+    }
+
+    /// Read entry `e`'s value and flags (a list's encoded bytes).
     pub(crate) fn value_of(&self, e: usize) -> (Value<'_>, u32) {
         let tx = Tx::new(self.m);
         let (_, kind) = index::klen_kind(&tx, e);
@@ -347,6 +356,7 @@ impl Zone<'_> {
             flags: 0,
             mode: Mode::Any,
             safe: false,
+            list: false,
         };
         let evicted = self.store(key, Value::Int(v), w, now)?;
         Ok((v, evicted))

@@ -765,3 +765,68 @@ fn a_corrupted_zone_gives_errors_not_panics() {
         "{e}"
     );
 }
+
+#[test]
+fn lists_push_pop_and_types() {
+    let d = dict(1 << 18);
+    assert_eq!(d.llen("l"), Ok(0));
+    assert_eq!(d.lpop("l"), Ok(None));
+    assert_eq!(d.rpush("l", b"b"), Ok(1));
+    assert_eq!(d.lpush("l", b""), Ok(2));
+    assert_eq!(d.rpush("l", vec![7u8; 1000]), Ok(3));
+    assert_eq!(d.lpush("l", b"a"), Ok(4));
+    assert_eq!(d.llen("l"), Ok(4));
+    assert_eq!(ok(&d).entries, 1);
+    // A list is no scalar, a scalar no list.
+    assert_eq!(d.get("l"), Err(DictError::WrongType));
+    assert_eq!(d.get_with("l", |_, _| ()), Err(DictError::WrongType));
+    assert_eq!(d.incr("l", 1, None, None), Err(DictError::NotANumber));
+    d.set("s", "x", None, 0).unwrap();
+    assert_eq!(d.lpush("s", b"x"), Err(DictError::WrongType));
+    assert_eq!(d.rpop("s"), Err(DictError::WrongType));
+    assert_eq!(d.llen("s"), Err(DictError::WrongType));
+    assert_eq!(d.keys(0).unwrap().len(), 2);
+    // It keeps its TTL across pushes; expired, it is no list any more.
+    d.expire("l", Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(d.rpush("l", b"c"), Ok(5));
+    assert!(d.ttl("l").unwrap().is_some());
+    assert_eq!(d.lpop("l").unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(d.rpop("l").unwrap().as_deref(), Some(&b"c"[..]));
+    assert_eq!(d.rpop("l").unwrap(), Some(vec![7u8; 1000]));
+    assert_eq!(d.lpop("l").unwrap().as_deref(), Some(&b""[..]));
+    ok(&d);
+    assert_eq!(d.rpop("l").unwrap().as_deref(), Some(&b"b"[..]));
+    assert_eq!(d.llen("l"), Ok(0));
+    assert!(
+        d.get_stale("l").unwrap().is_none(),
+        "an empty list's key is gone"
+    );
+    // set replaces a list by a scalar.
+    d.rpush("m", b"1").unwrap();
+    d.set("m", "v", None, 0).unwrap();
+    assert_eq!(bytes(&d, "m").as_deref(), Some(&b"v"[..]));
+    // Bounded by the largest value, with nothing changed when refused.
+    let max = d.max_value_len_for(1);
+    assert!(matches!(
+        d.rpush("b", vec![0u8; max]),
+        Err(DictError::ValueTooLarge { .. })
+    ));
+    assert_eq!(d.rpush("b", vec![0u8; max - 4]), Ok(1));
+    assert!(matches!(
+        d.rpush("b", b""),
+        Err(DictError::ValueTooLarge { .. })
+    ));
+    assert_eq!(d.llen("b"), Ok(1));
+    let r = ok(&d);
+    assert_eq!(r.entries, 3);
+    // check() walks a list's encoding.
+    let s = &d.shards[0];
+    let e = {
+        let tx = redo::Tx::new(&s.mem);
+        let h = index::hash(s.seed, b"b") as u32;
+        index::find(&tx, &s.g, b"b", h).unwrap().0
+    };
+    s.mem.st32(e + layout::E_VALUE, u32::MAX);
+    assert!(matches!(d.check(), Err(DictError::Corrupt(_))));
+    assert!(matches!(d.rpop("b"), Err(DictError::Corrupt(_))));
+}

@@ -111,6 +111,9 @@ pub enum DictError {
     NotFound,
     /// `incr`: the value is not an integer.
     NotANumber,
+    /// A list operation on a key holding a scalar, or `get`, `get_with` or `update` on a key
+    /// holding a list.
+    WrongType,
     /// `incr`: the sum does not fit an `i64`.
     Overflow,
     /// The key is longer than [`MAX_KEY`].
@@ -137,6 +140,9 @@ impl fmt::Display for DictError {
             DictError::Exists => f.write_str("exists"),
             DictError::NotFound => f.write_str("not found"),
             DictError::NotANumber => f.write_str("not a number"),
+            DictError::WrongType => {
+                f.write_str("wrong type: a list where a scalar was expected, or the reverse")
+            }
             DictError::Overflow => f.write_str("integer overflow"),
             DictError::KeyTooLong { len } => {
                 write!(f, "key of {len} bytes, at most {MAX_KEY} allowed")

@@ -1,0 +1,226 @@
+//! lua_shared_dict's list operations: a key holds either a scalar or a list of byte strings.
+//!
+//! A list is one entry whose value is its items encoded back to back (each a u32 length,
+//! little-endian, then its bytes, first to last). A push or pop is a store of the new encoding
+//! (written beside the old one and published by one commit, as every store is) or, when the
+//! last item goes, a delete: so a death at any instruction leaves the old list or the new,
+//! through the same redo record as the other operations, and [`check`](super::ShmDict::check)
+//! verifies each list's encoding. The cost: a push or pop copies the list (lists are meant to
+//! be short, as in lua_shared_dict's uses: queues of pending work), and a list's encoding is
+//! bounded by the largest value ([`ShmDict::max_value_len`]).
+
+use super::ops::{Mode, Write, Zone};
+use super::redo::Tx;
+use super::{index, ttl, DictError, ShmDict, Value};
+
+/// Bytes of an item's length prefix.
+const LEN: usize = 4;
+
+/// The number of items of an encoded list, or `None` if the bytes do not tile exactly.
+pub(crate) fn items(mut b: &[u8]) -> Option<usize> {
+    let mut n = 0;
+    while !b.is_empty() {
+        let len = u32::from_le_bytes(b.get(..LEN)?.try_into().ok()?) as usize;
+        b = b.get(LEN..)?.get(len..)?;
+        n += 1;
+    }
+    Some(n)
+}
+
+/// The first item and the rest, or the last item and the rest (`front`).
+fn split(b: &[u8], front: bool) -> Option<(&[u8], Vec<u8>)> {
+    if front {
+        let len = u32::from_le_bytes(b.get(..LEN)?.try_into().ok()?) as usize;
+        let item = b.get(LEN..LEN + len)?;
+        return Some((item, b[LEN + len..].to_vec()));
+    }
+    // The last item: walk to it.
+    let mut at = 0;
+    loop {
+        let len = u32::from_le_bytes(b.get(at..at + LEN)?.try_into().ok()?) as usize;
+        let end = at + LEN + len;
+        if end >= b.len() {
+            return Some((b.get(at + LEN..end)?, b[..at].to_vec()));
+        }
+        at = end;
+    }
+}
+
+/// Which end of a list.
+#[derive(Clone, Copy)]
+enum End {
+    Left,
+    Right,
+}
+
+impl Zone<'_> {
+    /// The live list of `key`: `Ok(None)` if the key has no live entry, `WrongType` if it holds
+    /// a scalar; `(entry, encoded items)`.
+    fn list(&self, key: &[u8], now: u64) -> Result<Option<(usize, &[u8])>, DictError> {
+        // Found without moving it in the LRU order: the store that follows does (a push or pop
+        // is one transaction, or a delete).
+        let tx = Tx::new(self.m);
+        let hash = index::hash(self.seed, key) as u32;
+        let Some((e, _)) = index::find(&tx, &self.g, key, hash) else {
+            return Ok(None);
+        };
+        if ttl::expired(&tx, e, now) {
+            return Ok(None);
+        }
+        if !self.is_list(e) {
+            return Err(DictError::WrongType);
+        }
+        match self.value_of(e).0 {
+            Value::Bytes(b) => Ok(Some((e, b))),
+            Value::Int(_) => Err(DictError::WrongType),
+        }
+    }
+
+    /// Store `key`'s new list (it keeps the old entry's expiry and flags; a new one never
+    /// expires), or delete the key if it is empty.
+    fn put_list(
+        &self,
+        key: &[u8],
+        old: Option<usize>,
+        new: &[u8],
+        now: u64,
+    ) -> Result<(), DictError> {
+        if new.is_empty() {
+            self.delete(key, now);
+            return Ok(());
+        }
+        let (expires, flags) = match old {
+            Some(e) => {
+                let tx = Tx::new(self.m);
+                (
+                    tx.r64(e + super::layout::E_EXPIRES),
+                    tx.r32(e + super::layout::E_FLAGS),
+                )
+            }
+            None => (0, 0),
+        };
+        let w = Write {
+            expires,
+            flags,
+            mode: Mode::Any,
+            safe: false,
+            list: true,
+        };
+        self.store(key, Value::Bytes(new), w, now).map(drop)
+    }
+
+    fn push(&self, key: &[u8], item: &[u8], end: End, max: usize, now: u64) -> PushResult {
+        let (old, bytes) = match self.list(key, now)? {
+            Some((e, b)) => (Some(e), b),
+            None => (None, &[][..]),
+        };
+        let len = bytes.len() + LEN + item.len();
+        if len > max {
+            return Err(DictError::ValueTooLarge { len, max });
+        }
+        let mut new = Vec::with_capacity(len);
+        let n = items(bytes).unwrap_or(0) + 1;
+        let prefix = (item.len() as u32).to_le_bytes();
+        match end {
+            End::Left => {
+                new.extend_from_slice(&prefix);
+                new.extend_from_slice(item);
+                new.extend_from_slice(bytes);
+            }
+            End::Right => {
+                new.extend_from_slice(bytes);
+                new.extend_from_slice(&prefix);
+                new.extend_from_slice(item);
+            }
+        }
+        self.put_list(key, old, &new, now)?;
+        Ok(n)
+    }
+
+    fn pop(&self, key: &[u8], end: End, now: u64) -> Result<Option<Vec<u8>>, DictError> {
+        let Some((e, bytes)) = self.list(key, now)? else {
+            return Ok(None);
+        };
+        let Some((item, rest)) = split(bytes, matches!(end, End::Left)) else {
+            // `check` would report it; the entry is not a list this code wrote.
+            return Err(DictError::Corrupt(format!(
+                "entry at {e:#x}: a list that is not whole"
+            )));
+        };
+        let item = item.to_vec();
+        self.put_list(key, Some(e), &rest, now)?;
+        Ok(Some(item))
+    }
+}
+
+type PushResult = Result<usize, DictError>;
+
+impl ShmDict {
+    fn push_at(&self, key: &[u8], item: &[u8], end: End) -> PushResult {
+        Self::check_key(key)?;
+        let max = self.max_value_len_for(key.len());
+        self.shard(key)
+            .try_with(|z, now| z.push(key, item, end, max, now))
+    }
+
+    /// Put `item` at the head of `key`'s list (a new list if the key has no live entry;
+    /// [`DictError::WrongType`] if it holds a scalar) and return the list's length. Evicts to
+    /// make room as [`set`](Self::set) does; the list keeps its TTL (a new one never expires,
+    /// [`expire`](Self::expire) sets one). A list and its items are bounded together by
+    /// [`max_value_len`](Self::max_value_len) (4 bytes of length per item); each push or pop
+    /// copies the list, so keep lists short.
+    ///
+    /// ```
+    /// use gomutex::shm::{DictError, ShmDict};
+    /// let jobs = ShmDict::anonymous(64 << 10)?;
+    /// assert_eq!(jobs.rpush("queue", b"first")?, 1);
+    /// assert_eq!(jobs.rpush("queue", b"second")?, 2);
+    /// assert_eq!(jobs.lpush("queue", b"urgent")?, 3);
+    /// assert_eq!(jobs.llen("queue")?, 3);
+    /// assert_eq!(jobs.lpop("queue")?.as_deref(), Some(&b"urgent"[..]));
+    /// assert_eq!(jobs.rpop("queue")?.as_deref(), Some(&b"second"[..]));
+    /// assert_eq!(jobs.lpop("queue")?.as_deref(), Some(&b"first"[..]));
+    /// assert_eq!(jobs.lpop("queue")?, None); // empty: the key is gone
+    /// assert!(jobs.get("queue")?.is_none());
+    /// jobs.set("n", 1i64, None, 0)?;
+    /// assert_eq!(jobs.lpush("n", b"x"), Err(DictError::WrongType));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lpush(&self, key: impl AsRef<[u8]>, item: impl AsRef<[u8]>) -> PushResult {
+        self.push_at(key.as_ref(), item.as_ref(), End::Left)
+    }
+
+    /// Put `item` at the tail of `key`'s list (see [`lpush`](Self::lpush)).
+    pub fn rpush(&self, key: impl AsRef<[u8]>, item: impl AsRef<[u8]>) -> PushResult {
+        self.push_at(key.as_ref(), item.as_ref(), End::Right)
+    }
+
+    fn pop_at(&self, key: &[u8], end: End) -> Result<Option<Vec<u8>>, DictError> {
+        Self::check_key(key)?;
+        self.shard(key).try_with(|z, now| z.pop(key, end, now))
+    }
+
+    /// Take the head item of `key`'s list: `None` if the key has no live entry,
+    /// [`DictError::WrongType`] if it holds a scalar. The key goes with its last item.
+    pub fn lpop(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, DictError> {
+        self.pop_at(key.as_ref(), End::Left)
+    }
+
+    /// Take the tail item of `key`'s list (see [`lpop`](Self::lpop)).
+    pub fn rpop(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, DictError> {
+        self.pop_at(key.as_ref(), End::Right)
+    }
+
+    /// The number of items of `key`'s list: 0 if the key has no live entry,
+    /// [`DictError::WrongType`] if it holds a scalar.
+    pub fn llen(&self, key: impl AsRef<[u8]>) -> Result<usize, DictError> {
+        let key = key.as_ref();
+        Self::check_key(key)?;
+        self.shard(key).try_with(|z, now| {
+            Ok(match z.list(key, now)? {
+                Some((_, b)) => items(b).unwrap_or(0),
+                None => 0,
+            })
+        })
+    }
+}
