@@ -4,7 +4,8 @@
 //! dictionary; and memory per entry.
 //!
 //! Workloads: `get90` (90 % `get`, 10 % `set` of random keys among 10 000, 32-byte values)
-//! and `incr` (`incr` of random counters among 1 000). Contenders: Redis, `ShmDict` with one
+//! `incr` (`incr` of random counters among 1 000) and `list` (`rpush` then `lpop` of random
+//! lists among 1 000, each a few items long; both count). Contenders: Redis, `ShmDict` with one
 //! lock (nginx's and lua_shared_dict's layout), `ShmDict` with 16 shards. Each round runs
 //! every contender once, in turn; ratios are taken per round, then their median.
 //!
@@ -148,6 +149,8 @@ impl Drop for Server {
 enum Work {
     Get90,
     Incr,
+    /// `rpush` then `lpop` of one list among `COUNTERS` (two operations).
+    List,
 }
 
 /// One process's handle on a store.
@@ -155,6 +158,8 @@ trait Store {
     fn get(&mut self, k: &[u8]) -> bool;
     fn set(&mut self, k: &[u8], v: &[u8]);
     fn incr(&mut self, k: &[u8]) -> i64;
+    /// Push `v` at the tail of list `k`, then pop its head: whether it had one.
+    fn push_pop(&mut self, k: &[u8], v: &[u8]) -> bool;
 }
 
 impl Store for &ShmDict {
@@ -168,6 +173,10 @@ impl Store for &ShmDict {
     fn incr(&mut self, k: &[u8]) -> i64 {
         ShmDict::incr(self, k, 1, Some(0), None).unwrap().value
     }
+    fn push_pop(&mut self, k: &[u8], v: &[u8]) -> bool {
+        ShmDict::rpush(self, k, v).unwrap();
+        ShmDict::lpop(self, k).unwrap().is_some()
+    }
 }
 
 impl Store for Redis {
@@ -179,6 +188,10 @@ impl Store for Redis {
     }
     fn incr(&mut self, k: &[u8]) -> i64 {
         self.cmd(&[b"INCR", k])
+    }
+    fn push_pop(&mut self, k: &[u8], v: &[u8]) -> bool {
+        self.cmd(&[b"RPUSH", k, v]);
+        self.cmd(&[b"LPOP", k]) >= 0
     }
 }
 
@@ -210,6 +223,11 @@ fn run(store: &mut impl Store, work: Work, seed: u64, stop: &AtomicU64) -> (u64,
                     key(&mut k, "ctr", x % COUNTERS);
                     store.incr(&k);
                     incrs += 1;
+                }
+                Work::List => {
+                    key(&mut k, "list", x % COUNTERS);
+                    assert!(store.push_pop(&k, &VALUE), "a list emptied under its pusher");
+                    ops += 1;
                 }
             }
             ops += 1;
@@ -366,7 +384,7 @@ fn main() {
         "{:<6} {:>5} {:>14} {:>14} {:>14} {:>10} {:>10}",
         "work", "procs", "redis op/s", "1 lock op/s", "16 shards op/s", "1lock/redis", "16sh/1lock"
     );
-    for work in [Work::Get90, Work::Incr] {
+    for work in [Work::Get90, Work::Incr, Work::List] {
         for procs in [1usize, 2, 8] {
             let mut res: [Vec<f64>; 3] = Default::default();
             for _ in 0..rounds {
@@ -393,7 +411,11 @@ fn main() {
             };
             println!(
                 "{:<6} {:>5} {:>14.0} {:>14.0} {:>14.0} {:>10.1} {:>10.2}",
-                if work == Work::Get90 { "get90" } else { "incr" },
+                match work {
+                    Work::Get90 => "get90",
+                    Work::Incr => "incr",
+                    Work::List => "list",
+                },
                 procs,
                 med[0],
                 med[1],

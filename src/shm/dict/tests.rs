@@ -7,6 +7,22 @@ fn dict(cap: usize) -> ShmDict {
     ShmDict::anonymous(cap).unwrap()
 }
 
+/// The offset of `key`'s entry in shard 0.
+fn entry_of(d: &ShmDict, key: &[u8]) -> usize {
+    let s = &d.shards[0];
+    let tx = redo::Tx::new(&s.mem);
+    let h = index::hash(s.seed, key) as u32;
+    index::find(&tx, &s.g, key, h).unwrap().0
+}
+
+/// A mapping for a dictionary of `cap` bytes in 4 shards: the configuration, the bytes it
+/// needs, the mapping.
+fn four_shards(cap: usize) -> (DictConfig, usize, Mapping) {
+    let cfg = DictConfig::new().shards(4);
+    let need = ShmDict::required_size(cap, cfg).unwrap();
+    (cfg, need, Mapping::anonymous(need).unwrap())
+}
+
 fn ok(d: &ShmDict) -> CheckReport {
     d.check().unwrap_or_else(|e| panic!("{e}"))
 }
@@ -415,10 +431,8 @@ fn named_create_open_and_refusals() {
 
 #[test]
 fn shards_split_the_keys_and_attach_validates_them() {
-    let cfg = DictConfig::new().shards(4);
     let cap = 1 << 20;
-    let need = ShmDict::required_size(cap, cfg).unwrap();
-    let map = Mapping::anonymous(need).unwrap();
+    let (cfg, _, map) = four_shards(cap);
     let a = ShmDict::init_in(&map, 0, cap, cfg).unwrap();
     let b = ShmDict::attach_in(&map, 0).unwrap();
     assert_eq!((a.shards(), b.shards()), (4, 4));
@@ -599,10 +613,8 @@ fn an_update_that_cannot_fit_beside_the_old_entry_changes_nothing() {
 #[test]
 fn init_in_with_shards_validates_everything_first() {
     use std::sync::atomic::AtomicU64;
-    let cfg = DictConfig::new().shards(4);
     let cap = 1 << 20;
-    let need = ShmDict::required_size(cap, cfg).unwrap();
-    let map = Mapping::anonymous(need).unwrap();
+    let (cfg, need, map) = four_shards(cap);
     let stride = need / 4;
     // In use by a shared value, in shard 0's zone; then, in another case, shard 3's lock.
     for at in [stride - 4096, 3 * stride] {
@@ -735,11 +747,7 @@ fn a_corrupted_zone_gives_errors_not_panics() {
             d.set(format!("k{i}"), "v", None, 0).unwrap();
         }
         let s = &d.shards[0];
-        let e = {
-            let tx = redo::Tx::new(&s.mem);
-            let h = index::hash(s.seed, b"k1") as u32;
-            index::find(&tx, &s.g, b"k1", h).unwrap().0
-        };
+        let e = entry_of(&d, b"k1");
         damage(&d, &s.mem, &s.g, e);
         let results = every_operation(&d);
         for (op, r) in &results {
@@ -821,11 +829,7 @@ fn lists_push_pop_and_types() {
     assert_eq!(r.entries, 3);
     // check() walks a list's encoding.
     let s = &d.shards[0];
-    let e = {
-        let tx = redo::Tx::new(&s.mem);
-        let h = index::hash(s.seed, b"b") as u32;
-        index::find(&tx, &s.g, b"b", h).unwrap().0
-    };
+    let e = entry_of(&d, b"b");
     s.mem.st32(e + layout::E_VALUE, u32::MAX);
     assert!(matches!(d.check(), Err(DictError::Corrupt(_))));
     assert!(matches!(d.rpop("b"), Err(DictError::Corrupt(_))));
