@@ -44,7 +44,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    env_or, fmt_round_trips, go_work, line_round_trip_ns, median, paired_ratio, procs, Padded,
+    env_or, fmt_round_trips, go_work, line_round_trip_ns, median, paired_ratio, procs, steady,
+    Padded,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -153,61 +154,6 @@ type PlRw<T> = parking_lot::RwLock<T>;
 std_like!(GoRw, [read().unwrap()], [write().unwrap()]);
 std_like!(StdRw, [read().unwrap()], [write().unwrap()]);
 std_like!(PlRw, [read()], [write()]);
-
-// ---------------------------------------------------------------------------------------------
-// The steady loop (as steady.rs's)
-
-/// Runs `threads` threads, each with its own state from `make_state(index)` (built before the
-/// clock starts), looping `op` until the stop flag (set `duration` after the start) and at
-/// least `min_ops` times. Returns the wall time (the first thread's first op to the last
-/// thread's last op, each thread reading the clock itself) and each thread's (ops, state).
-fn steady<S, MS, OP>(
-    threads: usize,
-    duration: Duration,
-    min_ops: u64,
-    make_state: MS,
-    op: OP,
-) -> (Duration, Vec<(u64, S)>)
-where
-    S: Send,
-    MS: Fn(usize) -> S + Sync,
-    OP: Fn(&mut S) + Sync,
-{
-    let stop = Padded(AtomicBool::new(false));
-    let barrier = Barrier::new(threads + 1);
-    let (make_state, op, stop, barrier) = (&make_state, &op, &stop.0, &barrier);
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                s.spawn(move || {
-                    let mut state = make_state(i);
-                    barrier.wait();
-                    let start = Instant::now();
-                    let mut ops = 0u64;
-                    while ops < min_ops || !stop.load(Ordering::Relaxed) {
-                        op(&mut state);
-                        ops += 1;
-                    }
-                    (start, Instant::now(), ops, state)
-                })
-            })
-            .collect();
-        barrier.wait();
-        thread::sleep(duration);
-        stop.store(true, Ordering::Relaxed);
-        let mut span: Option<(Instant, Instant)> = None;
-        let results = handles
-            .into_iter()
-            .map(|h| {
-                let (t0, t1, ops, state) = h.join().expect("bench thread panicked");
-                span = Some(span.map_or((t0, t1), |(a, b)| (a.min(t0), b.max(t1))));
-                (ops, state)
-            })
-            .collect();
-        let (first, last) = span.expect("at least one thread");
-        (last - first, results)
-    })
-}
 
 // ---------------------------------------------------------------------------------------------
 // Go's RWMutex workloads

@@ -89,6 +89,8 @@ mod raw_rwlock;
 pub mod rwalgo;
 mod rwlock;
 #[doc(hidden)]
+pub mod rwword;
+#[doc(hidden)]
 pub mod sema;
 #[cfg(target_os = "linux")]
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]

@@ -130,13 +130,6 @@ impl RawMutex {
         }
     }
 
-    /// The state word and wait queue, for the algorithms built on this lock
-    /// ([`crate::rwalgo`]'s writers' mutex).
-    #[inline]
-    pub(crate) fn parts(&self) -> (&AtomicU32, &ParkSema) {
-        (&self.state, &self.queue)
-    }
-
     /// Whether the lock is held right now    /// Whether the lock is held right now (a snapshot; in starvation mode between a hand-off and
     /// its receiver running, this reports `true`: the lock belongs to that receiver).
     #[inline]

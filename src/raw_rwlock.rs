@@ -1,11 +1,12 @@
 //! [`RawRwLock`]: Go's `RWMutex` without data, for people who build their own primitives.
 
-use crate::algo::StateWord;
+use crate::algo::{StateWord, LOCKED, STARVING};
 use crate::clock::Monotonic;
-use crate::raw::RawMutex;
+use crate::poison;
 use crate::rwalgo::{self, Counter, RwParts};
+use crate::rwword::RwWord;
 use crate::sema::{ParkSema, Sema};
-use crate::sync::{AtomicI32, AtomicU32};
+use crate::sync::AtomicI32;
 use std::time::{Duration, Instant};
 
 /// Go's `sync.RWMutex` as a raw lock: no data, no guards, no poisoning.
@@ -15,9 +16,11 @@ use std::time::{Duration, Instant};
 /// readers that queued meanwhile are all admitted before the next writer. Writers queue on
 /// Go's mutex. A read lock is one atomic add that never retries.
 ///
-/// 28 bytes: the writers' [`RawMutex`] (12), the reader count, the count of departing readers
-/// and two semaphores (4 each; the sleepers live in `parking_lot_core`'s table). Like Go's
-/// lock it has no owner: one thread may lock and another unlock. Recursive read locking can
+/// 32 bytes: the writers' mutex state and the reader count in one 64-bit word (so that an
+/// uncontended write lock and unlock are one compare-and-swap each), the writers' wait queue
+/// (8), the count of departing readers and two semaphores (4 each; the sleepers live in
+/// `parking_lot_core`'s table), and the byte [`RwLock`](crate::RwLock) keeps its poison flag
+/// in (padding otherwise). Like Go's lock it has no owner: one thread may lock and another unlock. Recursive read locking can
 /// deadlock (a writer waiting in between excludes the second read), as in Go and std.
 ///
 /// ```
@@ -37,30 +40,43 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Debug)]
 pub struct RawRwLock {
-    w: RawMutex,
-    reader_count: AtomicI32,
+    /// The writers' mutex state and `readerCount`.
+    word: RwWord,
+    /// The writers' mutex wait queue.
+    queue: ParkSema,
     reader_wait: AtomicI32,
     writer_sem: Sema,
     reader_sem: Sema,
+    /// [`RwLock`](crate::RwLock)'s poison flag (not used by the raw lock itself).
+    pub(crate) poison: poison::Flag,
 }
 
 impl RwParts for RawRwLock {
-    type Word = AtomicU32;
+    type Word = RwWord;
     type Queue = ParkSema;
     type Clock = Monotonic;
-    type Count = AtomicI32;
+    /// `readerCount` is a half of [`RwWord`], `readerWait` an `AtomicI32`.
+    type Count = dyn Counter + 'static;
     type Sema = Sema;
     #[inline]
-    fn w(&self) -> (&AtomicU32, &ParkSema) {
-        self.w.parts()
+    fn w(&self) -> (&RwWord, &ParkSema) {
+        (&self.word, &self.queue)
     }
     #[inline]
-    fn reader_count(&self) -> &AtomicI32 {
-        &self.reader_count
+    fn reader_count(&self) -> &Self::Count {
+        &self.word
     }
     #[inline]
-    fn reader_wait(&self) -> &AtomicI32 {
+    fn reader_wait(&self) -> &Self::Count {
         &self.reader_wait
+    }
+    #[inline]
+    fn lock_fast(&self) -> bool {
+        self.word.lock_fast()
+    }
+    #[inline]
+    fn unlock_fast(&self) -> bool {
+        self.word.unlock_fast()
     }
     #[inline]
     fn writer_sem(&self) -> &Sema {
@@ -77,11 +93,12 @@ impl RawRwLock {
         /// An unlocked lock.
         pub fn new() -> Self {
             Self {
-                w: RawMutex::new(),
-                reader_count: AtomicI32::new(0),
+                word: RwWord::new(),
+                queue: ParkSema::new(),
                 reader_wait: AtomicI32::new(0),
                 writer_sem: Sema::new(),
                 reader_sem: Sema::new(),
+                poison: poison::Flag::new(),
             }
         }
     }
@@ -215,14 +232,14 @@ impl RawRwLock {
     /// snapshot).
     #[inline]
     pub fn is_locked(&self) -> bool {
-        Counter::load(&self.reader_count) != 0 || self.w.is_locked()
+        Counter::load(&self.word) != 0 || StateWord::load(&self.word) & (LOCKED | STARVING) != 0
     }
 
     /// Whether a writer holds the lock or waits for the readers inside to leave, right now (a
     /// snapshot; from the moment a writer announces itself, new readers wait).
     #[inline]
     pub fn is_locked_exclusive(&self) -> bool {
-        Counter::load(&self.reader_count) < 0
+        Counter::load(&self.word) < 0
     }
 
     /// The reader count (biased by `-2^30` during a write phase), the count of departing
@@ -231,9 +248,9 @@ impl RawRwLock {
     #[doc(hidden)] // for tests and models; not part of the API
     pub fn state(&self) -> (i32, i32, u32, i32, i32) {
         (
-            Counter::load(&self.reader_count),
+            Counter::load(&self.word),
             Counter::load(&self.reader_wait),
-            StateWord::load(self.w.parts().0),
+            StateWord::load(&self.word),
             self.writer_sem.count(),
             self.reader_sem.count(),
         )
@@ -243,7 +260,7 @@ impl RawRwLock {
     /// and models: a snapshot).
     #[doc(hidden)] // for tests and models; not part of the API
     pub fn parked(&self) -> usize {
-        self.w.parked() + self.writer_sem.parked() + self.reader_sem.parked()
+        self.queue.parked() + self.writer_sem.parked() + self.reader_sem.parked()
     }
 }
 

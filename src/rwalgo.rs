@@ -34,6 +34,9 @@
 //!   still waiting: readers that arrived after it wait for the readers before it to leave.
 //!
 //! A writer whose deadline passes while it waits for `w` simply fails (the mutex's deadline).
+//! Parts that keep `w`'s state and `readerCount` in one word may offer
+//! [`RwParts::lock_fast`] and [`RwParts::unlock_fast`]: Go's two steps in one when nobody else
+//! is counted; whenever they fail, Go's code runs as written.
 //! `downgrade` is `Unlock` with the writer counted as a reader in the same atomic add.
 
 use crate::algo::{self, StateWord};
@@ -81,8 +84,9 @@ pub trait RwParts {
     type Queue: WaitQueue;
     /// The writers' mutex clock (the 1 ms starvation rule).
     type Clock: Clock;
-    /// `readerCount` and `readerWait`.
-    type Count: Counter;
+    /// `readerCount` and `readerWait` (unsized, e.g. `dyn Counter`, if the two are different
+    /// types: the in-process lock keeps `readerCount` in its [`RwWord`](crate::rwword::RwWord)).
+    type Count: Counter + ?Sized;
     /// `writerSem` and `readerSem`.
     type Sema: Semaphore;
     /// `w`: the writers' mutex.
@@ -95,6 +99,21 @@ pub trait RwParts {
     fn writer_sem(&self) -> &Self::Sema;
     /// `readerSem`: where readers that arrived during a write phase sleep.
     fn reader_sem(&self) -> &Self::Sema;
+    /// Optional: `Lock` of a lock nobody holds, wants or reads, in one atomic step (the writers'
+    /// mutex from 0 to locked and `readerCount` from 0 to `-MAX_READERS` together); `false`
+    /// otherwise, and then Go's `Lock` runs unchanged. For parts that keep both in one word;
+    /// the default offers no fast path.
+    #[inline]
+    fn lock_fast(&self) -> bool {
+        false
+    }
+    /// Optional: `Unlock`, in one atomic step, of a write phase during which nothing happened
+    /// (no reader queued, no writer waiting), the reverse of [`lock_fast`](Self::lock_fast);
+    /// `false` otherwise, and then Go's `Unlock` runs unchanged. The default offers none.
+    #[inline]
+    fn unlock_fast(&self) -> bool {
+        false
+    }
 }
 
 /// Go's `RLock`: one atomic add; sleep if a writer is pending or active.
@@ -154,6 +173,9 @@ pub fn runlock_slow<P: RwParts>(p: &P, r: i32) {
 /// Go's `Lock`.
 #[inline]
 pub fn lock<P: RwParts>(p: &P) {
+    if p.lock_fast() {
+        return;
+    }
     let (word, queue) = p.w();
     // First, resolve competition with other writers.
     algo::lock::<_, _, P::Clock>(word, queue);
@@ -165,6 +187,9 @@ pub fn lock<P: RwParts>(p: &P) {
 /// stays as a ghost until the last of them leaves (module docs).
 #[inline]
 pub fn lock_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+    if p.lock_fast() {
+        return true;
+    }
     let (word, queue) = p.w();
     algo::lock_until::<_, _, P::Clock>(word, queue, deadline) && announce_and_wait(p, deadline)
 }
@@ -181,6 +206,9 @@ fn announce_and_wait<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
 /// one compare-and-swap; never waits for departing readers.
 #[inline]
 pub fn try_lock<P: RwParts>(p: &P) -> bool {
+    if p.lock_fast() {
+        return true;
+    }
     let (word, queue) = p.w();
     if !algo::try_lock(word) {
         return false;
@@ -195,7 +223,9 @@ pub fn try_lock<P: RwParts>(p: &P) -> bool {
 /// Go's `Unlock`.
 #[inline]
 pub fn unlock<P: RwParts>(p: &P) {
-    unlock_write(p, 0);
+    if !p.unlock_fast() {
+        unlock_write(p, 0);
+    }
 }
 
 /// Turn the write lock into a read lock (not in Go; std's `RwLockWriteGuard::downgrade`):

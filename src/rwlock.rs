@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 /// assert_eq!(*config.read().unwrap(), "v2");
 /// ```
 pub struct RwLock<T: ?Sized> {
+    /// The lock, and the poison flag (`raw.poison`, in the raw lock's spare byte).
     raw: RawRwLock,
-    poison: poison::Flag,
     data: UnsafeCell<T>,
 }
 
@@ -107,7 +107,6 @@ impl<T> RwLock<T> {
         pub fn new(t: T) -> Self {
             Self {
                 raw: RawRwLock::new(),
-                poison: poison::Flag::new(),
                 data: UnsafeCell::new(t),
             }
         }
@@ -120,7 +119,7 @@ impl<T> RwLock<T> {
     /// assert_eq!(l.into_inner().unwrap(), 7);
     /// ```
     pub fn into_inner(self) -> LockResult<T> {
-        let poisoned = self.poison.get();
+        let poisoned = self.raw.poison.get();
         poison::map_result(poisoned, self.data.into_inner())
     }
 }
@@ -273,7 +272,7 @@ impl<T: ?Sized> RwLock<T> {
     /// Whether a writer panicked while holding the lock (a panicking reader does not poison).
     #[inline]
     pub fn is_poisoned(&self) -> bool {
-        self.poison.get()
+        self.raw.poison.get()
     }
 
     /// Clear the poisoned state (after the data has been made consistent again).
@@ -293,12 +292,12 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn clear_poison(&self) {
-        self.poison.clear();
+        self.raw.poison.clear();
     }
 
     /// A mutable reference to the data; no locking needed since we have `&mut self`.
     pub fn get_mut(&mut self) -> LockResult<&mut T> {
-        let poisoned = self.poison.get();
+        let poisoned = self.raw.poison.get();
         poison::map_result(poisoned, self.data.get_mut())
     }
 
@@ -335,7 +334,7 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
                 d.field("data", &format_args!("<locked>"));
             }
         }
-        d.field("poisoned", &self.poison.get());
+        d.field("poisoned", &self.raw.poison.get());
         d.finish_non_exhaustive()
     }
 }
@@ -350,7 +349,7 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
             raw: &lock.raw,
             _not_send: PhantomData,
         };
-        poison::map_result(lock.poison.get(), guard)
+        poison::map_result(lock.raw.poison.get(), guard)
     }
 
     /// Make a guard for a part of the read-locked data, e.g. one field (beyond std: std's
@@ -375,12 +374,7 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
         // SAFETY: the guard read-holds the lock, so no `&mut T` exists; the closure's
         // signature keeps the reference from escaping it. If it panics, `orig` unlocks.
         let data = NonNull::from(f(unsafe { orig.data.as_ref() }));
-        let orig = ManuallyDrop::new(orig);
-        MappedRwLockReadGuard {
-            data,
-            raw: orig.raw,
-            _not_send: PhantomData,
-        }
+        MappedRwLockReadGuard::new(data, ManuallyDrop::new(orig).raw)
     }
 
     /// Like [`map`](Self::map), but `f` may decline (`None`), which gives the original guard
@@ -401,15 +395,10 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
     {
         // SAFETY: as in `map`.
         match f(unsafe { orig.data.as_ref() }) {
-            Some(data) => {
-                let data = NonNull::from(data);
-                let orig = ManuallyDrop::new(orig);
-                Ok(MappedRwLockReadGuard {
-                    data,
-                    raw: orig.raw,
-                    _not_send: PhantomData,
-                })
-            }
+            Some(data) => Ok(MappedRwLockReadGuard::new(
+                NonNull::from(data),
+                ManuallyDrop::new(orig).raw,
+            )),
             None => Err(orig),
         }
     }
@@ -419,7 +408,7 @@ impl<'a, T: ?Sized> RwLockWriteGuard<'a, T> {
     /// # Safety
     /// `lock.raw` must be write-held by the caller, who hands that ownership to the guard.
     unsafe fn new(lock: &'a RwLock<T>) -> LockResult<Self> {
-        match lock.poison.guard() {
+        match lock.raw.poison.guard() {
             Ok(poison) => Ok(Self {
                 lock,
                 poison,
@@ -554,7 +543,7 @@ impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
 impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.lock.poison.done(&self.poison);
+        self.lock.raw.poison.done(&self.poison);
         // SAFETY: the guard write-holds the lock.
         unsafe { self.lock.raw.unlock_write() }
     }
@@ -576,6 +565,16 @@ pub struct MappedRwLockReadGuard<'a, T: ?Sized + 'a> {
 unsafe impl<T: ?Sized + Sync> Sync for MappedRwLockReadGuard<'_, T> {}
 
 impl<'a, T: ?Sized> MappedRwLockReadGuard<'a, T> {
+    /// Take over a read lock of `raw` (whose guard is not dropped) for `data`, which points
+    /// into the same lock's data.
+    fn new(data: NonNull<T>, raw: &'a RawRwLock) -> Self {
+        Self {
+            data,
+            raw,
+            _not_send: PhantomData,
+        }
+    }
+
     /// Narrow the guard further (as [`RwLockReadGuard::map`]).
     pub fn map<U, F>(orig: Self, f: F) -> MappedRwLockReadGuard<'a, U>
     where
@@ -584,12 +583,7 @@ impl<'a, T: ?Sized> MappedRwLockReadGuard<'a, T> {
     {
         // SAFETY: the guard read-holds the lock, so no `&mut T` exists.
         let data = NonNull::from(f(unsafe { orig.data.as_ref() }));
-        let orig = ManuallyDrop::new(orig);
-        MappedRwLockReadGuard {
-            data,
-            raw: orig.raw,
-            _not_send: PhantomData,
-        }
+        MappedRwLockReadGuard::new(data, ManuallyDrop::new(orig).raw)
     }
 
     /// Narrow the guard further if `f` says so, else give it back (as
@@ -601,15 +595,10 @@ impl<'a, T: ?Sized> MappedRwLockReadGuard<'a, T> {
     {
         // SAFETY: as in `map`.
         match f(unsafe { orig.data.as_ref() }) {
-            Some(data) => {
-                let data = NonNull::from(data);
-                let orig = ManuallyDrop::new(orig);
-                Ok(MappedRwLockReadGuard {
-                    data,
-                    raw: orig.raw,
-                    _not_send: PhantomData,
-                })
-            }
+            Some(data) => Ok(MappedRwLockReadGuard::new(
+                NonNull::from(data),
+                ManuallyDrop::new(orig).raw,
+            )),
             None => Err(orig),
         }
     }
@@ -659,7 +648,7 @@ impl<'a, T: ?Sized> MappedRwLockWriteGuard<'a, T> {
         Self {
             data,
             raw: &lock.raw,
-            poison_flag: &lock.poison,
+            poison_flag: &lock.raw.poison,
             poison: orig.poison,
             _variance: PhantomData,
             _not_send: PhantomData,

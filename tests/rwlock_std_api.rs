@@ -2,6 +2,7 @@
 //! type and on ours wherever std defines the outcome, and the transcripts must be equal.
 //! Go's own tests, the policy and the deadlines: `tests/rwlock.rs`.
 
+#[macro_use]
 mod common;
 use common::join_within;
 
@@ -9,7 +10,7 @@ use gomutex::{
     MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 use std::cell::{Cell, RefCell};
-use std::marker::{PhantomData, PhantomPinned};
+use std::marker::PhantomPinned;
 use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::rc::Rc;
 use std::sync::RwLockWriteGuard as StdWriteGuard;
@@ -326,28 +327,6 @@ fn mapped_guards_hold_the_lock_and_poison() {
 
 // ---------------------------------------------------------------------------------------------
 // Auto traits: identical to std's
-
-/// Does `$t` implement `$tr`? (autoref specialisation: only for concrete types.)
-macro_rules! implements {
-    ($t:ty : $tr:path) => {{
-        struct Probe<T: ?Sized>(PhantomData<T>);
-        #[allow(dead_code)] // one of the two traits is picked per use
-        trait Yes {
-            fn check(&self) -> bool {
-                true
-            }
-        }
-        impl<T: ?Sized + $tr> Yes for Probe<T> {}
-        #[allow(dead_code)]
-        trait No {
-            fn check(&self) -> bool {
-                false
-            }
-        }
-        impl<T: ?Sized> No for &Probe<T> {}
-        (&Probe::<$t>(PhantomData)).check()
-    }};
-}
 
 macro_rules! compare_auto_traits {
     (@pair $diffs:ident, $ours:ty, $std:ty, $tr:path) => {

@@ -3,12 +3,13 @@
 //! Condvar timeouts are checked against their contract with generous bounds only. Timed
 //! locking (`try_lock_for`, not in std) and Go's invariants under timeouts: `tests/timed.rs`.
 
+#[macro_use]
 mod common;
 use common::join_within;
 
 use gomutex::{Condvar, Mutex, MutexGuard};
 use std::cell::{Cell, RefCell};
-use std::marker::{PhantomData, PhantomPinned};
+use std::marker::PhantomPinned;
 use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -338,28 +339,6 @@ fn unsized_data_through_box_and_arc() {
 
 // ---------------------------------------------------------------------------------------------
 // Auto traits: identical to std's, plus compile-time checks of the key facts
-
-/// Does `$t` implement `$tr`? (autoref specialisation: only for concrete types.)
-macro_rules! implements {
-    ($t:ty : $tr:path) => {{
-        struct Probe<T: ?Sized>(PhantomData<T>);
-        #[allow(dead_code)] // one of the two traits is picked per use
-        trait Yes {
-            fn check(&self) -> bool {
-                true
-            }
-        }
-        impl<T: ?Sized + $tr> Yes for Probe<T> {}
-        #[allow(dead_code)]
-        trait No {
-            fn check(&self) -> bool {
-                false
-            }
-        }
-        impl<T: ?Sized> No for &Probe<T> {}
-        (&Probe::<$t>(PhantomData)).check()
-    }};
-}
 
 /// For data type `$t`: every auto trait of our `Mutex<$t>`/`MutexGuard<$t>` as std's.
 macro_rules! compare_auto_traits {

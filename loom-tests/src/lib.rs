@@ -928,6 +928,83 @@ struct TqInner {
     sleepers: Vec<TqSleeper>,
 }
 
+/// The inner state of a test queue ([`TimedQueue`], [`TimedSema`]): its sleepers, in arrival
+/// order.
+trait Sleepers {
+    fn sleepers(&mut self) -> &mut Vec<TqSleeper>;
+}
+
+impl Sleepers for TqInner {
+    fn sleepers(&mut self) -> &mut Vec<TqSleeper> {
+        &mut self.sleepers
+    }
+}
+
+/// How a sleep on a test queue ended.
+enum Woke {
+    /// A `release` picked the sleeper while it slept.
+    Picked,
+    /// Its deadline passed, but a `release` picked it before it could leave: the token is
+    /// its.
+    PickedAtDeadline,
+    /// Its deadline passed: it left the queue (and `on_timeout` ran, under the lock).
+    TimedOut,
+}
+
+/// The sleep of both test queues: queue a sleeper in `q` (the locked inner state of `lock`),
+/// then wait until a `release` picks it, or, for a timed sleep, until loom's spurious wake-up
+/// (the deadline passing), after which the sleeper decides under the lock: picked meanwhile,
+/// or removed from the queue and `on_timeout` run.
+fn sleep<I: Sleepers>(
+    lock: &loom::sync::Mutex<I>,
+    mut q: loom::sync::MutexGuard<'_, I>,
+    lifo: bool,
+    timed: bool,
+    on_timeout: impl FnOnce(&mut I),
+) -> Woke {
+    let slot = loom::sync::Arc::new(Slot {
+        woken: AtomicBool::new(false),
+        notify: loom::sync::Notify::new(),
+    });
+    q.sleepers().push(TqSleeper {
+        lifo,
+        timed,
+        slot: slot.clone(),
+    });
+    drop(q);
+    loop {
+        slot.notify.wait();
+        if slot.woken.load(loom::sync::atomic::Ordering::SeqCst) {
+            return Woke::Picked;
+        }
+        if timed {
+            let mut q = lock.lock().unwrap();
+            if slot.woken.load(loom::sync::atomic::Ordering::SeqCst) {
+                return Woke::PickedAtDeadline;
+            }
+            let i = q
+                .sleepers()
+                .iter()
+                .position(|s| loom::sync::Arc::ptr_eq(&s.slot, &slot))
+                .expect("timed-out sleeper not queued");
+            q.sleepers().remove(i);
+            on_timeout(&mut q);
+            return Woke::TimedOut;
+        }
+    }
+}
+
+/// Wake the sleeper at `i`, picked by a `release` holding `q`: its token is marked under the
+/// lock, the notification goes out after it.
+fn wake<I: Sleepers>(mut q: loom::sync::MutexGuard<'_, I>, i: usize) {
+    let s = q.sleepers().remove(i);
+    s.slot
+        .woken
+        .store(true, loom::sync::atomic::Ordering::SeqCst);
+    drop(q);
+    s.slot.notify.notify();
+}
+
 /// A test-only [`WaitQueue`] implementing the documented contract (persistent tokens; the
 /// oldest `lifo` sleeper first, else the oldest; a timed-out `acquire` consumed nothing and is
 /// no longer queued) whose *timed* `acquire` may time out.
@@ -987,35 +1064,10 @@ impl WaitQueue for TimedQueue {
             q.tokens -= 1;
             return true;
         }
-        let slot = loom::sync::Arc::new(Slot {
-            woken: AtomicBool::new(false),
-            notify: loom::sync::Notify::new(),
-        });
-        q.sleepers.push(TqSleeper {
-            lifo,
-            timed: deadline.is_some(),
-            slot: slot.clone(),
-        });
-        drop(q);
-        loop {
-            slot.notify.wait();
-            if slot.woken.load(loom::sync::atomic::Ordering::SeqCst) {
-                return true;
-            }
-            if deadline.is_some() {
-                let mut q = self.inner.lock().unwrap();
-                if slot.woken.load(loom::sync::atomic::Ordering::SeqCst) {
-                    // A release picked us before we could leave: the token is ours.
-                    return !self.lose_token_on_timeout;
-                }
-                let i = q
-                    .sleepers
-                    .iter()
-                    .position(|s| loom::sync::Arc::ptr_eq(&s.slot, &slot))
-                    .expect("timed-out sleeper not queued");
-                q.sleepers.remove(i);
-                return false;
-            }
+        match sleep(&self.inner, q, lifo, deadline.is_some(), |_| {}) {
+            Woke::Picked => true,
+            Woke::PickedAtDeadline => !self.lose_token_on_timeout,
+            Woke::TimedOut => false,
         }
     }
 
@@ -1027,14 +1079,7 @@ impl WaitQueue for TimedQueue {
             .position(|s| s.lifo)
             .or(if q.sleepers.is_empty() { None } else { Some(0) });
         match pick {
-            Some(i) => {
-                let s = q.sleepers.remove(i);
-                s.slot
-                    .woken
-                    .store(true, loom::sync::atomic::Ordering::SeqCst);
-                drop(q);
-                s.slot.notify.notify();
-            }
+            Some(i) => wake(q, i),
             None => q.tokens += 1,
         }
     }
@@ -1270,6 +1315,12 @@ struct TsInner {
     sleepers: Vec<TqSleeper>,
 }
 
+impl Sleepers for TsInner {
+    fn sleepers(&mut self) -> &mut Vec<TqSleeper> {
+        &mut self.sleepers
+    }
+}
+
 /// How a [`TimedSema`] is broken, for the negative controls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SemaFault {
@@ -1324,37 +1375,11 @@ impl Semaphore for TimedSema {
             q.count -= 1;
             return true;
         }
-        let slot = loom::sync::Arc::new(Slot {
-            woken: AtomicBool::new(false),
-            notify: loom::sync::Notify::new(),
-        });
-        q.sleepers.push(TqSleeper {
-            lifo: false,
-            timed: deadline.is_some(),
-            slot: slot.clone(),
-        });
-        drop(q);
-        loop {
-            slot.notify.wait();
-            if slot.woken.load(loom::sync::atomic::Ordering::SeqCst) {
-                return true;
-            }
-            if deadline.is_some() {
-                let mut q = self.inner.lock().unwrap();
-                if slot.woken.load(loom::sync::atomic::Ordering::SeqCst) {
-                    return true; // a release picked us before we could leave
-                }
-                let i = q
-                    .sleepers
-                    .iter()
-                    .position(|s| loom::sync::Arc::ptr_eq(&s.slot, &slot))
-                    .expect("timed-out sleeper not queued");
-                q.sleepers.remove(i);
-                if self.fault != SemaFault::NoDebt {
-                    q.count -= 1;
-                }
-                return false;
-            }
+        let owe = self.fault != SemaFault::NoDebt;
+        let leave = |q: &mut TsInner| q.count -= i32::from(owe);
+        match sleep(&self.inner, q, false, deadline.is_some(), leave) {
+            Woke::Picked | Woke::PickedAtDeadline => true,
+            Woke::TimedOut => false,
         }
     }
 
@@ -1370,12 +1395,7 @@ impl Semaphore for TimedSema {
             }
             return true;
         }
-        let s = q.sleepers.remove(0);
-        s.slot
-            .woken
-            .store(true, loom::sync::atomic::Ordering::SeqCst);
-        drop(q);
-        s.slot.notify.notify();
+        wake(q, 0);
         true
     }
 }

@@ -8,12 +8,14 @@
 //! do nothing unless `GOMUTEX_LOOM_NEGATIVE_BODY` is set, so `--include-ignored` is harmless.
 
 use gomutex::algo::{self, StateWord};
-use gomutex::rwalgo::{self, Counter};
-use gomutex::sema::ParkSema;
+use gomutex::rwalgo::{self, Counter, RwParts, MAX_READERS};
+use gomutex::rwword::RwWord;
+use gomutex::sema::{ParkSema, Sema};
 use gomutex_loom_tests::{
     far_deadline, model, Harness, LossyQueue, NeverStarving, RelaxedCounter, RwHarness, SemaFault,
     Stats, TimedQueue,
 };
+use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicI32 as LoomI32;
 use loom::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
@@ -293,5 +295,121 @@ fn baseline_of_rw_negative_controls_passes() {
     model("baseline_rw_timed_shape", 2, || {
         let (rc, rw) = sound_counters();
         rw_shape(RwHarness::with(rc, rw, SemaFault::Sound), true);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The one-word fast path (`RwParts::lock_fast`, in-process `RwWord`).
+
+/// The in-process lock's parts (`RwWord`, `ParkSema`, `Sema`s, as `RawRwLock`), with the fast
+/// write lock sound (`RwWord::lock_fast`: the whole word 0) or broken (only the mutex half
+/// checked, then the count biased: the readers inside are not waited for).
+struct FastParts {
+    word: RwWord,
+    queue: ParkSema,
+    reader_wait: LoomI32,
+    writer_sem: Sema,
+    reader_sem: Sema,
+    broken: bool,
+    cell: UnsafeCell<u64>,
+}
+
+impl FastParts {
+    fn new(broken: bool) -> Self {
+        Self {
+            word: RwWord::new(),
+            queue: ParkSema::new(),
+            reader_wait: LoomI32::new(0),
+            writer_sem: Sema::new(),
+            reader_sem: Sema::new(),
+            broken,
+            cell: UnsafeCell::new(0),
+        }
+    }
+}
+
+impl RwParts for FastParts {
+    type Word = RwWord;
+    type Queue = ParkSema;
+    type Clock = NeverStarving;
+    type Count = dyn Counter + 'static;
+    type Sema = Sema;
+    fn w(&self) -> (&RwWord, &ParkSema) {
+        (&self.word, &self.queue)
+    }
+    fn reader_count(&self) -> &Self::Count {
+        &self.word
+    }
+    fn reader_wait(&self) -> &Self::Count {
+        &self.reader_wait
+    }
+    fn writer_sem(&self) -> &Sema {
+        &self.writer_sem
+    }
+    fn reader_sem(&self) -> &Sema {
+        &self.reader_sem
+    }
+    fn lock_fast(&self) -> bool {
+        if !self.broken {
+            return self.word.lock_fast();
+        }
+        self.word.try_acquire_fast() && {
+            Counter::add(&self.word, -MAX_READERS);
+            true
+        }
+    }
+    fn unlock_fast(&self) -> bool {
+        self.word.unlock_fast()
+    }
+}
+
+/// A reader inside, a writer arriving: the writer must wait for the reader (loom checks the
+/// cell), and everything ends quiescent.
+fn rw_fast_shape(p: FastParts) {
+    let p = Arc::new(p);
+    let p1 = p.clone();
+    let r = thread::spawn(move || {
+        rwalgo::rlock(&*p1);
+        // SAFETY: a loom UnsafeCell: loom checks this access against every other.
+        p1.cell.with(|c| unsafe { *c });
+        rwalgo::runlock(&*p1);
+    });
+    rwalgo::lock(&*p);
+    // SAFETY: as above.
+    p.cell.with_mut(|c| unsafe { *c += 1 });
+    rwalgo::unlock(&*p);
+    r.join().unwrap();
+    assert_eq!(StateWord::load(&p.word), 0);
+    assert_eq!(Counter::load(&p.word), 0);
+    assert_eq!(Counter::load(&p.reader_wait), 0);
+    assert_eq!((p.writer_sem.count(), p.reader_sem.count()), (0, 0));
+}
+
+/// A fast write lock that checks only the writers' mutex half of the word (not the reader
+/// count beside it) takes the lock with a reader inside: loom reports the race on the data.
+#[test]
+fn negative_rw_fast_lock_ignores_readers() {
+    expect_rejected(
+        "body_rw_fast_lock_ignores_readers",
+        &["Causality violation"],
+    );
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_fast_lock_ignores_readers in a child process"]
+fn body_rw_fast_lock_ignores_readers() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_fast_lock_ignores_readers", 2, || {
+        rw_fast_shape(FastParts::new(true))
+    });
+}
+
+/// The fast-path control's baseline: the same shape with `RwWord`'s own fast path passes.
+#[test]
+fn baseline_of_rw_fast_path_control_passes() {
+    model("baseline_rw_fast_shape", 2, || {
+        rw_fast_shape(FastParts::new(false))
     });
 }

@@ -270,38 +270,66 @@ impl Seen {
     }
 }
 
+/// Runs `body` as the loom model `name` at `bound` with one [`Seen`] across its executions,
+/// then asserts that both outcomes were explored.
+fn model_both_outcomes(
+    name: &'static str,
+    bound: usize,
+    body: impl Fn(&std::sync::Arc<Seen>) + Send + Sync + 'static,
+) {
+    let seen = std::sync::Arc::new(Seen::default());
+    let s0 = seen.clone();
+    model(name, bound, move || body(&s0));
+    seen.both(name);
+}
+
+/// A reader that gives up at a deadline (which may pass at any point), noting the outcome:
+/// the value it read if it got in.
+fn spawn_timed_reader(
+    h: &Arc<RwHarness>,
+    seen: &std::sync::Arc<Seen>,
+) -> thread::JoinHandle<Option<u64>> {
+    let (h, seen) = (h.clone(), seen.clone());
+    thread::spawn(move || {
+        let ok = rwalgo::rlock_until(&*h, far_deadline());
+        seen.note(ok);
+        ok.then(|| {
+            let v = h.read_cs();
+            rwalgo::runlock(&*h);
+            v
+        })
+    })
+}
+
+/// A writer that writes once.
+fn spawn_writer(h: &Arc<RwHarness>) -> thread::JoinHandle<()> {
+    let h = h.clone();
+    thread::spawn(move || {
+        rwalgo::lock(&*h);
+        h.write_cs();
+        rwalgo::unlock(&*h);
+    })
+}
+
 /// A timed reader behind a writer whose unlock races its deadline, and a second writer after
 /// it: either the reader gets in (and sees the write) or it is a ghost that the unlock (or the
 /// second writer's) takes back; no token or debt survives.
 #[test]
 fn rw_timed_reader_races_unlock() {
-    let seen = std::sync::Arc::new(Seen::default());
-    let s0 = seen.clone();
-    model("rw_timed_reader_races_unlock", 3, move || {
+    model_both_outcomes("rw_timed_reader_races_unlock", 3, |seen| {
         let h = Arc::new(RwHarness::new());
         rwalgo::lock(&*h);
-        let (h1, seen) = (h.clone(), s0.clone());
-        let r = thread::spawn(move || {
-            let ok = rwalgo::rlock_until(&*h1, far_deadline());
-            seen.note(ok);
-            if ok {
-                assert_eq!(h1.read_cs(), 1, "a timed reader got in during the write");
-                rwalgo::runlock(&*h1);
-            }
-        });
-        let h2 = h.clone();
-        let w2 = thread::spawn(move || {
-            rwalgo::lock(&*h2);
-            h2.write_cs();
-            rwalgo::unlock(&*h2);
-        });
+        let r = spawn_timed_reader(&h, seen);
+        let w2 = spawn_writer(&h);
         h.wait_until(|rc, _, _| rc == -MAX_READERS + 1);
         h.write_cs();
         rwalgo::unlock(&*h);
-        join_all([r, w2]);
+        if let Some(v) = r.join().unwrap() {
+            assert_eq!(v, 1, "a timed reader got in during the write");
+        }
+        w2.join().unwrap();
         h.assert_quiescent(2);
     });
-    seen.both("rw_timed_reader_races_unlock");
 }
 
 /// A timed writer waiting for a reader whose departure races the writer's deadline, with a
@@ -309,12 +337,10 @@ fn rw_timed_reader_races_unlock() {
 /// phase the departing reader finishes; the late reader gets in either way.
 #[test]
 fn rw_timed_writer_races_last_reader() {
-    let seen = std::sync::Arc::new(Seen::default());
-    let s0 = seen.clone();
-    model("rw_timed_writer_races_last_reader", 3, move || {
+    model_both_outcomes("rw_timed_writer_races_last_reader", 3, |seen| {
         let h = Arc::new(RwHarness::new());
         rwalgo::rlock(&*h);
-        let (h1, seen) = (h.clone(), s0.clone());
+        let (h1, seen) = (h.clone(), seen.clone());
         let w = thread::spawn(move || {
             let ok = rwalgo::lock_until(&*h1, far_deadline());
             seen.note(ok);
@@ -339,7 +365,6 @@ fn rw_timed_writer_races_last_reader() {
         assert!(v <= 1);
         h.assert_quiescent(u64::from(wrote));
     });
-    seen.both("rw_timed_writer_races_last_reader");
 }
 
 /// A ghost reader across two write phases: the reader times out behind writer 1, possibly
@@ -348,26 +373,11 @@ fn rw_timed_writer_races_last_reader() {
 /// quiescent, every write excluded.
 #[test]
 fn rw_timed_ghost_reader_across_phases() {
-    let seen = std::sync::Arc::new(Seen::default());
-    let s0 = seen.clone();
-    model("rw_timed_ghost_reader_across_phases", 2, move || {
+    model_both_outcomes("rw_timed_ghost_reader_across_phases", 2, |seen| {
         let h = Arc::new(RwHarness::new());
         rwalgo::lock(&*h);
-        let (h1, seen) = (h.clone(), s0.clone());
-        let r = thread::spawn(move || {
-            let ok = rwalgo::rlock_until(&*h1, far_deadline());
-            seen.note(ok);
-            if ok {
-                h1.read_cs();
-                rwalgo::runlock(&*h1);
-            }
-        });
-        let h2 = h.clone();
-        let w2 = thread::spawn(move || {
-            rwalgo::lock(&*h2);
-            h2.write_cs();
-            rwalgo::unlock(&*h2);
-        });
+        let r = spawn_timed_reader(&h, seen);
+        let w2 = spawn_writer(&h);
         let h3 = h.clone();
         let r3 = thread::spawn(move || {
             rwalgo::rlock(&*h3);
@@ -376,8 +386,8 @@ fn rw_timed_ghost_reader_across_phases() {
         });
         h.write_cs();
         rwalgo::unlock(&*h);
-        join_all([r, w2, r3]);
+        r.join().unwrap();
+        join_all([w2, r3]);
         h.assert_quiescent(2);
     });
-    seen.both("rw_timed_ghost_reader_across_phases");
 }

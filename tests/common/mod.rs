@@ -6,6 +6,29 @@
 
 #![allow(dead_code)]
 
+/// Does `$t` implement `$tr`? (autoref specialisation: only for concrete types.)
+#[allow(unused_macros)] // like the rest of this module: each test binary uses a part
+macro_rules! implements {
+    ($t:ty : $tr:path) => {{
+        struct Probe<T: ?Sized>(std::marker::PhantomData<T>);
+        #[allow(dead_code)] // one of the two traits is picked per use
+        trait Yes {
+            fn check(&self) -> bool {
+                true
+            }
+        }
+        impl<T: ?Sized + $tr> Yes for Probe<T> {}
+        #[allow(dead_code)]
+        trait No {
+            fn check(&self) -> bool {
+                false
+            }
+        }
+        impl<T: ?Sized> No for &Probe<T> {}
+        (&Probe::<$t>(std::marker::PhantomData)).check()
+    }};
+}
+
 #[cfg(target_os = "linux")]
 pub mod anon;
 #[cfg(target_os = "linux")]
