@@ -232,8 +232,32 @@ impl Default for Sema {
     }
 }
 
+impl Sema {
+    /// Spin a few rounds for a token before sleeping; `true` if one is kept now (taken by the
+    /// park's check that follows, without sleeping). Go's semaphore parks a goroutine, which
+    /// costs about as much as these rounds; a thread's sleep and wake-up cost microseconds,
+    /// more than the reader or writer section it waits for.
+    #[inline]
+    fn spin_for_token(&self) {
+        #[cfg(not(gomutex_loom))]
+        {
+            let mut iter = 0;
+            while crate::spin::can_spin(iter, false) {
+                if self.count.load(Relaxed) > 0 {
+                    return;
+                }
+                // PAUSEs only: rounds that start with a yield measured slower on the
+                // read-mostly workloads with work (docs/benchmarks.md).
+                crate::spin::spin_round(true);
+                iter += 1;
+            }
+        }
+    }
+}
+
 impl Semaphore for Sema {
     fn acquire(&self, deadline: Option<Instant>) -> bool {
+        self.spin_for_token();
         let validate = || {
             let c = self.count.load(Relaxed);
             if c > 0 {
