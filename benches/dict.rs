@@ -226,7 +226,10 @@ fn run(store: &mut impl Store, work: Work, seed: u64, stop: &AtomicU64) -> (u64,
                 }
                 Work::List => {
                     key(&mut k, "list", x % COUNTERS);
-                    assert!(store.push_pop(&k, &VALUE), "a list emptied under its pusher");
+                    assert!(
+                        store.push_pop(&k, &VALUE),
+                        "a list emptied under its pusher"
+                    );
                     ops += 1;
                 }
             }
