@@ -333,7 +333,7 @@ impl Zone<'_> {
         init: Option<(i64, u64)>,
         now: u64,
     ) -> Result<(i64, u32), DictError> {
-        let mut tx = Tx::new(self.m);
+        let tx = Tx::new(self.m);
         if let Some((e, _)) = index::find(&tx, &self.g, key, self.hash(key)) {
             if !ttl::expired(&tx, e, now) {
                 if index::klen_kind(&tx, e).1 != VALUE_INT {
@@ -341,9 +341,12 @@ impl Zone<'_> {
                 }
                 let v = tx.r64(e + E_VALUE) as i64;
                 let v = v.checked_add(by).ok_or(DictError::Overflow)?;
-                tx.w64(e + E_VALUE, v as u64);
-                lru::touch(&mut tx, e);
-                tx.commit();
+                // One aligned 8-byte store, so a death leaves the old number or the new one:
+                // no transaction. A use like a hit (marked, not moved).
+                if !corrupt_seen() {
+                    self.m.st64(e + E_VALUE, v as u64);
+                    lru::mark_used(self.m, e);
+                }
                 return Ok((v, 0));
             }
         }
