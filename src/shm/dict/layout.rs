@@ -55,7 +55,7 @@ pub(crate) const H_SEQ: usize = 64;
 pub(crate) const H_FLUSH_SEQ: usize = 72;
 /// u64: entries linked (live or expired).
 pub(crate) const H_COUNT: usize = 80;
-/// u32: most recently used entry.
+/// u32: the LRU head: the most recently written (or spared) entry.
 pub(crate) const H_LRU_HEAD: usize = 88;
 /// u32: least recently used entry.
 pub(crate) const H_LRU_TAIL: usize = 92;

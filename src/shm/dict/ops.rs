@@ -429,7 +429,7 @@ impl Zone<'_> {
         freed
     }
 
-    /// Up to `max` (0: all) live keys, most recently used first.
+    /// Up to `max` (0: all) live keys, in LRU order (most recently written or spared first).
     pub(crate) fn keys(&self, max: usize, now: u64) -> Vec<Vec<u8>> {
         let tx = Tx::new(self.m);
         let mut out = Vec::new();
