@@ -5,6 +5,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Longest request head accepted.
@@ -220,11 +221,13 @@ impl Conn {
     }
 
     /// Handle readiness: read what is there, answer every complete request, write. Adds the
-    /// number of requests answered to `served`. `/status` is answered with `status()`, not
-    /// subject to `admit` (as nginx's `stub_status` location is usually left unlimited).
+    /// number of requests answered to `served` before their answers are sent, so that a client
+    /// that has its answers sees them counted on the status page. `/status` is answered with
+    /// `status()`, not subject to `admit` (as nginx's `stub_status` location is usually left
+    /// unlimited).
     pub fn on_ready(
         &mut self,
-        served: &mut u64,
+        served: &AtomicU64,
         admit: &mut impl Admit,
         status: &dyn Fn() -> String,
     ) -> Next {
@@ -259,7 +262,7 @@ impl Conn {
             }
         }
         // Answer every complete request in the buffer.
-        let mut used = 0;
+        let (mut used, mut answered) = (0, 0);
         while !self.closing {
             match parse(&self.rbuf[used..]) {
                 Ok(Some(req)) => {
@@ -272,7 +275,7 @@ impl Conn {
                     } else {
                         respond_limited(&mut self.wbuf, &req);
                     }
-                    *served += 1;
+                    answered += 1;
                     used += req.len;
                     if !req.keep_alive {
                         self.closing = true;
@@ -286,6 +289,9 @@ impl Conn {
             }
         }
         self.rbuf.drain(..used);
+        if answered > 0 {
+            served.fetch_add(answered, Relaxed);
+        }
         if self.wpos < self.wbuf.len() {
             match self.flush() {
                 Ok(true) => {}

@@ -218,13 +218,13 @@ impl<L: AcceptMutex> Worker<'_, L> {
             }
 
             // Request processing, with the lock released.
-            let mut served = 0u64;
+            let served = &self.slot.requests;
             for &t in &ready {
                 let fd = t as u32 as RawFd;
                 let g = (t >> 32) as u32;
                 let next = match conns.get_mut(fd as usize) {
                     Some(Some(e)) if e.conn.gen == g => {
-                        e.conn.on_ready(&mut served, &mut limit, &status)
+                        e.conn.on_ready(served, &mut limit, &status)
                     }
                     _ => continue,
                 };
@@ -236,7 +236,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 let mut conn = Conn::new(TcpStream::from(fd), gen);
                 ep.add(raw, libc::EPOLLIN as u32, token(raw, gen))?;
                 // Optimistic read: the request has often arrived with the connection.
-                let next = conn.on_ready(&mut served, &mut limit, &status);
+                let next = conn.on_ready(served, &mut limit, &status);
                 if conns.len() <= raw as usize {
                     conns.resize_with(raw as usize + 1, || None);
                 }
@@ -246,9 +246,6 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 });
                 live += 1;
                 apply(&ep, &mut conns, &mut live, raw, next)?;
-            }
-            if served > 0 {
-                self.slot.requests.fetch_add(served, Relaxed);
             }
 
             let now = Instant::now();
