@@ -76,6 +76,17 @@ const MULTI_STORE: &[u32] = &[
     crash::BETWEEN,
 ];
 
+/// Fill `d` with 200-byte values under keys `f00000`, `f00001`, … (oldest first).
+fn fill_200(d: &ShmDict) {
+    let mut n = 0;
+    while d
+        .safe_add(format!("f{n:05}"), &[1u8; 200][..], None, 0)
+        .is_ok()
+    {
+        n += 1;
+    }
+}
+
 fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -285,13 +296,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "set (evicting)",
             setup: |d| {
-                let mut n = 0;
-                while d
-                    .safe_add(format!("f{n:05}"), &[1u8; 200][..], None, 0)
-                    .is_ok()
-                {
-                    n += 1;
-                }
+                fill_200(d);
             },
             op: |d| {
                 assert!(d.set("f-new0", &[2u8; 200][..], None, 0).unwrap() >= 1);
@@ -304,13 +309,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "set (evicting past a used tail)",
             setup: |d| {
-                let mut n = 0;
-                while d
-                    .safe_add(format!("f{n:05}"), &[1u8; 200][..], None, 0)
-                    .is_ok()
-                {
-                    n += 1;
-                }
+                fill_200(d);
                 assert!(d.get("f00000").unwrap().is_some());
             },
             op: |d| {

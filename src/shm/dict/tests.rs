@@ -223,13 +223,7 @@ fn fill_flush_refill_gives_the_same_count() {
 fn eviction_takes_expired_first_then_lru() {
     let d = dict(128 << 10);
     // Fill with live entries, some touched recently.
-    let mut n = 0;
-    while d
-        .safe_add(format!("k{n}"), &[0u8; 100][..], None, 0)
-        .is_ok()
-    {
-        n += 1;
-    }
+    let n = fill_100(&d);
     // k0 is the least recently used; touch it so k1 is.
     assert!(d.get("k0").unwrap().is_some());
     // A full dict: set evicts from the LRU tail, k1 first.
@@ -487,13 +481,7 @@ fn the_largest_plans_fit_the_redo_record() {
 #[test]
 fn a_hit_gives_its_entry_a_second_chance_at_eviction() {
     let d = dict(128 << 10);
-    let mut n = 0;
-    while d
-        .safe_add(format!("k{n}"), &[0u8; 100][..], None, 0)
-        .is_ok()
-    {
-        n += 1;
-    }
+    let n = fill_100(&d);
     assert!(n > 2 * 16, "enough entries for several batches: {n}");
     // k0 and k1 are the oldest, but used: the first eviction skips them for k2.
     assert!(d.get("k0").unwrap().is_some() && d.get("k1").unwrap().is_some());
@@ -833,4 +821,16 @@ fn lists_push_pop_and_types() {
     s.mem.st32(e + layout::E_VALUE, u32::MAX);
     assert!(matches!(d.check(), Err(DictError::Corrupt(_))));
     assert!(matches!(d.rpop("b"), Err(DictError::Corrupt(_))));
+}
+
+/// Fill `d` with 100-byte values under keys `k0`, `k1`, … (oldest first); how many fit.
+fn fill_100(d: &ShmDict) -> usize {
+    let mut n = 0;
+    while d
+        .safe_add(format!("k{n}"), &[0u8; 100][..], None, 0)
+        .is_ok()
+    {
+        n += 1;
+    }
+    n
 }
