@@ -26,7 +26,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// the initialiser, so a region with this magic is fully initialised.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
 /// The layout version. Bumped on any change of the bytes below.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 /// `b"GoMutMap"`: the first 8 bytes of a named [`Mapping`](super::Mapping)'s object once its
 /// creator has initialised what it holds. Written last.
 pub const MAP_MAGIC: u64 = u64::from_le_bytes(*b"GoMutMap");
@@ -124,7 +124,9 @@ pub(crate) struct Header {
     pub owner_died: AtomicU32,
     /// Set when an owner panicked while holding the lock; cleared by `mark_consistent`.
     pub poisoned: AtomicU32,
-    pub _pad0: u32,
+    /// A [`ShmRwLock`](super::ShmRwLock)'s write-phase word (`rwlock`): the phase number and
+    /// its flags, beside the flags every reader loads after entering. 0 in a mutex's region.
+    pub rw_state: AtomicU32,
     // --- the lock (offset 64): its own cache line ---
     /// Low 32 bits: Go's state word. High 32 bits: owner participant index + 1 while LOCKED.
     pub state: AtomicU64,
@@ -203,7 +205,13 @@ pub(crate) struct ParticipantSlot {
     /// Threads of this process inside a condvar wait (its share of `Header::cv_sleepers`,
     /// which recovery subtracts when it frees the slot of a dead process).
     pub cv_waiting: AtomicU32,
-    pub _pad: [u32; 2],
+    /// A [`ShmRwLock`](super::ShmRwLock)'s read locks held by this process's threads: the
+    /// authoritative count (no shared reader count exists), so recovery takes a dead
+    /// process's reads back exactly.
+    pub rw_reads: AtomicU32,
+    /// Threads of this process queued for a read lock behind a writer (`rwlock`): the next
+    /// writer lets them in first.
+    pub rw_waiting: AtomicU32,
 }
 
 /// One sleeping waiter.
@@ -310,6 +318,8 @@ const _: () = {
     assert!(core::mem::offset_of!(Header, type_name) == 424);
     assert!(core::mem::offset_of!(ParticipantSlot, pidfs_ino) == 32);
     assert!(core::mem::offset_of!(ParticipantSlot, cv_waiting) == 52);
+    assert!(core::mem::offset_of!(ParticipantSlot, rw_reads) == 56);
+    assert!(core::mem::offset_of!(Header, rw_state) == 60);
     assert!(core::mem::offset_of!(WaiterSlot, token_at) == 24);
     assert!(size_of::<Log>() == 32 + 16 * LOG_ENTRIES);
     assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);

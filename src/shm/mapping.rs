@@ -742,6 +742,21 @@ impl MappingLayout {
         Ok(self.reserve(size, region_align::<T>()))
     }
 
+    /// The offset of a [`ShmRwLock<T>`](super::ShmRwLock) with this configuration, placed
+    /// after everything so far, for [`ShmRwLock::init_in`](super::ShmRwLock::init_in) /
+    /// [`attach_in`](super::ShmRwLock::attach_in).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, MappingLayout, ShmRwLock};
+    /// let mut plan = MappingLayout::new();
+    /// assert_eq!(plan.rwlock::<u64>(Config::default())?, 0);
+    /// assert_eq!(plan.len(), ShmRwLock::<u64>::required_size(Config::default())?);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn rwlock<T: ShmSafe>(&mut self, cfg: Config) -> Result<usize, ShmError> {
+        self.mutex::<super::rwlock::RwBody<T>>(cfg)
+    }
+
     /// The offset of `size` bytes aligned to `align` (a power of two; the mapping's start is
     /// page-aligned, so up to 4096 holds for absolute addresses too), placed after everything
     /// so far.

@@ -184,6 +184,7 @@ mod queue;
 mod recovery;
 mod region;
 mod registration;
+mod rwlock;
 mod stats;
 mod sys;
 mod timing;
@@ -205,6 +206,7 @@ pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use limit_req::{Decision, RateLimiter};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
+pub use rwlock::{RwDiagnostics, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
 pub use stats::LockStats;
 pub use types::{ShmBool, ShmSafe, ShmShared};
 

@@ -296,11 +296,15 @@ impl Participant<'_> {
     /// lock held). Returns whether it owned the lock.
     fn undo_dead(&self, d: u32, after: &mut AfterJournal) -> bool {
         let owned = self.release_for_dead_owner(d, after);
+        // A `ShmRwLock`'s counts of this process are all it held as a reader: one atomic add
+        // each, so exact (`rwlock`); its waiting writer finds them gone at its next look.
+        let p = self.r.participant(d);
+        p.rw_reads.store(0, SeqCst);
+        p.rw_waiting.store(0, SeqCst);
         self.unqueue_dead(d);
         self.deliver_owed_by_dead(d, after);
         self.undo_dead_waiters(d, after);
         // What it gave up without the journal lock is undone with the rest.
-        let p = self.r.participant(d);
         let (reg, woken) = (p.ab_reg_posted.load(SeqCst), p.ab_woken_posted.load(SeqCst));
         if p.ab_reg_done.load(SeqCst) != reg || p.ab_woken_done.load(SeqCst) != woken {
             let mut tx = Txn::new();

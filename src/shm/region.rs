@@ -92,12 +92,12 @@ impl Region {
     }
 
     /// Participant `i` holds nothing (journal lock held): no waiter counted, no `WOKEN`, no
-    /// token owed or received, not the owner. Its slot may be freed (once its queue slots are).
+    /// token owed or received, not the owner, no `ShmRwLock` read held or queued. Its slot may be freed (once its queue slots are).
     pub(crate) fn holds_nothing(&self, i: u32) -> bool {
-        self.participant(i)
-            .counters()
-            .iter()
-            .all(|c| c.load(SeqCst) == 0)
+        let p = self.participant(i);
+        p.counters().iter().all(|c| c.load(SeqCst) == 0)
+            && p.rw_reads.load(SeqCst) == 0
+            && p.rw_waiting.load(SeqCst) == 0
             && owner_tag(self.hdr().state.load(SeqCst)) != i + 1
     }
 

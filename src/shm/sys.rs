@@ -127,6 +127,14 @@ pub(crate) mod crash {
     /// A handle is being dropped: its participant slot found idle (journal lock released),
     /// not freed yet.
     pub const RELEASING_SELF: u32 = 7;
+    /// `ShmRwLock` read lock: this process's read count raised, `rw_state` not looked at yet.
+    pub const RW_READ_COUNTED: u32 = 8;
+    /// `ShmRwLock` reader queued behind a writer (counted, `RWAIT` set), not asleep yet.
+    pub const RW_QUEUED: u32 = 9;
+    /// `ShmRwLock` writer: `PENDING` set, not waiting for the readers yet.
+    pub const RW_PENDING: u32 = 10;
+    /// `ShmRwLock` write unlock: the phase ended, the writers' mutex not unlocked yet.
+    pub const RW_UNLOCKING: u32 = 11;
 }
 
 /// A crash point armed in this process (0 = none); see `shm::__crash_at`.

@@ -1,0 +1,922 @@
+//! [`ShmRwLock`]: a readers-writer lock in shared memory that survives the death of a reader
+//! or a writer.
+//!
+//! # The protocol
+//!
+//! Writers serialise on a [`ShmMutex`] (Go's mutex algorithm, with its death recovery), held
+//! for the whole write phase, as Go's `RWMutex` holds `w`. Readers are counted **per
+//! participant** (`ParticipantSlot::rw_reads`, one cache line per process): there is no shared
+//! reader count. Go's single `readerCount` cannot be taken back after a death (a reader killed
+//! after its `XADD` and before any record of it leaves a count nobody can attribute), while a
+//! per-process count is changed by one atomic operation, so recovery subtracts exactly what a
+//! dead process held: its whole count.
+//!
+//! The write-phase word `rw_state` (in the header, beside the owner-died and poison flags
+//! every reader loads) holds `PENDING` (a writer holds the writers' mutex and wants the
+//! readers out), `RWAIT` (readers sleep on the word), `WSLEEP` (the writer sleeps on the
+//! wake-up word) and a phase number, bumped when a write phase ends.
+//!
+//! * **Read lock**: add 1 to this process's count, then load `rw_state`; without `PENDING` the
+//!   read lock is held (two sequentially consistent operations against the writer's two, in
+//!   the other order: one of the two sees the other). With `PENDING`, take the 1 back, wake the
+//!   writer, and queue: count the thread in `rw_waiting`, set `RWAIT` and sleep until the phase
+//!   changes. A reader queued while a phase is `PENDING` is *admitted*: the next writer waits
+//!   until every queued reader is in (Go's batch order: one writer, the readers that queued
+//!   behind it, then the next writer), so it enters without looking at `PENDING` again.
+//! * **Write lock**: lock the writers' mutex; wait until no reader is queued; set `PENDING`;
+//!   wait until every participant's count is 0 (writer preference: readers arriving now
+//!   queue). Sleeps on the wake-up word, which departing readers bump.
+//! * **Write unlock**: end the phase (clear the flags, bump the phase, wake the queued
+//!   readers), then unlock the writers' mutex.
+//!
+//! # Deaths
+//!
+//! * A **reader** that dies holding read locks: its count is zeroed by the recovery of its
+//!   participant slot (the writer waiting for it looks for dead readers every 10 ms).
+//! * A **writer** that dies holding the lock: the writers' mutex is recovered as a
+//!   [`ShmMutex`]'s (`OwnerDied` for every later acquirer, readers included, until a writer
+//!   calls `mark_consistent`); the phase it left `PENDING` is ended by the next writer to take
+//!   the mutex, or by a queued reader that finds the mutex free.
+//! * A process killed between any two steps: every step is one atomic operation on a count of
+//!   its own process or on `rw_state`, so what it left is its counts (zeroed by recovery) and
+//!   at most a `PENDING` phase of a dead writer (ended as above).
+
+use super::journal::Hooks as _;
+use super::region::low;
+use super::{
+    sys, Config, Diagnostics, LockError, LockResult, Mapping, ShmError, ShmMutex, ShmMutexGuard,
+    ShmSafe, TryLockError, TryLockResult,
+};
+use crate::algo::LOCKED;
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
+use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicU32, Ordering::*};
+use std::time::{Duration, Instant};
+
+/// `rw_state`: a writer holds the writers' mutex and wants the readers out (or, if no live
+/// writer holds the mutex, a dead writer's phase not ended yet).
+const PENDING: u32 = 1;
+/// `rw_state`: readers sleep on the word (the phase's end wakes them).
+const RWAIT: u32 = 2;
+/// `rw_state`: the writer sleeps on the wake-up word (departing readers wake it).
+const WSLEEP: u32 = 4;
+/// `rw_state`: the phase number's unit (bits 3 and up).
+const PHASE: u32 = 8;
+/// How long a waiter sleeps before it looks for dead processes.
+const TICK: Duration = Duration::from_millis(10);
+
+/// The control words' index in [`RwBody::ctl`]: the highest participant index that ever read,
+/// plus one (writers scan that many counts). On its own line: written once per process.
+const HWM: usize = 0;
+/// The wake-up word a waiting writer sleeps on (bumped by departing readers).
+const WAKE: usize = 16;
+
+/// What the writers' mutex protects: the control words and the value. Readers reach the value
+/// without the mutex, so it is reached through raw pointers only, never as `&mut RwBody`.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct RwBody<T> {
+    /// Two lines of `u32`s, used as atomics ([`HWM`], [`WAKE`]).
+    ctl: [u32; 32],
+    value: T,
+}
+
+// SAFETY: `repr(C)`, `u32`s and a `ShmSafe` value: plain data, valid for every bit pattern.
+unsafe impl<T: ShmSafe> ShmSafe for RwBody<T> {}
+
+/// Go's `RWMutex` and a value `T`, in memory shared between processes, robust against the
+/// death of a reader or a writer. See the [module docs](self) for the protocol.
+///
+/// The same constructors and placements as [`ShmMutex`] (the lock *is* a `ShmMutex` region
+/// whose value holds the readers' control words beside `T`, so a region of one does not open as
+/// the other). Readers are told [`LockError::OwnerDied`] (and
+/// [`LockError::Poisoned`]) as writers are, and only a writer can repair:
+/// [`ShmRwLockWriteGuard::mark_consistent`].
+///
+/// ```
+/// use gomutex::shm::ShmRwLock;
+///
+/// let lock = ShmRwLock::anonymous([0u64; 4])?; // share it: fork() after this
+/// lock.write().unwrap()[1] = 7;
+/// let (a, b) = (lock.read().unwrap(), lock.read().unwrap()); // readers overlap
+/// assert_eq!(a[1] + b[1], 14);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+pub struct ShmRwLock<T: ShmSafe> {
+    m: ShmMutex<RwBody<T>>,
+    /// This handle's participant index + 1 once it is in the high-water mark ([`HWM`]).
+    published: AtomicU32,
+}
+
+impl<T: ShmSafe> ShmRwLock<T> {
+    fn wrap(m: ShmMutex<RwBody<T>>) -> Self {
+        Self {
+            m,
+            published: AtomicU32::new(0),
+        }
+    }
+
+    fn body(value: T) -> RwBody<T> {
+        RwBody {
+            ctl: [0; 32],
+            value,
+        }
+    }
+
+    /// The bytes a region with this configuration takes (for [`init_in_place`](ShmMutex::init_in_place)
+    /// users and for sizing).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmRwLock};
+    /// assert!(ShmRwLock::<u64>::required_size(Config::default())? > 0);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn required_size(cfg: Config) -> Result<usize, ShmError> {
+        ShmMutex::<RwBody<T>>::required_size(cfg)
+    }
+
+    /// A new lock in an anonymous shared mapping, default [`Config`]; children created with
+    /// `fork()` afterwards share it.
+    ///
+    /// ```
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(5u32)?;
+    /// assert_eq!(*lock.read().unwrap(), 5);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn anonymous(value: T) -> Result<Self, ShmError> {
+        Self::anonymous_with(value, Config::default())
+    }
+
+    /// [`anonymous`](Self::anonymous) with explicit sizes.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmRwLock};
+    /// let lock = ShmRwLock::anonymous_with(0u8, Config::default().participants(8))?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn anonymous_with(value: T, cfg: Config) -> Result<Self, ShmError> {
+        ShmMutex::anonymous_with(Self::body(value), cfg).map(Self::wrap)
+    }
+
+    /// Create a named lock (`shm_open` with `O_CREAT | O_EXCL`, visible under `/dev/shm`), as
+    /// [`ShmMutex::create`]; fails if the name exists.
+    ///
+    /// ```
+    /// use gomutex::shm::{unlink, Config, ShmRwLock};
+    /// let name = format!("/gomutex-doc-rw-create-{}", std::process::id());
+    /// let lock = ShmRwLock::create(&name, 1u64, Config::default())?;
+    /// let other = ShmRwLock::<u64>::open(&name)?; // e.g. in another process
+    /// *lock.write().unwrap() += 1;
+    /// assert_eq!(*other.read().unwrap(), 2);
+    /// unlink(&name)?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn create(name: &str, value: T, cfg: Config) -> Result<Self, ShmError> {
+        ShmMutex::create(name, Self::body(value), cfg).map(Self::wrap)
+    }
+
+    /// Open a named lock another process created, validating its header (magic, version,
+    /// sizes, value type) and writing nothing if anything is off, as [`ShmMutex::open`]. A
+    /// [`ShmMutex`] region of the same name is refused ([`ShmError::ValueMismatch`]).
+    ///
+    /// ```
+    /// use gomutex::shm::{unlink, Config, ShmError, ShmMutex, ShmRwLock};
+    /// let name = format!("/gomutex-doc-rw-open-{}", std::process::id());
+    /// let _m = ShmMutex::create(&name, 0u64, Config::default())?;
+    /// assert!(matches!(ShmRwLock::<u64>::open(&name), Err(ShmError::Object { .. })));
+    /// unlink(&name)?;
+    /// # Ok::<(), ShmError>(())
+    /// ```
+    pub fn open(name: &str) -> Result<Self, ShmError> {
+        ShmMutex::open(name).map(Self::wrap)
+    }
+
+    /// Open the named lock, or create it with `value` if it does not exist; `true` if this
+    /// call created it (as [`ShmMutex::open_or_create`]).
+    ///
+    /// ```
+    /// use gomutex::shm::{unlink, Config, ShmRwLock};
+    /// let name = format!("/gomutex-doc-rw-ooc-{}", std::process::id());
+    /// let (a, created) = ShmRwLock::open_or_create(&name, 3u32, Config::default())?;
+    /// let (b, again) = ShmRwLock::open_or_create(&name, 9u32, Config::default())?;
+    /// assert!(created && !again);
+    /// assert_eq!(*b.read().unwrap(), 3);
+    /// drop(a);
+    /// unlink(&name)?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn open_or_create(name: &str, value: T, cfg: Config) -> Result<(Self, bool), ShmError> {
+        ShmMutex::open_or_create(name, Self::body(value), cfg).map(|(m, c)| (Self::wrap(m), c))
+    }
+
+    /// Initialise a lock at `offset` of `map` (an offset from
+    /// [`MappingLayout::rwlock`](super::MappingLayout::rwlock)), as [`ShmMutex::init_in`].
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, MappingLayout, ShmRwLock};
+    /// let mut plan = MappingLayout::new();
+    /// let at = plan.rwlock::<u64>(Config::default())?;
+    /// let map = Mapping::anonymous(plan.len())?;
+    /// let lock = ShmRwLock::init_in(&map, at, 3u64, Config::default())?;
+    /// let again = ShmRwLock::<u64>::attach_in(&map, at)?;
+    /// assert_eq!(*again.read().unwrap(), 3);
+    /// # drop(lock);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn init_in(map: &Mapping, offset: usize, value: T, cfg: Config) -> Result<Self, ShmError> {
+        ShmMutex::init_in(map, offset, Self::body(value), cfg).map(Self::wrap)
+    }
+
+    /// Attach to the lock at `offset` of `map`, validating its header and writing nothing if it
+    /// is wrong, as [`ShmMutex::attach_in`].
+    pub fn attach_in(map: &Mapping, offset: usize) -> Result<Self, ShmError> {
+        ShmMutex::attach_in(map, offset).map(Self::wrap)
+    }
+
+    // --- the words ---
+
+    fn state(&self) -> &AtomicU32 {
+        &self.m.region.hdr().rw_state
+    }
+
+    fn ctl(&self, i: usize) -> &AtomicU32 {
+        let body = self.m.region.value_ptr().cast::<RwBody<T>>();
+        // SAFETY: the region's value is an initialised `RwBody<T>` (validated header, type
+        // checked); `i < 32`; its control words are only ever accessed atomically (here) after
+        // initialisation, and no `&RwBody`/`&mut RwBody` is ever formed, so no non-atomic access
+        // overlaps; `u32` and `AtomicU32` have the same size and the words are 4-aligned.
+        unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*body).ctl[i])) }
+    }
+
+    fn value_ptr(&self) -> *mut T {
+        let body = self.m.region.value_ptr().cast::<RwBody<T>>();
+        // SAFETY: in bounds of the region's value (a raw place projection, no reference made).
+        unsafe { core::ptr::addr_of_mut!((*body).value) }
+    }
+
+    fn reads(&self, i: u32) -> &AtomicU32 {
+        &self.m.region.participant(i).rw_reads
+    }
+
+    fn waiting(&self, i: u32) -> &AtomicU32 {
+        &self.m.region.participant(i).rw_waiting
+    }
+
+    /// Participant slots a writer scans: every index that ever read (counts beyond it are 0).
+    fn scanned(&self) -> u32 {
+        self.ctl(HWM)
+            .load(SeqCst)
+            .min(self.m.region.layout.participants)
+    }
+
+    /// Put participant `me` in the high-water mark before its first count (once per handle
+    /// and slot): a writer that misses it in the mark loaded the mark before this, so before
+    /// our count, and we see its `PENDING` (module docs).
+    #[inline]
+    fn publish(&self, me: u32) {
+        if self.published.load(Acquire) != me + 1 {
+            self.ctl(HWM).fetch_max(me + 1, SeqCst);
+            self.published.store(me + 1, Release);
+        }
+    }
+
+    /// Wake a writer waiting for readers to leave or to come in.
+    fn notify_writer(&self) {
+        self.ctl(WAKE).fetch_add(1, SeqCst);
+        if self.state().load(SeqCst) & WSLEEP != 0 {
+            sys::futex_wake(self.ctl(WAKE), 1);
+        }
+    }
+
+    // --- readers ---
+
+    /// Take a read lock, waiting as long as it takes.
+    ///
+    /// `Err` (still carrying the guard: the read lock is held) if a writer died or panicked
+    /// while holding the lock and no writer has called
+    /// [`mark_consistent`](ShmRwLockWriteGuard::mark_consistent) since.
+    ///
+    /// ```
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(1u32)?;
+    /// let r = lock.read().unwrap();
+    /// assert!(lock.try_write().is_err()); // a reader is inside
+    /// assert_eq!(*r, 1);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn read(&self) -> LockResult<ShmRwLockReadGuard<'_, T>> {
+        let generation = sys::fork_generation();
+        let me = self.m.participant_of(generation).me;
+        match self.read_as(generation, me, None, false) {
+            Some(r) => r,
+            None => unreachable!("an untimed read lock never gives up"),
+        }
+    }
+
+    /// Take a read lock if no writer holds or wants the lock right now; never waits.
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmRwLock, TryLockError};
+    /// let lock = ShmRwLock::anonymous(0u32)?;
+    /// let w = lock.write().unwrap();
+    /// assert!(matches!(lock.try_read(), Err(TryLockError::WouldBlock)));
+    /// drop(w);
+    /// assert!(lock.try_read().is_ok());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn try_read(&self) -> TryLockResult<ShmRwLockReadGuard<'_, T>> {
+        self.try_read_by(Some(Instant::now()), true)
+    }
+
+    /// Take a read lock, waiting at most `timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(0u32)?;
+    /// let w = lock.write().unwrap();
+    /// assert!(lock.try_read_for(Duration::from_millis(5)).is_err());
+    /// drop(w);
+    /// assert!(lock.try_read_for(Duration::from_millis(5)).is_ok());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn try_read_for(&self, timeout: Duration) -> TryLockResult<ShmRwLockReadGuard<'_, T>> {
+        self.try_read_by(crate::park::deadline_after(timeout), false)
+    }
+
+    /// Take a read lock, waiting at most until `deadline`.
+    pub fn try_read_until(&self, deadline: Instant) -> TryLockResult<ShmRwLockReadGuard<'_, T>> {
+        self.try_read_by(Some(deadline), false)
+    }
+
+    fn try_read_by(
+        &self,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> TryLockResult<ShmRwLockReadGuard<'_, T>> {
+        let Some(ctx) = self.m.participant_by(deadline) else {
+            return Err(TryLockError::WouldBlock);
+        };
+        match self.read_as(sys::fork_generation(), ctx.me, deadline, once) {
+            Some(r) => Ok(r?),
+            None => Err(TryLockError::WouldBlock),
+        }
+    }
+
+    /// The read lock for participant `me`; `None` if `deadline` passed (or, if `once`, a
+    /// writer holds or wants the lock).
+    #[inline]
+    fn read_as(
+        &self,
+        generation: u32,
+        me: u32,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> Option<LockResult<ShmRwLockReadGuard<'_, T>>> {
+        self.publish(me);
+        let (reads, waiting) = (self.reads(me), self.waiting(me));
+        loop {
+            reads.fetch_add(1, SeqCst);
+            sys::crash_point(sys::crash::RW_READ_COUNTED);
+            if self.state().load(SeqCst) & PENDING == 0 {
+                return Some(self.read_guard(generation, me));
+            }
+            // A writer holds or wants the lock: take the count back, and wake it if it waits.
+            reads.fetch_sub(1, SeqCst);
+            self.notify_writer();
+            if once {
+                self.end_orphan_phase();
+                return None;
+            }
+            // Queue. Counted before `RWAIT` is set: if that finds the phase still `PENDING`,
+            // the next writer sees the count and lets us in first.
+            waiting.fetch_add(1, SeqCst);
+            let s = self.state().fetch_or(RWAIT, SeqCst) | RWAIT;
+            if s & PENDING == 0 {
+                // The phase ended meanwhile: not admitted by anybody; start again.
+                waiting.fetch_sub(1, SeqCst);
+                self.notify_writer();
+                continue;
+            }
+            sys::crash_point(sys::crash::RW_QUEUED);
+            let admitted = self.wait_phase_end(s, deadline);
+            if admitted {
+                // In before we leave the queue: the writer that waits for the queue to empty
+                // then sees our count.
+                reads.fetch_add(1, SeqCst);
+            }
+            waiting.fetch_sub(1, SeqCst);
+            self.notify_writer();
+            return admitted.then(|| self.read_guard(generation, me));
+        }
+    }
+
+    /// Sleep until the phase of `s` (with `PENDING`, as the sleeper saw it) ends; `false` if
+    /// `deadline` passed first. Every [`TICK`], look for a dead writer that left it.
+    fn wait_phase_end(&self, s: u32, deadline: Option<Instant>) -> bool {
+        let ended = |cur: u32| cur & PENDING == 0 || cur / PHASE != s / PHASE;
+        loop {
+            let tick = Instant::now() + TICK;
+            let until = deadline.map_or(tick, |d| d.min(tick));
+            sys::futex_wait(self.state(), s, Some(until));
+            let cur = self.state().load(SeqCst);
+            if ended(cur) {
+                return true;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            if Instant::now() >= tick {
+                self.end_orphan_phase();
+            }
+            // Spurious wake-ups and other readers' `RWAIT` (already set: `s` has it) loop.
+        }
+    }
+
+    fn read_guard(&self, generation: u32, me: u32) -> LockResult<ShmRwLockReadGuard<'_, T>> {
+        let h = self.m.region.hdr();
+        let g = ShmRwLockReadGuard {
+            lock: self,
+            generation,
+            me,
+            _not_send: PhantomData,
+        };
+        if h.owner_died.load(Acquire) != 0 {
+            Err(LockError::OwnerDied(g))
+        } else if h.poisoned.load(Acquire) != 0 {
+            Err(LockError::Poisoned(g))
+        } else {
+            Ok(g)
+        }
+    }
+
+    fn read_unlock(&self, me: u32) {
+        self.reads(me).fetch_sub(1, SeqCst);
+        if self.state().load(SeqCst) & PENDING != 0 {
+            self.notify_writer();
+        }
+    }
+
+    // --- writers ---
+
+    /// Take the write lock, waiting as long as it takes. `Err` (still carrying the guard) if a
+    /// previous writer died or panicked while holding it.
+    ///
+    /// ```
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(0u64)?;
+    /// *lock.write().unwrap() += 1;
+    /// assert_eq!(*lock.read().unwrap(), 1);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn write(&self) -> LockResult<ShmRwLockWriteGuard<'_, T>> {
+        match self.write_by(self.m.lock().map_err(TryLockError::from), None, false) {
+            Ok(w) => Ok(w),
+            Err(TryLockError::OwnerDied(w)) => Err(LockError::OwnerDied(w)),
+            Err(TryLockError::Poisoned(w)) => Err(LockError::Poisoned(w)),
+            Err(TryLockError::WouldBlock) => unreachable!("an untimed write lock never gives up"),
+        }
+    }
+
+    /// Take the write lock if nobody holds it, no reader is inside or queued, and no writer
+    /// waits; never waits.
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmRwLock, TryLockError};
+    /// let lock = ShmRwLock::anonymous(0u32)?;
+    /// let r = lock.read().unwrap();
+    /// assert!(matches!(lock.try_write(), Err(TryLockError::WouldBlock)));
+    /// drop(r);
+    /// assert!(lock.try_write().is_ok());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn try_write(&self) -> TryLockResult<ShmRwLockWriteGuard<'_, T>> {
+        let r = self.m.try_lock();
+        self.write_by(r, Some(Instant::now()), true)
+    }
+
+    /// Take the write lock, waiting at most `timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(0u32)?;
+    /// let r = lock.read().unwrap();
+    /// assert!(lock.try_write_for(Duration::from_millis(5)).is_err());
+    /// drop(r);
+    /// assert!(lock.try_write_for(Duration::from_millis(5)).is_ok());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn try_write_for(&self, timeout: Duration) -> TryLockResult<ShmRwLockWriteGuard<'_, T>> {
+        let deadline = crate::park::deadline_after(timeout);
+        let r = self.m.try_lock_until_opt(deadline);
+        self.write_by(r, deadline, false)
+    }
+
+    /// Take the write lock, waiting at most until `deadline`.
+    pub fn try_write_until(&self, deadline: Instant) -> TryLockResult<ShmRwLockWriteGuard<'_, T>> {
+        let r = self.m.try_lock_until_opt(Some(deadline));
+        self.write_by(r, Some(deadline), false)
+    }
+
+    fn write_by<'a>(
+        &'a self,
+        r: TryLockResult<ShmMutexGuard<'a, RwBody<T>>>,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> TryLockResult<ShmRwLockWriteGuard<'a, T>> {
+        let (g, flag) = split(r);
+        let g = g.ok_or(TryLockError::WouldBlock)?;
+        match self.write_phase(g, deadline, once) {
+            Some(w) => flagged(w, flag),
+            None => Err(TryLockError::WouldBlock),
+        }
+    }
+
+    /// With the writers' mutex held: end a dead writer's phase if one is left, let the queued
+    /// readers in, announce the writer and wait for the readers inside to leave. `None` (the
+    /// mutex unlocked again) if `deadline` passed first (or, if `once`, anybody is in the way).
+    fn write_phase<'a>(
+        &'a self,
+        g: ShmMutexGuard<'a, RwBody<T>>,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> Option<ShmRwLockWriteGuard<'a, T>> {
+        if self.state().load(SeqCst) & PENDING != 0 {
+            // Live writers end their phase before unlocking the mutex: this one's writer died.
+            self.end_phase();
+        }
+        // Go's batch order: the readers that queued behind the previous writer come first.
+        if !self.wait_counts(|i| self.waiting(i), deadline, once) {
+            return None; // `g` unlocks
+        }
+        self.state().fetch_or(PENDING, SeqCst);
+        sys::crash_point(sys::crash::RW_PENDING);
+        if !self.wait_counts(|i| self.reads(i), deadline, once) {
+            self.end_phase();
+            return None;
+        }
+        Some(ShmRwLockWriteGuard {
+            lock: self,
+            g: ManuallyDrop::new(g),
+        })
+    }
+
+    /// Wait until `count(i)` is 0 for every participant (a writer, holding the mutex);
+    /// `false` if `deadline` passed first (or, if `once`, at once). Every [`TICK`], recover the
+    /// participants found dead with a non-zero count (which zeroes it).
+    fn wait_counts<'a>(
+        &'a self,
+        count: impl Fn(u32) -> &'a AtomicU32,
+        deadline: Option<Instant>,
+        once: bool,
+    ) -> bool {
+        let busy = || (0..self.scanned()).any(|i| count(i).load(SeqCst) != 0);
+        let mut next_reap = Instant::now() + TICK;
+        loop {
+            let seq = self.ctl(WAKE).load(SeqCst);
+            if !busy() {
+                return true;
+            }
+            if once {
+                self.reap_dead(&count);
+                return !busy();
+            }
+            self.state().fetch_or(WSLEEP, SeqCst);
+            if !busy() {
+                return true;
+            }
+            let until = deadline.map_or(next_reap, |d| d.min(next_reap));
+            sys::futex_wait(self.ctl(WAKE), seq, Some(until));
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return !busy();
+            }
+            if now >= next_reap {
+                self.reap_dead(&count);
+                next_reap = now + TICK;
+            }
+        }
+    }
+
+    /// Recover every participant with a non-zero `count` that is dead (its counts are zeroed
+    /// with the rest of what it left).
+    fn reap_dead<'a>(&'a self, count: &impl Fn(u32) -> &'a AtomicU32) {
+        let ctx = self.m.participant();
+        for i in 0..self.scanned() {
+            if i == ctx.me || count(i).load(SeqCst) == 0 {
+                continue;
+            }
+            let p = self.m.region.participant(i);
+            let ident = p.ident.load(SeqCst);
+            if ident != 0 && p.dead(ident) {
+                ctx.recover(i, ident);
+            }
+        }
+    }
+
+    /// End the write phase: clear the flags, bump the phase, wake the queued readers.
+    fn end_phase(&self) {
+        let old = self
+            .state()
+            .fetch_update(SeqCst, SeqCst, |s| {
+                Some((s / PHASE).wrapping_add(1) * PHASE)
+            })
+            .unwrap_or_else(|s| s);
+        if old & RWAIT != 0 {
+            sys::futex_wake(self.state(), i32::MAX);
+        }
+    }
+
+    /// A queued reader (or a failing `try_read`) that finds a phase `PENDING` while the
+    /// writers' mutex is free, or held by a dead writer: recover the mutex and end the phase
+    /// (the next acquirer is told that the writer died).
+    fn end_orphan_phase(&self) {
+        let ctx = self.m.participant();
+        // The mutex's own owner probe (rate-limited machine-wide): releases it if its owner died.
+        ctx.probe();
+        let w = self.m.region.hdr().state.load(SeqCst);
+        if self.state().load(SeqCst) & PENDING == 0 || low(w) & LOCKED != 0 {
+            return;
+        }
+        let (g, _) = split(self.m.try_lock());
+        if g.is_some() && self.state().load(SeqCst) & PENDING != 0 {
+            self.end_phase();
+        }
+    }
+
+    // --- recovery and monitoring ---
+
+    /// Release whatever the process `pid` left, if it is gone (a supervisor right after
+    /// `waitpid`, as [`ShmMutex::force_unlock`]): its read locks, the write lock (the next
+    /// acquirer is told [`LockError::OwnerDied`]) and the write phase it had announced, its
+    /// queued readers. Returns whether it held a read or the write lock. A live process is left
+    /// alone.
+    ///
+    /// ```
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(0u32)?;
+    /// let child = std::process::Command::new("true").spawn()?;
+    /// let pid = child.id();
+    /// child.wait_with_output()?;
+    /// assert!(!lock.force_unlock(pid)); // it never held anything
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn force_unlock(&self, pid: impl TryInto<u32>) -> bool {
+        let Ok(pid) = pid.try_into() else {
+            return false;
+        };
+        let r = &self.m.region;
+        let read = (0..r.layout.participants).any(|i| {
+            let p = r.participant(i);
+            let ident = p.ident.load(SeqCst);
+            ident != 0 && sys::ident_pid(ident) == pid && p.rw_reads.load(SeqCst) != 0
+        });
+        let wrote = self.m.force_unlock(pid);
+        self.end_orphan_phase();
+        self.notify_writer();
+        let still_reads = (0..r.layout.participants).any(|i| {
+            let p = r.participant(i);
+            let ident = p.ident.load(SeqCst);
+            ident != 0 && sys::ident_pid(ident) == pid && p.rw_reads.load(SeqCst) != 0
+        });
+        wrote || (read && !still_reads)
+    }
+
+    /// Look for dead participants now and repair what they left (normally done by waiting
+    /// processes every 10 ms). Returns how many were found.
+    pub fn recover(&self) -> usize {
+        let n = self.m.recover();
+        self.end_orphan_phase();
+        n
+    }
+
+    /// A snapshot of the lock's state, for tests and monitoring.
+    ///
+    /// ```
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(0u32)?;
+    /// let _r = lock.read().unwrap();
+    /// let d = lock.diagnostics();
+    /// assert_eq!((d.readers, d.queued_readers, d.write_pending), (1, 0, false));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn diagnostics(&self) -> RwDiagnostics {
+        let (mut readers, mut queued_readers) = (0, 0);
+        for i in 0..self.m.region.layout.participants {
+            readers += u64::from(self.reads(i).load(SeqCst));
+            queued_readers += u64::from(self.waiting(i).load(SeqCst));
+        }
+        let s = self.state().load(SeqCst);
+        RwDiagnostics {
+            writers: self.m.diagnostics(),
+            readers,
+            queued_readers,
+            write_pending: s & PENDING != 0,
+            phase: s / PHASE,
+        }
+    }
+
+    /// Whether a writer died (or panicked) while holding the lock and nobody marked it
+    /// consistent since.
+    pub fn owner_died(&self) -> bool {
+        self.m.owner_died()
+    }
+
+    /// Whether a writer panicked while holding the lock (std's poisoning: readers never poison).
+    pub fn is_poisoned(&self) -> bool {
+        self.m.is_poisoned()
+    }
+
+    /// Clear the poison flag.
+    pub fn clear_poison(&self) {
+        self.m.clear_poison();
+    }
+}
+
+/// The guard of a lock result and the error kind it came with (`None` if it timed out).
+fn split<G>(r: TryLockResult<G>) -> (Option<G>, u8) {
+    match r {
+        Ok(g) => (Some(g), 0),
+        Err(TryLockError::OwnerDied(g)) => (Some(g), 1),
+        Err(TryLockError::Poisoned(g)) => (Some(g), 2),
+        Err(TryLockError::WouldBlock) => (None, 0),
+    }
+}
+
+/// `g` as the result [`split`]'s `flag` says.
+fn flagged<G>(g: G, flag: u8) -> TryLockResult<G> {
+    match flag {
+        0 => Ok(g),
+        1 => Err(TryLockError::OwnerDied(g)),
+        _ => Err(TryLockError::Poisoned(g)),
+    }
+}
+
+/// A snapshot of a [`ShmRwLock`] (see [`ShmRwLock::diagnostics`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwDiagnostics {
+    /// The writers' mutex (its owner is the writer; `waiters`, the writers queued for it).
+    pub writers: Diagnostics,
+    /// Read locks held, summed over participants.
+    pub readers: u64,
+    /// Readers queued behind a writer, summed over participants.
+    pub queued_readers: u64,
+    /// A writer holds the lock or waits for the readers inside to leave.
+    pub write_pending: bool,
+    /// Write phases ended so far (wrapping).
+    pub phase: u32,
+}
+
+/// A read lock held; the value is reached through `Deref`. Dropping it releases the read lock.
+///
+/// `!Send`. Held only in the process that locked: a copy inherited across `fork()` holds
+/// nothing (dropping it does nothing; reaching the value through it panics).
+#[must_use = "if unused the ShmRwLock will immediately unlock"]
+#[clippy::has_significant_drop]
+pub struct ShmRwLockReadGuard<'a, T: ShmSafe> {
+    lock: &'a ShmRwLock<T>,
+    generation: u32,
+    me: u32,
+    _not_send: PhantomData<*const ()>,
+}
+
+// SAFETY: sharing `&ShmRwLockReadGuard` only shares `&T`, and `T: ShmSafe` is `Sync`.
+unsafe impl<T: ShmSafe> Sync for ShmRwLockReadGuard<'_, T> {}
+
+impl<T: ShmSafe> ShmRwLockReadGuard<'_, T> {
+    /// Whether this guard holds a read lock (false for a copy inherited across `fork()`).
+    pub fn is_owner(&self) -> bool {
+        self.generation == sys::fork_generation()
+    }
+}
+
+impl<T: ShmSafe> Deref for ShmRwLockReadGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        if !self.is_owner() {
+            inherited();
+        }
+        // SAFETY: this process holds a read lock (checked: not an inherited copy), so no writer
+        // is inside until it is released: nobody writes the value while the borrow lives. In
+        // bounds and aligned (the region's layout), initialised, and every bit pattern is a
+        // valid `T` (`ShmSafe`).
+        unsafe { &*self.lock.value_ptr() }
+    }
+}
+
+impl<T: ShmSafe> Drop for ShmRwLockReadGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.is_owner() {
+            self.lock.read_unlock(self.me);
+        }
+    }
+}
+
+impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmRwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// The write lock held; the value is reached through `Deref`/`DerefMut`. Dropping it ends the
+/// write phase (the readers that queued meanwhile come in before the next writer) and unlocks
+/// (poisoning the lock if the thread is panicking).
+///
+/// `!Send`; held only in the process that locked, as [`ShmMutexGuard`].
+#[must_use = "if unused the ShmRwLock will immediately unlock"]
+#[clippy::has_significant_drop]
+pub struct ShmRwLockWriteGuard<'a, T: ShmSafe> {
+    lock: &'a ShmRwLock<T>,
+    g: ManuallyDrop<ShmMutexGuard<'a, RwBody<T>>>,
+}
+
+// SAFETY: as for the read guard: `&ShmRwLockWriteGuard` only shares `&T`.
+unsafe impl<T: ShmSafe> Sync for ShmRwLockWriteGuard<'_, T> {}
+
+impl<T: ShmSafe> ShmRwLockWriteGuard<'_, T> {
+    /// Declare the data consistent again after [`LockError::OwnerDied`] or
+    /// [`LockError::Poisoned`]: later writers and readers get `Ok`. Only a writer can: readers
+    /// may not change the data they would repair.
+    ///
+    /// ```
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(0u32)?;
+    /// lock.write().unwrap().mark_consistent(); // nothing to repair here, and harmless
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn mark_consistent(&self) {
+        self.g.mark_consistent();
+    }
+
+    /// Whether this guard holds the write lock (false for a copy inherited across `fork()`).
+    pub fn is_owner(&self) -> bool {
+        self.g.is_owner()
+    }
+}
+
+impl<T: ShmSafe> Deref for ShmRwLockWriteGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        if !self.is_owner() {
+            inherited();
+        }
+        // SAFETY: this process holds the write lock (checked): no reader and no other writer
+        // is inside; in bounds, aligned, initialised, every bit pattern valid (`ShmSafe`).
+        unsafe { &*self.lock.value_ptr() }
+    }
+}
+
+impl<T: ShmSafe> DerefMut for ShmRwLockWriteGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        if !self.is_owner() {
+            inherited();
+        }
+        // SAFETY: as above, and the guard is borrowed mutably: no other reference into the
+        // value exists in this process. Only the value is borrowed, never the control words
+        // beside it, which readers change atomically meanwhile.
+        unsafe { &mut *self.lock.value_ptr() }
+    }
+}
+
+impl<T: ShmSafe> Drop for ShmRwLockWriteGuard<'_, T> {
+    fn drop(&mut self) {
+        if self.is_owner() {
+            self.lock.end_phase();
+            sys::crash_point(sys::crash::RW_UNLOCKING);
+        }
+        // SAFETY: dropped once, here; the field is not used again.
+        unsafe { ManuallyDrop::drop(&mut self.g) };
+    }
+}
+
+impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmRwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmRwLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ShmRwLock");
+        match self.try_read() {
+            Ok(g) => d.field("data", &&*g),
+            Err(TryLockError::OwnerDied(g)) | Err(TryLockError::Poisoned(g)) => {
+                d.field("data", &&*g)
+            }
+            Err(TryLockError::WouldBlock) => d.field("data", &"<locked>"),
+        };
+        let diag = self.diagnostics();
+        d.field("readers", &diag.readers)
+            .field("write_pending", &diag.write_pending)
+            .field("owner_died", &diag.writers.owner_died)
+            .field("poisoned", &diag.writers.poisoned)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn inherited() -> ! {
+    panic!("gomutex::shm: a guard inherited across fork() holds nothing in this process")
+}

@@ -1,0 +1,233 @@
+//! The cases of `shm_rwlock` (module docs of `main.rs`).
+
+use gomutex::shm::{LockError, ShmRwLock, TryLockError};
+use std::time::{Duration, Instant};
+
+#[path = "../common/mod.rs"]
+mod common;
+use common::procs::{self, fork, kill9, wait_limit};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Wait until `f` holds (a bounded poll: a failure names what was awaited).
+fn until(what: &str, f: impl Fn() -> bool) {
+    common::poll_until(LIMIT, Duration::from_micros(200), || what.to_owned(), f);
+}
+
+/// Quiescent: nobody reads, nobody is queued, no phase pending, the writers' mutex free.
+fn assert_quiescent<T: gomutex::shm::ShmSafe>(l: &ShmRwLock<T>) {
+    let d = l.diagnostics();
+    assert_eq!(
+        (d.readers, d.queued_readers, d.write_pending),
+        (0, 0, false),
+        "{d:?}"
+    );
+    assert_eq!(
+        (d.writers.state, d.writers.registered_waiters),
+        (0, 0),
+        "{d:?}"
+    );
+}
+
+/// Readers in several processes hold the lock at once; a writer waits for all of them.
+fn readers_overlap_across_processes() {
+    let l = ShmRwLock::anonymous([0u64; 2]).unwrap();
+    let r = l.read().unwrap();
+    let kids: Vec<_> = (0..3)
+        .map(|_| {
+            fork(|| {
+                let g = l.read().unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                drop(g);
+                0
+            })
+        })
+        .collect();
+    until("4 readers", || l.diagnostics().readers == 4);
+    assert!(matches!(l.try_write(), Err(TryLockError::WouldBlock)));
+    drop(r);
+    let t = Instant::now();
+    let mut w = l.write().unwrap();
+    assert!(t.elapsed() < LIMIT);
+    w[0] = 1;
+    drop(w);
+    for k in kids {
+        assert_eq!(wait_limit(k, LIMIT, "reader"), 0);
+    }
+    assert_quiescent(&l);
+}
+
+/// Threads of several processes hammer the lock; a writer's update (two words that must match,
+/// written one after the other) is never seen half-done, and the write count is exact.
+fn hammer_across_processes() {
+    let l = &ShmRwLock::anonymous([0u64; 2]).unwrap();
+    const PROCS: usize = 4;
+    const OPS: u64 = 20_000;
+    let kids: Vec<_> = (0..PROCS)
+        .map(|p| {
+            fork(move || {
+                std::thread::scope(|s| {
+                    for t in 0..2u64 {
+                        s.spawn(move || {
+                            let mut x = (p as u64) * 7 + t;
+                            for i in 0..OPS {
+                                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                                if (x >> 33).is_multiple_of(10) {
+                                    let mut w = l.write().unwrap();
+                                    w[0] += 1;
+                                    std::hint::black_box(&mut *w);
+                                    w[1] += 1;
+                                } else if i % 3 == 0 {
+                                    if let Ok(r) = l.try_read() {
+                                        assert_eq!(r[0], r[1]);
+                                    }
+                                } else {
+                                    let r = l.read().unwrap();
+                                    assert_eq!(r[0], r[1], "torn update seen by a reader");
+                                }
+                            }
+                        });
+                    }
+                });
+                0
+            })
+        })
+        .collect();
+    for k in kids {
+        assert_eq!(wait_limit(k, Duration::from_secs(120), "hammer"), 0);
+    }
+    let v = *l.read().unwrap();
+    let mut writes = 0;
+    for p in 0..PROCS as u64 {
+        for t in 0..2u64 {
+            let mut x = p * 7 + t;
+            for _ in 0..OPS {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                writes += u64::from((x >> 33).is_multiple_of(10));
+            }
+        }
+    }
+    assert_eq!(v, [writes, writes], "every write counted once");
+    assert_quiescent(l);
+}
+
+/// A reader killed while holding read locks (two threads' worth): a waiting writer gets the
+/// lock within the recovery bound, the dead reads are gone, nothing else is disturbed.
+fn dead_reader_releases_its_reads() {
+    let l = ShmRwLock::anonymous(0u64).unwrap();
+    let mine = l.read().unwrap();
+    let child = fork(|| {
+        let _a = l.read().unwrap();
+        let _b = l.read().unwrap();
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    until("3 reads", || l.diagnostics().readers == 3);
+    kill9(child);
+    assert_eq!(wait_limit(child, LIMIT, "reader"), 128 + libc::SIGKILL);
+    drop(mine);
+    let t = Instant::now();
+    let w = l.write().expect("a reader's death is not a writer's");
+    let waited = t.elapsed();
+    assert!(
+        waited < Duration::from_millis(100),
+        "writer waited {waited:?}"
+    );
+    drop(w);
+    assert_quiescent(&l);
+}
+
+/// A writer killed holding the lock: readers and the next writer are told (`OwnerDied`) until a
+/// writer marks the data consistent; readers queued behind it get in.
+fn dead_writer_is_reported_to_readers_and_writers() {
+    let l = ShmRwLock::anonymous(0u64).unwrap();
+    let child = fork(|| {
+        let mut w = l.write().unwrap();
+        *w = 1;
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    until("the writer in", || l.diagnostics().write_pending);
+    // A reader queued behind the dead writer gets in once it is found dead.
+    let reader = fork(|| match l.read() {
+        Err(LockError::OwnerDied(g)) => i32::from(*g == 1),
+        _ => 2,
+    });
+    until("the reader queued", || l.diagnostics().queued_readers == 1);
+    kill9(child);
+    assert_eq!(wait_limit(child, LIMIT, "writer"), 128 + libc::SIGKILL);
+    assert_eq!(wait_limit(reader, LIMIT, "queued reader"), 1);
+    assert!(matches!(l.read(), Err(LockError::OwnerDied(_))));
+    let w = match l.write() {
+        Err(LockError::OwnerDied(w)) => w,
+        other => panic!("expected OwnerDied, got {:?}", other.map(|_| ())),
+    };
+    w.mark_consistent();
+    drop(w);
+    assert!(l.read().is_ok());
+    assert!(l.write().is_ok());
+    assert_quiescent(&l);
+}
+
+/// Writer preference: with a reader inside and a writer waiting, a new reader waits; the
+/// readers that queued behind the writer get in before the next writer.
+fn writer_preference_and_batch_order() {
+    let l = ShmRwLock::anonymous(0u64).unwrap();
+    let r = l.read().unwrap();
+    let writer = fork(|| {
+        *l.write().unwrap() += 1;
+        0
+    });
+    until("writer pending", || l.diagnostics().write_pending);
+    assert!(matches!(l.try_read(), Err(TryLockError::WouldBlock)));
+    // A reader that arrives now queues, and sees the first writer's update.
+    let reader = fork(|| {
+        let g = l.read().unwrap();
+        let v = *g;
+        std::thread::sleep(Duration::from_millis(20));
+        drop(g);
+        i32::try_from(v).unwrap()
+    });
+    until("reader queued", || l.diagnostics().queued_readers == 1);
+    // A second writer waits on the writers' mutex behind the first.
+    let writer2 = fork(|| {
+        *l.write().unwrap() += 10;
+        0
+    });
+    until("second writer queued", || {
+        l.diagnostics().writers.waiters == 1
+    });
+    drop(r);
+    assert_eq!(wait_limit(writer, LIMIT, "writer"), 0);
+    // The queued reader saw 1, not 11: it came in before the second writer.
+    assert_eq!(wait_limit(reader, LIMIT, "reader"), 1);
+    assert_eq!(wait_limit(writer2, LIMIT, "writer 2"), 0);
+    assert_eq!(*l.read().unwrap(), 11);
+    assert_quiescent(&l);
+}
+
+pub fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tests: &[(&str, fn())] = &[
+        (
+            "readers_overlap_across_processes",
+            readers_overlap_across_processes,
+        ),
+        ("hammer_across_processes", hammer_across_processes),
+        (
+            "dead_reader_releases_its_reads",
+            dead_reader_releases_its_reads,
+        ),
+        (
+            "dead_writer_is_reported_to_readers_and_writers",
+            dead_writer_is_reported_to_readers_and_writers,
+        ),
+        (
+            "writer_preference_and_batch_order",
+            writer_preference_and_batch_order,
+        ),
+    ];
+    procs::run_cases("shm_rwlock", &args, tests);
+}
