@@ -65,6 +65,15 @@
 //! (one per condition). A notifier killed mid-notify delays sleepers by at most 10 ms, and the
 //! recovery of a dead process notifies all (it may have died before its notify).
 //!
+//! # Readers-writer lock
+//!
+//! [`ShmRwLock`] is a readers-writer lock over the same kind of region (Go's writer
+//! preference and batch order; writers serialise on a `ShmMutex`), robust against the death
+//! of a reader as well as a writer: each process's read locks are counted in its own
+//! participant slot, so recovery takes a dead reader's reads back exactly, and readers are
+//! told [`LockError::OwnerDied`] after a writer's death until a writer marks the data
+//! consistent.
+//!
 //! # Crash-consistent updates
 //!
 //! An owner may die anywhere in its critical section. Build the new state where readers do

@@ -87,7 +87,19 @@ pub(super) struct RwBody<T> {
 unsafe impl<T: ShmSafe> ShmSafe for RwBody<T> {}
 
 /// Go's `RWMutex` and a value `T`, in memory shared between processes, robust against the
-/// death of a reader or a writer. See the [module docs](self) for the protocol.
+/// death of a reader or a writer.
+///
+/// * Writers serialise on a [`ShmMutex`] held for the whole write phase (Go's mutex
+///   algorithm and its recovery); a writer keeps new readers out, waits for the readers inside
+///   to leave, and the readers that queued behind it come in before the next writer (Go's
+///   writer preference and batch order).
+/// * A read lock is two atomic operations (an add on this process's own count, a load of a
+///   read-mostly word), and so is its release: no cache line moves between reading processes.
+/// * Each process's read locks are counted in its own participant slot, so the recovery of a
+///   dead reader takes back exactly its reads (a waiting writer looks for dead readers every
+///   10 ms); a dead writer's lock is recovered as a `ShmMutex`'s, and the write phase it left
+///   is ended by the next writer or a queued reader. [`force_unlock`](Self::force_unlock) does
+///   it at once for a reaped pid.
 ///
 /// The same constructors and placements as [`ShmMutex`] (the lock *is* a `ShmMutex` region
 /// whose value holds the readers' control words beside `T`, so a region of one does not open as
