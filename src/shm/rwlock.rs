@@ -427,11 +427,14 @@ impl<T: ShmSafe> ShmRwLock<T> {
     /// `deadline` passed first. Every [`TICK`], look for a dead writer that left it.
     fn wait_phase_end(&self, s: u32, deadline: Option<Instant>) -> bool {
         let ended = |cur: u32| cur & PENDING == 0 || cur / PHASE != s / PHASE;
+        // The word as last seen: the writer's `WSLEEP` changes it within the phase, and a
+        // sleep on a stale value would return at once, again and again.
+        let mut cur = s;
         loop {
             let tick = Instant::now() + TICK;
             let until = deadline.map_or(tick, |d| d.min(tick));
-            sys::futex_wait(self.state(), s, Some(until));
-            let cur = self.state().load(SeqCst);
+            sys::futex_wait(self.state(), cur, Some(until));
+            cur = self.state().load(SeqCst);
             if ended(cur) {
                 return true;
             }
@@ -441,7 +444,6 @@ impl<T: ShmSafe> ShmRwLock<T> {
             if Instant::now() >= tick {
                 self.end_orphan_phase();
             }
-            // Spurious wake-ups and other readers' `RWAIT` (already set: `s` has it) loop.
         }
     }
 
