@@ -95,9 +95,9 @@ struct Faults {
     relaxed_reader: bool,
     /// (e) The reader publishes its slot in the high-water mark only after it is in.
     publish_late: bool,
-    /// Not a fault: the proposed fix of the busy wait in `wait_phase_end` (sleep on the state
-    /// last seen, not the one seen when queueing).
-    refresh_expected: bool,
+    /// (f) `wait_phase_end` sleeps on the state seen when queueing for the whole phase, not
+    /// the state last seen (the busy wait fixed in `src/shm/rwlock.rs`).
+    stale_expected: bool,
 }
 
 /// Where a reader may be killed (`sys::crash_point`, plus `Admitted` and `Holding`).
@@ -385,7 +385,7 @@ impl Rw {
             if ended(cur) {
                 return true;
             }
-            if self.f.refresh_expected {
+            if !self.f.stale_expected {
                 expected = cur;
             }
             if !slept && expected != cur {
@@ -864,27 +864,27 @@ fn lost_wakeup_shape(f: Faults) {
     rw.assert_quiescent(1, 1);
 }
 
-/// **Finding**: `wait_phase_end` sleeps on the state it saw when it queued (`s`) for the
-/// whole phase. A reader that queues after the writer set `PENDING` and before the writer set
-/// `WSLEEP` (it found a reader inside) has `s` without `WSLEEP`; from then on the word holds
-/// `s | WSLEEP` until the phase ends, so every `futex_wait(state, s)` returns `EAGAIN` at once
-/// and the reader busy-loops through the rest of the writer's wait and its whole critical
-/// section. This model reaches it in the transcription as shipped (asserts that some execution
-/// is about to sleep on a value the word no longer holds), and shows that sleeping on the state
-/// last seen (`refresh_expected`: `s = cur` before looping) never does and passes the same
-/// model. When `src/shm/rwlock.rs` is fixed, make the fix the transcription and drop the first
-/// half.
+/// `wait_phase_end` sleeps on the state last seen. Sleeping on the state seen when queueing
+/// (fault (f), as an earlier version shipped) busy-waits: a reader that queues after the
+/// writer set `PENDING` and before it set `WSLEEP` (it found a reader inside) has `s` without
+/// `WSLEEP`; from then on the word holds `s | WSLEEP` until the phase ends, so every
+/// `futex_wait(state, s)` returns `EAGAIN` at once and the reader spins through the rest of the
+/// writer's wait and its critical section. The model reaches that with the fault (some
+/// execution is about to sleep on a value the word no longer holds) and never without it.
 #[test]
 fn shm_rw_queued_reader_busy_wait() {
     for (fixed, name) in [
-        (false, "shm_rw_queued_reader_busy_wait (as shipped)"),
-        (true, "shm_rw_queued_reader_busy_wait (refreshed)"),
+        (
+            false,
+            "shm_rw_queued_reader_busy_wait (stale expected value, fault f)",
+        ),
+        (true, "shm_rw_queued_reader_busy_wait (as shipped)"),
     ] {
         let spins = std::sync::Arc::new(StdAtomicUsize::new(0));
         let s0 = spins.clone();
         model(name, 2, move || {
             let f = Faults {
-                refresh_expected: fixed,
+                stale_expected: !fixed,
                 ..Faults::default()
             };
             let rw = Rw::build(f, None, s0.clone());
@@ -903,12 +903,9 @@ fn shm_rw_queued_reader_busy_wait() {
         let n = spins.load(Relaxed);
         eprintln!("[loom] {name}: {n} sleeps on a stale value");
         if fixed {
-            assert_eq!(n, 0, "the refreshed wait_phase_end busy-waits");
+            assert_eq!(n, 0, "wait_phase_end as shipped busy-waits");
         } else {
-            assert!(
-                n > 0,
-                "the busy wait was not reached: fixed in the transcription?"
-            );
+            assert!(n > 0, "the busy wait was not reached with fault (f)");
         }
     }
 }
