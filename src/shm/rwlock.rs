@@ -699,6 +699,8 @@ impl<T: ShmSafe> ShmRwLock<T> {
     pub fn recover(&self) -> usize {
         let n = self.m.recover();
         self.end_orphan_phase();
+        // A writer waiting for a dead reader's count looks again now, not at its next tick.
+        self.notify_writer();
         n
     }
 
