@@ -1423,7 +1423,11 @@ struct Death {
 /// sleeps in it; the parent kills the reader (SIGKILL) and reaps it, as a supervisor would, but
 /// repairs nothing (no `force_unlock`): the lock's own recovery must let the writer in. The
 /// writer's delay runs from just before `kill` to just after its write lock returned.
-fn death_trial<L: DeathLock>(lock: &mut L, cap: Duration) -> Option<Duration> {
+///
+/// The kill comes `settle` after the writer asked: gomutex's writer looks for dead readers every
+/// 10 ms of its wait, so trials spread `settle` over a tick (a fixed one would measure one phase
+/// of the writer's ticks, every time).
+fn death_trial<L: DeathLock>(lock: &mut L, cap: Duration, settle: Duration) -> Option<Duration> {
     // SAFETY: Region is atomics, an UnsafeCell and padding: all-zero is valid.
     let region = unsafe { ShmBox::<Region>::zeroed() }.expect("mmap");
     let stage = &region.ready.0;
@@ -1479,7 +1483,7 @@ fn death_trial<L: DeathLock>(lock: &mut L, cap: Duration) -> Option<Duration> {
     }
     wait_stage(2, &mut kids);
     // Let the writer get to sleep in its write lock.
-    std::thread::sleep(Duration::from_millis(20));
+    std::thread::sleep(settle);
     let killed_ns = mono_ns();
     // SAFETY: our own un-reaped child.
     unsafe { libc::kill(reader, libc::SIGKILL) };
@@ -1504,7 +1508,8 @@ fn death_trial<L: DeathLock>(lock: &mut L, cap: Duration) -> Option<Duration> {
 struct DeathCase {
     name: &'static str,
     cap: Duration,
-    trial: Box<dyn Fn(Duration) -> Option<Duration>>,
+    /// `(cap, settle)` → the writer's delay (see [`death_trial`]).
+    trial: Box<dyn Fn(Duration, Duration) -> Option<Duration>>,
 }
 
 fn death_case<L: DeathLock>(
@@ -1515,7 +1520,7 @@ fn death_case<L: DeathLock>(
     DeathCase {
         name,
         cap,
-        trial: Box::new(move |cap| death_trial(&mut make().expect(name), cap)),
+        trial: Box::new(move |cap, settle| death_trial(&mut make().expect(name), cap, settle)),
     }
 }
 
@@ -1544,7 +1549,10 @@ fn bench_reader_death(cfg: &Config) -> Vec<Death> {
     for r in 0..cfg.rounds {
         for k in 0..cases.len() {
             let i = (r + k) % cases.len();
-            let d = (cases[i].trial)(cases[i].cap);
+            // 20 ms and a fraction of 10 ms that spreads the rounds evenly over a tick.
+            let settle = Duration::from_millis(20)
+                + Duration::from_millis(10) * r as u32 / cfg.rounds as u32;
+            let d = (cases[i].trial)(cases[i].cap, settle);
             out[i].delays.push(d);
         }
     }
