@@ -15,6 +15,26 @@
 //! lock word's does, nobody waits). Where the locks sit on a floor, the work or the line sets
 //! the pace and their ratios say nothing about the locks.
 //!
+//! Readers-writer locks (workloads `rw1`, `rw10`): gomutex's `shm::ShmRwLock` against
+//! `pthread_rwlock_t` with PTHREAD_PROCESS_SHARED, glibc's default kind (prefers readers: a
+//! writer waits while any reader holds or takes the lock) and
+//! `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP` (new readers wait behind a waiting writer, as
+//! `ShmRwLock`'s do). Each process loops: with probability 1 % (`rw1`) or 10 % (`rw10`) take
+//! the write lock and increment the counter and a shadow copy of it in the same line, else take
+//! the read lock and read both (a reader that finds them different saw a half-done write: the
+//! run fails). The choice comes from a per-process LCG seeded by the process's index, so every
+//! lock sees the same sequence of reads and writes. The floors run beside: `floor` takes its
+//! private mutex for reads and writes alike, `atomic` does one `fetch_add` per op (of 1 for a
+//! write, of 0 for a read: every op moves the line), which `ShmRwLock`'s readers, counting on a
+//! line of their own process, need not. A process stuck behind readers shows in the min share,
+//! and the timed run reports the worst write wait beside the worst wait of any op.
+//!
+//! Reader death (`rwkill`, after the loops; `rounds` trials per lock, alternating): a reader
+//! takes the read lock and stops, a writer asks for the write lock and sleeps in it, and the
+//! parent kills the reader (SIGKILL) and reaps it, repairing nothing: reported is the writer's
+//! delay from the kill to its write lock. A pthread rwlock has no robust kind, so its writer
+//! gives up after a cap (1 s; 20 ms in the smoke run); gomutex's must get in (10 s cap).
+//!
 //! Each configuration (process count, workload) runs every lock `rounds` times untimed, the
 //! locks alternating within a round (the first one rotating from round to round, so load on a
 //! shared machine hits all alike), then once timed; each run on a fresh lock:
@@ -33,8 +53,8 @@
 //! to the JSON only.
 //!
 //! `cargo bench --bench shm_locks [-- FILTER…] [--duration-ms N] [--rounds N] [--procs 1,2,8]
-//! [--workloads none,work] [--no-timing] [--pin]` runs the full bench (cargo passes `--bench`; defaults
-//! 500 ms per run, 5 rounds); without `--bench` (`cargo test --benches`) it does a short smoke
+//! [--workloads none,work,rw1,rw10,rwkill] [--no-timing] [--pin]` runs the full bench (cargo
+//! passes `--bench`; defaults 500 ms per run, 5 rounds); without `--bench` (`cargo test --benches`) it does a short smoke
 //! run (10 ms, one round) that still checks every counter. Environment:
 //! `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_ROUNDS`, `SHM_LOCKS_PROCS`, `SHM_LOCKS_WORKLOADS`,
 //! `SHM_LOCKS_FILTER` (comma-separated substrings of `lock/Np/workload`), `SHM_LOCKS_TIMING=0`,
@@ -48,11 +68,11 @@
 //! puts each in a session and scheduling group of its own (`common::BusyLoops`). The table's
 //! header and the JSON say the load.
 
-use gomutex::shm::{LockError, ShmMutex};
+use gomutex::shm::{LockError, ShmMutex, ShmRwLock};
 
 mod common;
 use common::{
-    allowed_cpus, busy_from_env, fmt_busy, fmt_round_trips, go_work, line_round_trip_ns,
+    allowed_cpus, busy_from_env, fmt_busy, fmt_round_trips, go_work, line_round_trip_ns, median,
     paired_ratio, pin_nth, target_dir, BusyLoops, ShmBox,
 };
 use std::ffi::{c_int, c_void, CString};
@@ -84,6 +104,10 @@ struct Slot {
     waits_over_1ms: AtomicU64,
     /// CLOCK_MONOTONIC (system-wide) when the child stopped.
     end_ns: AtomicU64,
+    /// Ops that incremented the counter (all of them but the rw workloads' reads).
+    writes: AtomicU64,
+    /// The longest write op (timed rw runs), as `worst_wait_ns`.
+    worst_write_ns: AtomicU64,
 }
 
 /// The control block and results of one run, shared by parent and children.
@@ -92,8 +116,9 @@ struct Region {
     ready: Line<AtomicU32>,
     /// start (0 → 1), stop (0 → 1): written once each by the parent, read by every child.
     start: Line<(AtomicU32, AtomicU32)>,
-    /// The data the lock protects: a plain, non-atomic counter.
-    counter: Line<std::cell::UnsafeCell<u64>>,
+    /// The data the lock protects: a plain, non-atomic counter, and (rw workloads) its shadow
+    /// copy, written by the writers after the counter and compared by the readers.
+    counter: Line<std::cell::UnsafeCell<[u64; 2]>>,
     slots: [Line<Slot>; MAX_PROCS],
 }
 
@@ -120,8 +145,14 @@ trait ProcLock {
     fn attach(&mut self) -> io::Result<()> {
         Ok(())
     }
-    /// Run `f` holding the lock (a closure, so guard-based and lock/unlock-based locks fit).
+    /// Run `f` holding the lock (a closure, so guard-based and lock/unlock-based locks fit);
+    /// for a readers-writer lock, the write lock.
     fn with_lock(&self, f: impl FnOnce());
+    /// Run `f` holding the read lock (a mutex: the lock).
+    #[inline]
+    fn with_read(&self, f: impl FnOnce()) {
+        self.with_lock(f)
+    }
 }
 
 /// A C-style lock with separate lock and unlock calls (everything but gomutex).
@@ -475,6 +506,124 @@ impl ProcLock for GoShm {
     }
 }
 
+/// `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP` of glibc's `<pthread.h>` (the `libc` crate
+/// has `pthread_rwlockattr_setkind_np` but not the constant for glibc).
+const PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP: c_int = 2;
+
+/// `pthread_rwlock_t` with PTHREAD_PROCESS_SHARED: glibc's default kind (prefers readers) or,
+/// with `prefer_writer`, `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP`.
+struct PthreadRw {
+    l: ShmBox<libc::pthread_rwlock_t>,
+}
+
+impl PthreadRw {
+    fn new(prefer_writer: bool) -> io::Result<Self> {
+        // SAFETY: a zeroed pthread_rwlock_t is valid storage for pthread_rwlock_init.
+        let l = unsafe { ShmBox::<libc::pthread_rwlock_t>::zeroed()? };
+        let mut attr = MaybeUninit::<libc::pthread_rwlockattr_t>::uninit();
+        // SAFETY: attr is initialised by pthread_rwlockattr_init before any other use and
+        // destroyed after pthread_rwlock_init; `l` points to shared, writable, aligned storage.
+        unsafe {
+            pthread_check(
+                "rwlockattr_init",
+                libc::pthread_rwlockattr_init(attr.as_mut_ptr()),
+            );
+            let a = attr.as_mut_ptr();
+            pthread_check(
+                "rwlockattr_setpshared",
+                libc::pthread_rwlockattr_setpshared(a, libc::PTHREAD_PROCESS_SHARED),
+            );
+            if prefer_writer {
+                pthread_check(
+                    "rwlockattr_setkind_np",
+                    libc::pthread_rwlockattr_setkind_np(
+                        a,
+                        PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP,
+                    ),
+                );
+            }
+            pthread_check("rwlock_init", libc::pthread_rwlock_init(l.as_ptr(), a));
+            libc::pthread_rwlockattr_destroy(a);
+        }
+        Ok(Self { l })
+    }
+
+    fn unlock(&self) {
+        // SAFETY: initialised lock, held by this thread (the bench loop pairs lock/unlock).
+        let r = unsafe { libc::pthread_rwlock_unlock(self.l.as_ptr()) };
+        pthread_check("pthread_rwlock_unlock", r);
+    }
+}
+
+impl ProcLock for PthreadRw {
+    #[inline]
+    fn with_lock(&self, f: impl FnOnce()) {
+        // SAFETY: the lock was initialised in `new` and stays mapped while `self` lives.
+        let r = unsafe { libc::pthread_rwlock_wrlock(self.l.as_ptr()) };
+        pthread_check("pthread_rwlock_wrlock", r);
+        f();
+        self.unlock();
+    }
+    #[inline]
+    fn with_read(&self, f: impl FnOnce()) {
+        // SAFETY: as above.
+        let r = unsafe { libc::pthread_rwlock_rdlock(self.l.as_ptr()) };
+        pthread_check("pthread_rwlock_rdlock", r);
+        f();
+        self.unlock();
+    }
+}
+
+impl Drop for PthreadRw {
+    fn drop(&mut self) {
+        // SAFETY: initialised and unlocked (all children have exited); destroyed once.
+        unsafe { libc::pthread_rwlock_destroy(self.l.as_ptr()) };
+    }
+}
+
+/// gomutex's shared-memory readers-writer lock (`gomutex::shm::ShmRwLock`) in its own anonymous
+/// `MAP_SHARED` mapping, created before fork; it guards `()`, the counter lives in the bench's
+/// region (as for `GoShm`).
+struct GoShmRw(ShmRwLock<()>);
+
+impl GoShmRw {
+    fn new() -> io::Result<Self> {
+        ShmRwLock::anonymous(()).map(Self).map_err(io::Error::other)
+    }
+}
+
+impl ProcLock for GoShmRw {
+    fn attach(&mut self) -> io::Result<()> {
+        // Register as a participant (and in the readers' high-water mark) before the clock
+        // starts.
+        self.with_read(|| {});
+        Ok(())
+    }
+    #[inline]
+    fn with_lock(&self, f: impl FnOnce()) {
+        let guard = match self.0.write() {
+            Ok(g) => g,
+            // As for `GoShm`: nobody dies here, but never swallow the state.
+            Err(LockError::OwnerDied(g)) => {
+                g.mark_consistent();
+                g
+            }
+            Err(e) => panic!("gomutex shm rwlock write: {e}"),
+        };
+        f();
+        drop(guard);
+    }
+    #[inline]
+    fn with_read(&self, f: impl FnOnce()) {
+        let guard = match self.0.read() {
+            Ok(g) => g,
+            Err(e) => panic!("gomutex shm rwlock read: {e}"),
+        };
+        f();
+        drop(guard);
+    }
+}
+
 /// How the child loop counts an op ([`ProcLock::COUNT`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Count {
@@ -526,6 +675,11 @@ enum Workload {
     None,
     /// ... then 100 × `foo *= 2; foo /= 2` outside the lock (Go's BenchmarkMutexWork).
     Work,
+    /// Readers-writer: 1 % of the ops write (counter += 1 under the write lock), the others
+    /// read it under the read lock; nothing outside the lock.
+    Rw1,
+    /// As `Rw1`, 10 % writes.
+    Rw10,
 }
 
 impl Workload {
@@ -533,13 +687,25 @@ impl Workload {
         match self {
             Workload::None => "none",
             Workload::Work => "work",
+            Workload::Rw1 => "rw1",
+            Workload::Rw10 => "rw10",
         }
     }
     fn parse(s: &str) -> Workload {
         match s {
             "none" => Workload::None,
             "work" => Workload::Work,
-            _ => panic!("unknown workload {s:?} (none, work)"),
+            "rw1" => Workload::Rw1,
+            "rw10" => Workload::Rw10,
+            _ => panic!("unknown workload {s:?} (none, work, rw1, rw10)"),
+        }
+    }
+    /// The percentage of writes of a readers-writer workload; `None`: a mutex workload.
+    fn write_pct(self) -> Option<u32> {
+        match self {
+            Workload::None | Workload::Work => None,
+            Workload::Rw1 => Some(1),
+            Workload::Rw10 => Some(10),
         }
     }
 }
@@ -566,6 +732,8 @@ struct Config {
     pin: Vec<usize>,
     /// Busy-looping processes beside every round, and whether each has a session of its own.
     busy: (usize, bool),
+    /// Run the reader-death case (`rwkill` in the workload list).
+    reader_death: bool,
 }
 
 fn list<T>(s: &str, f: impl Fn(&str) -> T) -> Vec<T> {
@@ -574,6 +742,18 @@ fn list<T>(s: &str, f: impl Fn(&str) -> T) -> Vec<T> {
         .filter(|p| !p.is_empty())
         .map(f)
         .collect()
+}
+
+/// The workload list, and whether it names `rwkill` (the reader-death case, not a loop).
+fn parse_workloads(s: &str) -> (Vec<Workload>, bool) {
+    let names = list(s, str::to_owned);
+    let kill = names.iter().any(|n| n == "rwkill");
+    let loops = names
+        .iter()
+        .filter(|n| *n != "rwkill")
+        .map(|n| Workload::parse(n))
+        .collect();
+    (loops, kill)
 }
 
 fn parse_procs(s: &str) -> Vec<usize> {
@@ -595,7 +775,12 @@ impl Config {
             smoke,
             duration: Duration::from_millis(if smoke { 10 } else { 500 }),
             procs: if smoke { vec![2, 3] } else { vec![1, 2, 8] },
-            workloads: vec![Workload::None, Workload::Work],
+            workloads: vec![
+                Workload::None,
+                Workload::Work,
+                Workload::Rw1,
+                Workload::Rw10,
+            ],
             filters: Vec::new(),
             min_ops: if smoke { 200 } else { 0 },
             // The full bench always writes its JSON (for scripts/bench_summary.py).
@@ -611,6 +796,7 @@ impl Config {
             } else {
                 busy_from_env("SHM_LOCKS")
             },
+            reader_death: true,
         };
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if let Some(v) = env("SHM_LOCKS_DURATION_MS") {
@@ -620,7 +806,7 @@ impl Config {
             cfg.procs = parse_procs(&v);
         }
         if let Some(v) = env("SHM_LOCKS_WORKLOADS") {
-            cfg.workloads = list(&v, Workload::parse);
+            (cfg.workloads, cfg.reader_death) = parse_workloads(&v);
         }
         if let Some(v) = env("SHM_LOCKS_FILTER") {
             cfg.filters = list(&v, str::to_owned);
@@ -649,7 +835,7 @@ impl Config {
                     let v = value(&a);
                     cfg.rounds = v.parse::<usize>().expect("--rounds N").max(1);
                 }
-                "--workloads" => cfg.workloads = list(&value(&a), Workload::parse),
+                "--workloads" => (cfg.workloads, cfg.reader_death) = parse_workloads(&value(&a)),
                 "--json" => cfg.json = Some(PathBuf::from(value(&a))),
                 "--no-timing" => cfg.timing = false,
                 "--pin" => cfg.pin = allowed_cpus(),
@@ -657,7 +843,7 @@ impl Config {
                 "-h" | "--help" => {
                     println!(
                         "shm_locks [FILTER…] [--duration-ms N] [--rounds N] [--procs 1,2,8] \
-                         [--workloads none,work] [--json PATH] [--no-timing] [--pin] [--busy N]\n\
+                         [--workloads none,work,rw1,rw10,rwkill] [--json PATH] [--no-timing] [--pin] [--busy N]\n\
                          FILTER: substring of lock/Np/workload, e.g. pthread/8p or fcntl"
                     );
                     std::process::exit(0);
@@ -716,9 +902,16 @@ fn child<L: ProcLock>(
             std::thread::yield_now();
         }
         let stop = &region.start.0 .1;
-        let counter = region.counter.0.get();
+        let counter = region.counter.0.get().cast::<u64>();
+        // SAFETY: the second u64 of the same array, in bounds.
+        let shadow = unsafe { counter.add(1) };
+        let pct = work.write_pct();
+        let mut lcg = Lcg::new(idx);
         let mut ops = 0u64;
+        let mut writes = 0u64;
+        let mut torn = 0u64;
         let mut worst = Duration::ZERO;
+        let mut worst_write = Duration::ZERO;
         let mut over_1ms = 0u64;
         let mut x = 1i64;
         // One clock read per op, never inside the critical section: an op's interval runs
@@ -727,24 +920,52 @@ fn child<L: ProcLock>(
         let mut t0 = timing.then(Instant::now);
         let mut own = 0u64;
         loop {
+            // Mutex workloads: every op writes. Decided before the clock's interval matters
+            // (a few ns, the same for every lock).
+            let write = pct.is_none_or(|p| lcg.percent() < p);
             match L::COUNT {
-                Count::Locked => lock.with_lock(|| {
+                Count::Locked if pct.is_none() => lock.with_lock(|| {
                     // SAFETY: the lock under test serialises every access to the counter (that
                     // is what the final count checks); the mapping outlives the child.
                     unsafe { *counter += 1 };
                 }),
-                Count::Private => lock.with_lock(|| own += 1),
+                Count::Locked if write => lock.with_lock(|| {
+                    // SAFETY: as above, under the write lock.
+                    unsafe {
+                        *counter += 1;
+                        *shadow = *counter;
+                    }
+                }),
+                Count::Locked => lock.with_read(|| {
+                    // SAFETY: under the read lock no writer is inside (what the shadow
+                    // comparison checks); the mapping outlives the child.
+                    let (a, b) = unsafe { (*counter, *shadow) };
+                    torn += u64::from(a != b);
+                    black_box(a);
+                }),
+                Count::Private if write => lock.with_lock(|| own += 1),
+                Count::Private => lock.with_read(|| {
+                    black_box(own);
+                }),
                 Count::Atomic => {
                     // SAFETY: the counter is an aligned u64 in the mapping, which outlives the
                     // child; in an atomic-floor run every process only adds to it atomically.
-                    _ = unsafe { AtomicU64::from_ptr(counter) }.fetch_add(1, Ordering::Relaxed)
+                    let c = unsafe { AtomicU64::from_ptr(counter) };
+                    // A read adds 0, opaquely (an `add 0` the compiler knows may become a
+                    // fenced load, which would not move the line).
+                    let by = if write { 1 } else { black_box(0) };
+                    _ = c.fetch_add(by, Ordering::Relaxed);
                 }
             }
             ops += 1;
+            writes += u64::from(write);
             if let Some(start) = t0 {
                 let now = Instant::now();
                 let took = now - start;
                 worst = worst.max(took);
+                if write {
+                    worst_write = worst_write.max(took);
+                }
                 over_1ms += u64::from(took > Duration::from_millis(1));
                 t0 = Some(now);
             }
@@ -759,6 +980,7 @@ fn child<L: ProcLock>(
             }
         }
         black_box(x);
+        assert_eq!(torn, 0, "a reader saw a half-done write");
         if L::COUNT == Count::Private {
             // SAFETY: the counter is an aligned u64 in the mapping, which outlives the child;
             // in a floor run every process only ever adds to it atomically, here.
@@ -766,6 +988,9 @@ fn child<L: ProcLock>(
         }
         let slot = &region.slots[idx].0;
         slot.ops.store(ops, Ordering::Relaxed);
+        slot.writes.store(writes, Ordering::Relaxed);
+        slot.worst_write_ns
+            .store(worst_write.as_nanos() as u64, Ordering::Relaxed);
         slot.worst_wait_ns
             .store(worst.as_nanos() as u64, Ordering::Relaxed);
         slot.waits_over_1ms.store(over_1ms, Ordering::Relaxed);
@@ -773,6 +998,25 @@ fn child<L: ProcLock>(
     }));
     // SAFETY: _exit is always safe to call; it skips atexit handlers and destructors on purpose.
     unsafe { libc::_exit(if res.is_ok() { 0 } else { 101 }) }
+}
+
+/// A cheap per-process random sequence (Knuth's MMIX LCG), seeded by the process's index: the
+/// same reads and writes, in the same order, for every lock.
+struct Lcg(u64);
+
+impl Lcg {
+    fn new(idx: usize) -> Self {
+        Lcg((idx as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+    /// The next number in 0..100 (from the high bits, the LCG's good ones).
+    #[inline]
+    fn percent(&mut self) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 32) % 100) as u32
+    }
 }
 
 /// Forked children of one run; dropping it kills (SIGKILL) and reaps whoever is still there,
@@ -828,6 +1072,10 @@ struct Run {
     worst_wait_ns: Option<u64>,
     /// Ops whose interval exceeded 1 ms (timed runs only).
     waits_over_1ms: Option<u64>,
+    /// Ops that wrote (all ops of a mutex workload).
+    writes: u64,
+    /// The longest write op (timed rw runs only), clock cost subtracted.
+    worst_write_ns: Option<u64>,
 }
 
 impl Run {
@@ -865,6 +1113,10 @@ impl Row {
     }
     fn worst_wait_us(&self) -> Option<f64> {
         let ns = self.timed.as_ref()?.worst_wait_ns?;
+        Some(ns as f64 / 1e3)
+    }
+    fn worst_write_us(&self) -> Option<f64> {
+        let ns = self.timed.as_ref()?.worst_write_ns?;
         Some(ns as f64 / 1e3)
     }
 }
@@ -925,14 +1177,21 @@ fn run_one<L: ProcLock>(
         .map(|s| s.0.ops.load(Ordering::Relaxed))
         .collect();
     let total_ops: u64 = per_proc.iter().sum();
+    let writes: u64 = slots
+        .iter()
+        .map(|s| s.0.writes.load(Ordering::Relaxed))
+        .sum();
     // SAFETY: every child has exited, so nobody else touches the counter any more.
-    let counter = unsafe { *region.counter.0.get() };
+    let [counter, shadow] = unsafe { *region.counter.0.get() };
     assert_eq!(
         counter,
-        total_ops,
+        writes,
         "{name}/{procs}p/{}: the lock lost updates",
         work.name()
     );
+    if work.write_pct().is_some() && L::COUNT == Count::Locked {
+        assert_eq!(shadow, counter, "{name}/{procs}p/{}: shadow", work.name());
+    }
     assert!(per_proc.iter().all(|&n| n >= cfg.min_ops.max(1)));
     let end_ns = slots
         .iter()
@@ -944,11 +1203,20 @@ fn run_one<L: ProcLock>(
         .map(|s| s.0.worst_wait_ns.load(Ordering::Relaxed))
         .max()
         .unwrap();
+    let clock = cfg.clock_overhead.as_nanos() as u64;
+    let worst_write = slots
+        .iter()
+        .map(|s| s.0.worst_write_ns.load(Ordering::Relaxed))
+        .max()
+        .unwrap();
     Run {
         wall_ns: end_ns.saturating_sub(start_ns),
         total_ops,
         per_proc,
-        worst_wait_ns: timing.then(|| worst.saturating_sub(cfg.clock_overhead.as_nanos() as u64)),
+        writes,
+        worst_write_ns: (timing && work.write_pct().is_some())
+            .then(|| worst_write.saturating_sub(clock)),
+        worst_wait_ns: timing.then(|| worst.saturating_sub(clock)),
         waits_over_1ms: timing.then(|| {
             slots
                 .iter()
@@ -985,17 +1253,34 @@ fn contender<L: ProcLock>(
     }
 }
 
-/// `c`, run only with work outside the lock (the floors: without work they measure nothing).
-fn with_work_only(c: Contender) -> Contender {
+/// `c`, run only for the workloads `wanted` accepts (the floors: with work or the rw workloads,
+/// without either they measure nothing; the mutexes: the mutex workloads; the rwlocks: the rw
+/// workloads).
+fn only(wanted: fn(Workload) -> bool, c: Contender) -> Contender {
     let run = c.run;
     Contender {
         name: c.name,
         run: Box::new(move |cfg, procs, work, timing| {
-            (work == Workload::Work)
+            wanted(work)
                 .then(|| run(cfg, procs, work, timing))
                 .flatten()
         }),
     }
+}
+
+/// The mutex workloads.
+fn mutex_work(w: Workload) -> bool {
+    w.write_pct().is_none()
+}
+
+/// The readers-writer workloads.
+fn rw_work(w: Workload) -> bool {
+    w.write_pct().is_some()
+}
+
+/// Where the floors mean something: with work outside the lock, or the rw workloads.
+fn floor_work(w: Workload) -> bool {
+    w == Workload::Work || rw_work(w)
 }
 
 /// Every selected (procs, workload) configuration: `cfg.rounds` untimed runs per lock, the
@@ -1047,7 +1332,7 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
                     round_trip_ns: round_trip_ns.clone(),
                 };
                 eprintln!(
-                    "{}: {:.1} ns/op median of {} ({}), timed run: {} ns/op, worst wait {} µs, \
+                    "{}: {:.1} ns/op median of {} ({}), timed run: {} ns/op, worst wait {} µs{}, \
                      line round trip {} ns",
                     id(c.name),
                     row.median().ns_per_op(),
@@ -1059,11 +1344,275 @@ fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
                         .join(" "),
                     fmt_opt(row.timed.as_ref().map(Run::ns_per_op), "-"),
                     fmt_opt(row.worst_wait_us(), "-"),
+                    row.worst_write_us()
+                        .map_or_else(String::new, |w| format!(" (a write {w:.1} µs)")),
                     fmt_round_trips(&row.round_trip_ns)
                 );
                 rows.push(row);
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader death
+
+/// A readers-writer lock for the reader-death case: the write lock, given up after `cap`.
+trait DeathLock: ProcLock {
+    /// Take the write lock, waiting at most `cap`; whether it was taken (and released again).
+    fn write_within(&self, cap: Duration) -> bool;
+}
+
+impl DeathLock for GoShmRw {
+    fn write_within(&self, cap: Duration) -> bool {
+        // A reader's death tells nobody anything (only a writer's does): any guard is a win.
+        !matches!(
+            self.0.try_write_for(cap),
+            Err(gomutex::shm::TryLockError::WouldBlock)
+        )
+    }
+}
+
+extern "C" {
+    /// glibc's (POSIX's) timed write lock; the `libc` crate does not declare it for Linux.
+    fn pthread_rwlock_timedwrlock(
+        lock: *mut libc::pthread_rwlock_t,
+        abstime: *const libc::timespec,
+    ) -> c_int;
+}
+
+impl DeathLock for PthreadRw {
+    fn write_within(&self, cap: Duration) -> bool {
+        let mut now = MaybeUninit::<libc::timespec>::uninit();
+        // SAFETY: valid out-pointer; CLOCK_REALTIME (the clock of `abstime`) always exists.
+        let r = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, now.as_mut_ptr()) };
+        assert_eq!(r, 0, "clock_gettime");
+        // SAFETY: clock_gettime succeeded and filled `now`.
+        let now = unsafe { now.assume_init() };
+        let ns = now.tv_nsec as u64 + cap.subsec_nanos() as u64;
+        let at = libc::timespec {
+            tv_sec: now.tv_sec
+                + cap.as_secs() as libc::time_t
+                + (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as _,
+        };
+        // SAFETY: initialised lock, mapped while `self` lives; `at` is a valid timespec.
+        match unsafe { pthread_rwlock_timedwrlock(self.l.as_ptr(), &at) } {
+            0 => {
+                self.unlock();
+                true
+            }
+            libc::ETIMEDOUT => false,
+            r => panic!(
+                "pthread_rwlock_timedwrlock: {}",
+                io::Error::from_raw_os_error(r)
+            ),
+        }
+    }
+}
+
+/// One lock's reader-death trials: the writer's delay after the kill, per trial (`None`: it had
+/// not got the lock when the cap ran out).
+struct Death {
+    lock: &'static str,
+    cap: Duration,
+    delays: Vec<Option<Duration>>,
+}
+
+/// One trial: a reader takes the read lock and stops; a writer asks for the write lock and
+/// sleeps in it; the parent kills the reader (SIGKILL) and reaps it, as a supervisor would, but
+/// repairs nothing (no `force_unlock`): the lock's own recovery must let the writer in. The
+/// writer's delay runs from just before `kill` to just after its write lock returned.
+///
+/// The kill comes `settle` after the writer asked: gomutex's writer looks for dead readers every
+/// 10 ms of its wait, so trials spread `settle` over a tick (a fixed one would measure one phase
+/// of the writer's ticks, every time).
+fn death_trial<L: DeathLock>(lock: &mut L, cap: Duration, settle: Duration) -> Option<Duration> {
+    // SAFETY: Region is atomics, an UnsafeCell and padding: all-zero is valid.
+    let region = unsafe { ShmBox::<Region>::zeroed() }.expect("mmap");
+    let stage = &region.ready.0;
+    let wait_stage = |n: u32, kids: &mut Children| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stage.load(Ordering::SeqCst) < n {
+            kids.reap("reader death");
+            assert!(
+                Instant::now() < deadline,
+                "reader death: child never got ready"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    };
+    io::stdout().flush().ok();
+    io::stderr().flush().ok();
+    let mut kids = Children { pids: Vec::new() };
+    // SAFETY: single-threaded process (checked in main); the child leaves only by `_exit` or
+    // by being killed.
+    let reader = match unsafe { libc::fork() } {
+        -1 => panic!("fork: {}", io::Error::last_os_error()),
+        0 => {
+            _ = lock.attach();
+            lock.with_read(|| {
+                stage.store(1, Ordering::SeqCst);
+                loop {
+                    // SAFETY: plain syscall; waits for the SIGKILL.
+                    unsafe { libc::pause() };
+                }
+            });
+            // SAFETY: _exit is always safe to call.
+            unsafe { libc::_exit(1) }
+        }
+        pid => pid,
+    };
+    kids.pids.push(reader);
+    wait_stage(1, &mut kids);
+    // SAFETY: as above.
+    match unsafe { libc::fork() } {
+        -1 => panic!("fork: {}", io::Error::last_os_error()),
+        0 => {
+            let ok = lock.attach().is_ok() && {
+                stage.store(2, Ordering::SeqCst);
+                lock.write_within(cap)
+            };
+            if ok {
+                region.slots[0].0.end_ns.store(mono_ns(), Ordering::SeqCst);
+            }
+            // SAFETY: _exit is always safe to call.
+            unsafe { libc::_exit(0) }
+        }
+        pid => kids.pids.push(pid),
+    }
+    wait_stage(2, &mut kids);
+    // Let the writer get to sleep in its write lock.
+    std::thread::sleep(settle);
+    let killed_ns = mono_ns();
+    // SAFETY: our own un-reaped child.
+    unsafe { libc::kill(reader, libc::SIGKILL) };
+    let mut status = 0;
+    // SAFETY: our own child, valid out-pointer.
+    assert_eq!(unsafe { libc::waitpid(reader, &mut status, 0) }, reader);
+    kids.pids.retain(|&p| p != reader);
+    let deadline = Instant::now() + cap + Duration::from_secs(30);
+    while !kids.pids.is_empty() {
+        kids.reap("reader death");
+        assert!(
+            Instant::now() < deadline,
+            "reader death: the writer hung past its cap"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let got = region.slots[0].0.end_ns.load(Ordering::SeqCst);
+    (got != 0).then(|| Duration::from_nanos(got.saturating_sub(killed_ns)))
+}
+
+/// A reader-death contender: name, cap, and a function making a fresh lock and running a trial.
+struct DeathCase {
+    name: &'static str,
+    cap: Duration,
+    /// `(cap, settle)` → the writer's delay (see [`death_trial`]).
+    trial: Box<dyn Fn(Duration, Duration) -> Option<Duration>>,
+}
+
+fn death_case<L: DeathLock>(
+    name: &'static str,
+    cap: Duration,
+    make: impl Fn() -> io::Result<L> + 'static,
+) -> DeathCase {
+    DeathCase {
+        name,
+        cap,
+        trial: Box::new(move |cap, settle| death_trial(&mut make().expect(name), cap, settle)),
+    }
+}
+
+/// The reader-death case, `cfg.rounds` trials per lock, the locks alternating. gomutex's writer
+/// waits up to 10 s (it must get in: a miss fails the run), pthread's (which no one can recover:
+/// POSIX has no robust rwlock) up to 1 s (smoke: 20 ms).
+fn bench_reader_death(cfg: &Config) -> Vec<Death> {
+    let pcap = Duration::from_millis(if cfg.smoke { 20 } else { 1000 });
+    let cases = [
+        death_case("gomutex-shm-rw", Duration::from_secs(10), GoShmRw::new),
+        death_case("pthread-rw", pcap, || PthreadRw::new(false)),
+        death_case("pthread-rw-wp", pcap, || PthreadRw::new(true)),
+    ];
+    let cases: Vec<&DeathCase> = cases
+        .iter()
+        .filter(|c| cfg.selected(&format!("{}/rwkill", c.name)))
+        .collect();
+    let mut out: Vec<Death> = cases
+        .iter()
+        .map(|c| Death {
+            lock: c.name,
+            cap: c.cap,
+            delays: Vec::new(),
+        })
+        .collect();
+    for r in 0..cfg.rounds {
+        for k in 0..cases.len() {
+            let i = (r + k) % cases.len();
+            // 20 ms and a fraction of 10 ms that spreads the rounds evenly over a tick.
+            let settle = Duration::from_millis(20)
+                + Duration::from_millis(10) * r as u32 / cfg.rounds as u32;
+            let d = (cases[i].trial)(cases[i].cap, settle);
+            out[i].delays.push(d);
+        }
+    }
+    for d in &out {
+        eprintln!(
+            "{}/rwkill: writer delays after the reader's death: {} ms",
+            d.lock,
+            d.delays
+                .iter()
+                .map(|x| x.map_or_else(
+                    || format!(">{}", d.cap.as_millis()),
+                    |x| format!("{:.2}", x.as_secs_f64() * 1e3)
+                ))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    if let Some(g) = out.iter().find(|d| d.lock == "gomutex-shm-rw") {
+        assert!(
+            g.delays.iter().all(Option::is_some),
+            "gomutex-shm-rw: a writer never got the lock after a reader died"
+        );
+    }
+    out
+}
+
+fn print_deaths(deaths: &[Death]) {
+    if deaths.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "reader death: a reader holds the read lock, a writer waits for the write lock, the \
+         reader is killed (SIGKILL, reaped, nothing repaired): the writer's delay from the kill"
+    );
+    println!();
+    println!("| lock | trials | writer delay median ms | max ms |");
+    println!("|---|---:|---:|---:|");
+    for d in deaths {
+        let got: Vec<f64> = d
+            .delays
+            .iter()
+            .flatten()
+            .map(|x| x.as_secs_f64() * 1e3)
+            .collect();
+        let (med, max) = if got.len() == d.delays.len() {
+            (
+                format!("{:.2}", median(&got)),
+                format!("{:.2}", got.iter().copied().fold(0.0, f64::max)),
+            )
+        } else {
+            let never = format!(
+                "never within {} ms ({} of {})",
+                d.cap.as_millis(),
+                d.delays.len() - got.len(),
+                d.delays.len()
+            );
+            (never, "–".to_owned())
+        };
+        println!("| {} | {} | {med} | {max} |", d.lock, d.delays.len());
     }
 }
 
@@ -1134,31 +1683,69 @@ fn print_table(cfg: &Config, rows: &[Row]) {
         "line RT: cache-line round trip between the first two CPUs, probed before each round \
          (it moves on a VM, and contended figures move with it)"
     );
-    println!();
-    println!(
-        "| lock | procs | work | ns/op | vs pthread | min/max share | worst wait µs | line RT ns |"
-    );
-    println!("|---|---:|---|---:|---:|---:|---:|---:|");
-    for r in rows {
-        let med = r.median();
-        let (min, max) = med.share();
-        let ns = |row: &Row| row.plain.iter().map(Run::ns_per_op).collect::<Vec<_>>();
-        let pthread = rows
-            .iter()
-            .find(|p| p.lock == "pthread" && p.procs == r.procs && p.work == r.work)
-            .map(|p| paired_ratio(&ns(r), &ns(p)));
+    let ns = |row: &Row| row.plain.iter().map(Run::ns_per_op).collect::<Vec<_>>();
+    // The median per-round ratio of `r` to the lock `base` in the same configuration.
+    let vs = |r: &Row, base: &str| {
+        rows.iter()
+            .find(|p| p.lock == base && p.procs == r.procs && p.work == r.work)
+            .map_or_else(
+                || "–".to_owned(),
+                |p| format!("{:.2}", paired_ratio(&ns(r), &ns(p))),
+            )
+    };
+    let share = |r: &Row| {
+        let (min, max) = r.median().share();
+        format!("{:.1}% / {:.1}%", min * 100.0, max * 100.0)
+    };
+    let (mutex_rows, rw_rows): (Vec<&Row>, Vec<&Row>) =
+        rows.iter().partition(|r| mutex_work(r.work));
+    if !mutex_rows.is_empty() {
+        println!();
         println!(
-            "| {} | {} | {} | {:.1} | {} | {:.1}% / {:.1}% | {} | {} |",
-            r.lock,
-            r.procs,
-            r.work.name(),
-            med.ns_per_op(),
-            pthread.map_or_else(|| "–".to_owned(), |x| format!("{x:.2}")),
-            min * 100.0,
-            max * 100.0,
-            fmt_opt(r.worst_wait_us(), "–"),
-            fmt_round_trips(&r.round_trip_ns)
+            "| lock | procs | work | ns/op | vs pthread | min/max share | worst wait µs | line RT ns |"
         );
+        println!("|---|---:|---|---:|---:|---:|---:|---:|");
+        for r in mutex_rows {
+            println!(
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+                r.lock,
+                r.procs,
+                r.work.name(),
+                r.median().ns_per_op(),
+                vs(r, "pthread"),
+                share(r),
+                fmt_opt(r.worst_wait_us(), "–"),
+                fmt_round_trips(&r.round_trip_ns)
+            );
+        }
+    }
+    if !rw_rows.is_empty() {
+        println!();
+        println!(
+            "rw: pthread-rw = glibc's default kind (prefers readers), pthread-rw-wp = \
+             PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP; worst wait: any op / a write op"
+        );
+        println!();
+        println!(
+            "| lock | procs | work | ns/op | vs pthread-rw | vs pthread-rw-wp | min/max share | \
+             worst wait µs (any / write) | line RT ns |"
+        );
+        println!("|---|---:|---|---:|---:|---:|---:|---:|---:|");
+        for r in rw_rows {
+            println!(
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {} / {} | {} |",
+                r.lock,
+                r.procs,
+                r.work.name(),
+                r.median().ns_per_op(),
+                vs(r, "pthread-rw"),
+                vs(r, "pthread-rw-wp"),
+                share(r),
+                fmt_opt(r.worst_wait_us(), "–"),
+                fmt_opt(r.worst_write_us(), "–"),
+                fmt_round_trips(&r.round_trip_ns)
+            );
+        }
     }
 }
 
@@ -1168,7 +1755,7 @@ fn run_json(r: &Run) -> String {
     format!(
         "{{\"wall_ns\": {}, \"total_ops\": {}, \"ns_per_op\": {:.2}, \"per_process_ops\": [{}], \
          \"min_share\": {:.4}, \"max_share\": {:.4}, \"worst_wait_us\": {}, \
-         \"waits_over_1ms\": {}}}",
+         \"waits_over_1ms\": {}, \"writes\": {}, \"worst_write_us\": {}}}",
         r.wall_ns,
         r.total_ops,
         r.ns_per_op(),
@@ -1178,10 +1765,12 @@ fn run_json(r: &Run) -> String {
         fmt_opt(r.worst_wait_ns.map(|ns| ns as f64 / 1e3), "null"),
         r.waits_over_1ms
             .map_or_else(|| "null".to_owned(), |n| n.to_string()),
+        r.writes,
+        fmt_opt(r.worst_write_ns.map(|ns| ns as f64 / 1e3), "null"),
     )
 }
 
-fn write_json(cfg: &Config, rows: &[Row], path: &Path) -> io::Result<()> {
+fn write_json(cfg: &Config, rows: &[Row], deaths: &[Death], path: &Path) -> io::Result<()> {
     let mut out = String::from("{\n");
     out += &format!(
         "  \"duration_ms\": {},\n  \"rounds\": {},\n  \"cpus\": {},\n  \"timing\": {},\n  \"clock_overhead_ns\": {},\n  \"busy\": {},\n  \"busy_session\": \"{}\",\n  \"runs\": [\n",
@@ -1215,6 +1804,20 @@ fn write_json(cfg: &Config, rows: &[Row], path: &Path) -> io::Result<()> {
             if i + 1 < rows.len() { "," } else { "" }
         );
     }
+    out += "  ],\n  \"reader_death\": [\n";
+    for (i, d) in deaths.iter().enumerate() {
+        out += &format!(
+            "    {{\"lock\": \"{}\", \"cap_ms\": {}, \"writer_delay_ms\": [{}]}}{}\n",
+            d.lock,
+            d.cap.as_millis(),
+            d.delays
+                .iter()
+                .map(|x| fmt_opt(x.map(|x| x.as_secs_f64() * 1e3), "null"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if i + 1 < deaths.len() { "," } else { "" }
+        );
+    }
     out += "  ]\n}\n";
     std::fs::write(path, out)
 }
@@ -1228,28 +1831,41 @@ fn main() {
         check_pthread_robust_recovery();
     }
     use PthreadKind::*;
+    let m = mutex_work;
     let locks = [
-        contender("gomutex-shm", GoShm::new),
-        contender("pthread", || PthreadMutex::new(Plain)),
-        contender("pthread-robust", || PthreadMutex::new(Robust)),
-        contender("pthread-robust-pi", || PthreadMutex::new(RobustPi)),
-        contender("posix-sem", PosixSem::new),
-        contender("sysv-sem", SysvSem::new),
-        contender("flock", Flock::new),
-        contender("fcntl", Fcntl::new),
-        with_work_only(contender("floor", || Ok(Floor::default()))),
-        with_work_only(contender("atomic", || Ok(AtomicFloor))),
+        only(m, contender("gomutex-shm", GoShm::new)),
+        only(m, contender("pthread", || PthreadMutex::new(Plain))),
+        only(m, contender("pthread-robust", || PthreadMutex::new(Robust))),
+        only(
+            m,
+            contender("pthread-robust-pi", || PthreadMutex::new(RobustPi)),
+        ),
+        only(m, contender("posix-sem", PosixSem::new)),
+        only(m, contender("sysv-sem", SysvSem::new)),
+        only(m, contender("flock", Flock::new)),
+        only(m, contender("fcntl", Fcntl::new)),
+        only(rw_work, contender("gomutex-shm-rw", GoShmRw::new)),
+        only(rw_work, contender("pthread-rw", || PthreadRw::new(false))),
+        only(rw_work, contender("pthread-rw-wp", || PthreadRw::new(true))),
+        only(floor_work, contender("floor", || Ok(Floor::default()))),
+        only(floor_work, contender("atomic", || Ok(AtomicFloor))),
     ];
     let mut rows = Vec::new();
     bench_all(&locks, &cfg, &mut rows);
+    let deaths = if cfg.reader_death {
+        bench_reader_death(&cfg)
+    } else {
+        Vec::new()
+    };
     let rows = &rows;
     assert!(
-        !rows.is_empty() || !cfg.filters.is_empty(),
+        !rows.is_empty() || !deaths.is_empty() || !cfg.filters.is_empty(),
         "no lock could be benchmarked"
     );
     print_table(&cfg, rows);
+    print_deaths(&deaths);
     if let Some(path) = &cfg.json {
-        write_json(&cfg, rows, path).expect("write JSON");
+        write_json(&cfg, rows, &deaths, path).expect("write JSON");
         eprintln!("shm_locks: JSON written to {}", path.display());
     }
 }

@@ -206,10 +206,17 @@ def print_inprocess(steady, steady_meta, crit_root, go):
                   f"{fmt(p)} | {rat['parking_lot']} | {rat['std']} | {rt_range(rt)} |")
 
 
+# shm_locks' mutex workloads.
+MUTEX_WORK = ("none", "work")
+
+
 def print_shm(data):
     runs = data.get("runs", [])
     by = {(r["lock"], r["procs"], r["work"]): r for r in runs}
-    configs = sorted({(r["procs"], r["work"]) for r in runs}, key=lambda c: (c[1], c[0]))
+    # The mutex workloads (the readers-writer ones, rw1/rw10, have their own table in the
+    # bench's output).
+    configs = sorted({(r["procs"], r["work"]) for r in runs if r["work"] in MUTEX_WORK},
+                     key=lambda c: (c[1], c[0]))
     cols = ["gomutex-shm", "pthread", "pthread-robust"]
 
     def samples(lock, procs, work):
@@ -310,7 +317,8 @@ def print_load_shm(files):
     for d in files:
         by = {(r["lock"], r["procs"], r["work"]): r for r in d.get("runs", [])}
         idx.append(by)
-    configs = sorted({(p, w) for by in idx for (_, p, w) in by}, key=lambda c: (c[1], c[0]))
+    configs = sorted({(p, w) for by in idx for (_, p, w) in by if w in MUTEX_WORK},
+                     key=lambda c: (c[1], c[0]))
     head = ["procs", "work"]
     for label in labels:
         head += [f"{label}: ShmMutex", "pthread", "ShmMutex/pthread", "ShmMutex/floor",

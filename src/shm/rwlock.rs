@@ -400,6 +400,21 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 self.end_orphan_phase();
                 return None;
             }
+            // A write phase is short: spin a few rounds (the mutex's policy) for it to end
+            // before queuing, which costs a sleep and the writer a wake-up call. Not counted
+            // while spinning, so the writer does not wait for us; when the phase ends, start
+            // again.
+            let mut iter = 0;
+            while crate::spin::can_spin(iter, true) {
+                crate::spin::spin_round(false);
+                iter += 1;
+                if self.state().load(SeqCst) & PENDING == 0 {
+                    break;
+                }
+            }
+            if self.state().load(SeqCst) & PENDING == 0 {
+                continue;
+            }
             // Queue. Counted before `RWAIT` is set: if that finds the phase still `PENDING`,
             // the next writer sees the count and lets us in first.
             waiting.fetch_add(1, SeqCst);
@@ -584,7 +599,12 @@ impl<T: ShmSafe> ShmRwLock<T> {
         once: bool,
     ) -> bool {
         let busy = || (0..self.scanned()).any(|i| count(i).load(SeqCst) != 0);
-        let mut next_reap = Instant::now() + TICK;
+        // Read the clock only once the writer is about to sleep: a clock read costs as much as
+        // the rest of an uncontended write phase, and most phases never sleep.
+        let mut next_reap: Option<Instant> = None;
+        // Spin rounds since the last sleep: readers leave within nanoseconds unless preempted,
+        // and a sleep costs this writer a system call and every departing reader a wake-up.
+        let mut iter = 0;
         loop {
             let seq = self.ctl(WAKE).load(SeqCst);
             if !busy() {
@@ -594,19 +614,26 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 self.reap_dead(&count);
                 return !busy();
             }
+            if crate::spin::can_spin(iter, true) {
+                crate::spin::spin_round(true);
+                iter += 1;
+                continue;
+            }
+            iter = 0;
             self.state().fetch_or(WSLEEP, SeqCst);
             if !busy() {
                 return true;
             }
-            let until = deadline.map_or(next_reap, |d| d.min(next_reap));
+            let reap_at = *next_reap.get_or_insert_with(|| Instant::now() + TICK);
+            let until = deadline.map_or(reap_at, |d| d.min(reap_at));
             sys::futex_wait(self.ctl(WAKE), seq, Some(until));
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return !busy();
             }
-            if now >= next_reap {
+            if now >= reap_at {
                 self.reap_dead(&count);
-                next_reap = now + TICK;
+                next_reap = Some(now + TICK);
             }
         }
     }
