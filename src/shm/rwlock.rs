@@ -413,8 +413,9 @@ impl<T: ShmSafe> ShmRwLock<T> {
 
     /// Sleep until the phase of `s` (with `PENDING`, as the sleeper saw it) ends; `false` if
     /// `deadline` passed first. Every [`TICK`], look for a dead writer that left it.
-    fn wait_phase_end(&self, s: u32, deadline: Option<Instant>) -> bool {
-        let ended = |cur: u32| cur & PENDING == 0 || cur / PHASE != s / PHASE;
+    fn wait_phase_end(&self, mut s: u32, deadline: Option<Instant>) -> bool {
+        let phase = s / PHASE;
+        let ended = |cur: u32| cur & PENDING == 0 || cur / PHASE != phase;
         loop {
             let tick = Instant::now() + TICK;
             let until = deadline.map_or(tick, |d| d.min(tick));
@@ -429,7 +430,11 @@ impl<T: ShmSafe> ShmRwLock<T> {
             if Instant::now() >= tick {
                 self.end_orphan_phase();
             }
-            // Spurious wake-ups and other readers' `RWAIT` (already set: `s` has it) loop.
+            // Still this phase: sleep on the word as it is now. The writer sets `WSLEEP` in it
+            // after we queued when it starts waiting for the readers inside; waiting for the
+            // value we queued with would return at once, again and again (a spin until the
+            // phase ends). Spurious wake-ups loop too.
+            s = cur;
         }
     }
 
