@@ -658,8 +658,9 @@ impl<T: ShmSafe> ShmRwLock<T> {
     fn end_phase(&self) {
         let old = self
             .state()
+            // The phase bits plus one unit, wrapping (the last phase's successor is 0).
             .fetch_update(SeqCst, SeqCst, |s| {
-                Some((s / PHASE).wrapping_add(1) * PHASE)
+                Some((s & !(PHASE - 1)).wrapping_add(PHASE))
             })
             .unwrap_or_else(|s| s);
         if old & RWAIT != 0 {
@@ -962,4 +963,22 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmRwLock<T> {
 #[inline(never)]
 fn inherited() -> ! {
     panic!("gomutex::shm: a guard inherited across fork() holds nothing in this process")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The phase number wraps after its last value (no overflow panic in debug builds).
+    #[test]
+    fn phase_number_wraps() {
+        let l = ShmRwLock::anonymous(0u32).unwrap();
+        l.state().store(!(PHASE - 1), SeqCst);
+        assert_eq!(l.diagnostics().phase, u32::MAX / PHASE);
+        *l.write().unwrap() = 1;
+        let d = l.diagnostics();
+        assert_eq!((d.phase, d.write_pending), (0, false));
+        assert_eq!(l.state().load(SeqCst), 0);
+        assert_eq!(*l.read().unwrap(), 1);
+    }
 }
