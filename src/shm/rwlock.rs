@@ -19,13 +19,15 @@
 //! * **Read lock**: add 1 to this process's count, then load `rw_state`; without `PENDING` the
 //!   read lock is held (two sequentially consistent operations against the writer's two, in
 //!   the other order: one of the two sees the other). With `PENDING`, take the 1 back, wake the
-//!   writer, and queue: count the thread in `rw_waiting`, set `RWAIT` and sleep until the phase
-//!   changes. A reader queued while a phase is `PENDING` is *admitted*: the next writer waits
-//!   until every queued reader is in (Go's batch order: one writer, the readers that queued
-//!   behind it, then the next writer), so it enters without looking at `PENDING` again.
+//!   writer, spin a few rounds (uncounted) in case the phase ends at once, and queue: count
+//!   the thread in `rw_waiting`, set `RWAIT` and sleep until the phase changes. A reader
+//!   queued while a phase is `PENDING` is *admitted*: the next writer waits until every queued
+//!   reader is in (Go's batch order: one writer, the readers that queued behind it, then the
+//!   next writer), so it enters without looking at `PENDING` again.
 //! * **Write lock**: lock the writers' mutex; wait until no reader is queued; set `PENDING`;
 //!   wait until every participant's count is 0 (writer preference: readers arriving now
-//!   queue). Sleeps on the wake-up word, which departing readers bump.
+//!   queue). Spins a few rounds, then sleeps on the wake-up word, which departing readers
+//!   bump.
 //! * **Write unlock**: end the phase (clear the flags, bump the phase, wake the queued
 //!   readers), then unlock the writers' mutex.
 //!
