@@ -112,3 +112,32 @@ pub fn run_cases<F: Fn() + UnwindSafe + Copy>(binary: &str, args: &[String], cas
         std::process::exit(1);
     }
 }
+
+/// `CLOCK_MONOTONIC` in ns (the clock the lock's own timestamps use), for the tortures' stall
+/// checks and seeds.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// xorshift64: cheap per-thread randomness for the kill tortures (a non-zero seed).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
-use common::procs::{fork, reap};
+use common::procs::{fork, mono_ns, reap};
 
 const WORKERS: usize = 6;
 /// Threads per worker process: odd workers run two (9 threads for 4 waiter slots).
@@ -87,16 +87,6 @@ impl Side {
     fn done_sum(&self) -> u64 {
         (0..WORKERS).map(|w| self.at(DONE + w).load(SeqCst)).sum()
     }
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// xorshift64*, seeded through splitmix64 (any seed, including 0, is fine).

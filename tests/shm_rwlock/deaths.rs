@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::common::anon::AnonShared;
-use super::common::procs::{fork, kill9, signal, wait_limit, wait_stopped};
+use super::common::procs::{fork, kill9, mono_ns, signal, wait_limit, wait_stopped};
 
 /// The crash points of `ShmRwLock` (`src/shm/sys.rs`, module `crash`).
 const RW_READ_COUNTED: u32 = 8;
@@ -475,17 +475,6 @@ fn all_try_calls_give_up(l: &ShmRwLock<V>, what: &str) {
         let left = d.queued_readers == 0 && d.writers.waiters == 0;
         i32::from(!(r.iter().all(|&b| b) && left))
     });
-}
-
-/// `mono_ns()`: `CLOCK_MONOTONIC`, the clock of `Instant`.
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// `try_read`/`try_write` never block, whoever holds the lock and whatever state it is

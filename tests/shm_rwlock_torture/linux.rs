@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
-use common::procs::{fork, reap};
+use common::procs::{fork, mono_ns, reap, Rng};
 
 const WORKERS: usize = 6;
 /// Threads per worker process: 1, 2 or 3 (per-process read counts with several threads).
@@ -52,29 +52,6 @@ fn done_sum(side: &AnonShared) -> u64 {
 
 fn reads_sum(side: &AnonShared) -> u64 {
     (0..WORKERS).map(|w| side.at(READS + w).load(SeqCst)).sum()
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Hold a section a while: usually not at all, sometimes a spin, rarely a sleep.

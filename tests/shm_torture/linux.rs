@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
-use common::procs::{fork, reap};
+use common::procs::{fork, mono_ns, reap, Rng};
 
 const WORKERS: usize = 6;
 /// Threads per worker process (odd workers run two, to exercise per-process accounting).
@@ -40,29 +40,6 @@ const UNLOCKING: u64 = 3;
 /// Sum of the workers' completed sections (`done[w]`).
 fn done_sum(side: &AnonShared) -> u64 {
     (0..WORKERS).map(|w| side.at(DONE + w).load(SeqCst)).sum()
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 type Data = [u64; 4];
