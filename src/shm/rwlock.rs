@@ -103,9 +103,15 @@ unsafe impl<T: ShmSafe> ShmSafe for RwBody<T> {}
 ///   is ended by the next writer or a queued reader. [`force_unlock`](Self::force_unlock) does
 ///   it at once for a reaped pid.
 ///
-/// The same constructors and placements as [`ShmMutex`] (the lock *is* a `ShmMutex` region
+/// [`ShmMutex`]'s main constructors (`anonymous`, `create`, `open`, `open_or_create`) and its
+/// placement in a [`Mapping`] (`init_in` / `attach_in`); the lock *is* a `ShmMutex` region
 /// whose value holds the readers' control words beside `T`, so a region of one does not open as
-/// the other). Readers are told [`LockError::OwnerDied`] (and
+/// the other.
+///
+/// Not re-entrant: a thread that holds a read lock and asks for another, or for the write
+/// lock, may wait for good (a writer may be queued between), as with any readers-writer lock.
+/// A process stopped (`SIGSTOP`) while queued as a reader holds up the next writer until it
+/// continues (it is alive, and was promised its turn). Readers are told [`LockError::OwnerDied`] (and
 /// [`LockError::Poisoned`]) as writers are, and only a writer can repair:
 /// [`ShmRwLockWriteGuard::mark_consistent`].
 ///
@@ -139,8 +145,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
         }
     }
 
-    /// The bytes a region with this configuration takes (for [`init_in_place`](ShmMutex::init_in_place)
-    /// users and for sizing).
+    /// The bytes a region with this configuration takes (to size a [`Mapping`] by hand).
     ///
     /// ```
     /// use gomutex::shm::{Config, ShmRwLock};
@@ -389,6 +394,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
     ) -> Option<LockResult<ShmRwLockReadGuard<'_, T>>> {
         self.publish(me);
         let (reads, waiting) = (self.reads(me), self.waiting(me));
+        let mut spun = false;
         loop {
             reads.fetch_add(1, SeqCst);
             sys::crash_point(sys::crash::RW_READ_COUNTED);
@@ -399,23 +405,27 @@ impl<T: ShmSafe> ShmRwLock<T> {
             reads.fetch_sub(1, SeqCst);
             self.notify_writer();
             if once {
-                self.end_orphan_phase();
+                self.end_orphan_phase(deadline);
                 return None;
             }
             // A write phase is short: spin a few rounds (the mutex's policy) for it to end
             // before queuing, which costs a sleep and the writer a wake-up call. Not counted
             // while spinning, so the writer does not wait for us; when the phase ends, start
-            // again.
-            let mut iter = 0;
-            while crate::spin::can_spin(iter, true) {
-                crate::spin::spin_round(false);
-                iter += 1;
-                if self.state().load(SeqCst) & PENDING == 0 {
-                    break;
+            // again. Once per call: a reader that found the lock pending again queues, so a
+            // stream of short write phases cannot keep it out (Go's batch order).
+            if !spun {
+                spun = true;
+                let mut iter = 0;
+                while crate::spin::can_spin(iter, true) {
+                    crate::spin::spin_round(false);
+                    iter += 1;
+                    if self.state().load(SeqCst) & PENDING == 0 {
+                        break;
+                    }
                 }
-            }
-            if self.state().load(SeqCst) & PENDING == 0 {
-                continue;
+                if self.state().load(SeqCst) & PENDING == 0 {
+                    continue;
+                }
             }
             // Queue. Counted before `RWAIT` is set: if that finds the phase still `PENDING`,
             // the next writer sees the count and lets us in first.
@@ -428,14 +438,16 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 continue;
             }
             sys::crash_point(sys::crash::RW_QUEUED);
+            // Leaves the queue however this call ends (a panic in the wait included): a count
+            // left behind by a live process would hold up every writer.
+            let queued = Queued(self, waiting);
             let admitted = self.wait_phase_end(s, deadline);
             if admitted {
                 // In before we leave the queue: the writer that waits for the queue to empty
                 // then sees our count.
                 reads.fetch_add(1, SeqCst);
             }
-            waiting.fetch_sub(1, SeqCst);
-            self.notify_writer();
+            drop(queued);
             return admitted.then(|| self.read_guard(generation, me));
         }
     }
@@ -447,19 +459,23 @@ impl<T: ShmSafe> ShmRwLock<T> {
         // The word as last seen: the writer's `WSLEEP` changes it within the phase, and a
         // sleep on a stale value would return at once, again and again.
         let mut cur = s;
+        // Fixed ticks, not "10 ms after the last wake-up": signals interrupting the sleep more
+        // often than that must not keep the look for a dead writer from happening.
+        let mut tick = Instant::now() + TICK;
         loop {
-            let tick = Instant::now() + TICK;
             let until = deadline.map_or(tick, |d| d.min(tick));
             sys::futex_wait(self.state(), cur, Some(until));
             cur = self.state().load(SeqCst);
             if ended(cur) {
                 return true;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
                 return false;
             }
-            if Instant::now() >= tick {
-                self.end_orphan_phase();
+            if now >= tick {
+                self.end_orphan_phase(deadline);
+                tick = now + TICK;
             }
         }
     }
@@ -508,8 +524,8 @@ impl<T: ShmSafe> ShmRwLock<T> {
         }
     }
 
-    /// Take the write lock if nobody holds it, no reader is inside or queued, and no writer
-    /// waits; never waits.
+    /// Take the write lock if nobody holds it, no reader is inside or queued, and the writers'
+    /// mutex is not in starvation mode; never waits.
     ///
     /// ```
     /// use gomutex::shm::{ShmRwLock, TryLockError};
@@ -613,7 +629,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 return true;
             }
             if once {
-                self.reap_dead(&count);
+                self.reap_dead(&count, Some(Instant::now()));
                 return !busy();
             }
             if crate::spin::can_spin(iter, true) {
@@ -634,16 +650,17 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 return !busy();
             }
             if now >= reap_at {
-                self.reap_dead(&count);
+                self.reap_dead(&count, deadline);
                 next_reap = Some(now + TICK);
             }
         }
     }
 
     /// Recover every participant with a non-zero `count` that is dead (its counts are zeroed
-    /// with the rest of what it left).
-    fn reap_dead<'a>(&'a self, count: &impl Fn(u32) -> &'a AtomicU32) {
-        let ctx = self.m.participant();
+    /// with the rest of what it left). A caller with a `deadline` does not wait past it for
+    /// the journal lock (a stopped process may hold it): the next look retries.
+    fn reap_dead<'a>(&'a self, count: &impl Fn(u32) -> &'a AtomicU32, deadline: Option<Instant>) {
+        let ctx = self.m.participant().until(deadline);
         for i in 0..self.scanned() {
             if i == ctx.me || count(i).load(SeqCst) == 0 {
                 continue;
@@ -673,8 +690,9 @@ impl<T: ShmSafe> ShmRwLock<T> {
     /// A queued reader (or a failing `try_read`) that finds a phase `PENDING` while the
     /// writers' mutex is free, or held by a dead writer: recover the mutex and end the phase
     /// (the next acquirer is told that the writer died).
-    fn end_orphan_phase(&self) {
-        let ctx = self.m.participant();
+    /// A caller with a `deadline` does not wait past it for the journal lock.
+    fn end_orphan_phase(&self, deadline: Option<Instant>) {
+        let ctx = self.m.participant().until(deadline);
         // The mutex's own owner probe (rate-limited machine-wide): releases it if its owner died.
         ctx.probe();
         let w = self.m.region.hdr().state.load(SeqCst);
@@ -692,8 +710,9 @@ impl<T: ShmSafe> ShmRwLock<T> {
     /// Release whatever the process `pid` left, if it is gone (a supervisor right after
     /// `waitpid`, as [`ShmMutex::force_unlock`]): its read locks, the write lock (the next
     /// acquirer is told [`LockError::OwnerDied`]) and the write phase it had announced, its
-    /// queued readers. Returns whether it held a read or the write lock. A live process is left
-    /// alone.
+    /// queued readers. Returns whether this call released a read or the write lock of it (a
+    /// recovery by another process racing this call may have done it first). A live process
+    /// is left alone.
     ///
     /// ```
     /// let lock = gomutex::shm::ShmRwLock::anonymous(0u32)?;
@@ -708,27 +727,43 @@ impl<T: ShmSafe> ShmRwLock<T> {
             return false;
         };
         let r = &self.m.region;
-        let read = (0..r.layout.participants).any(|i| {
-            let p = r.participant(i);
-            let ident = p.ident.load(SeqCst);
-            ident != 0 && sys::ident_pid(ident) == pid && p.rw_reads.load(SeqCst) != 0
-        });
+        // A dead participant of `pid` holding reads (a live one is left alone).
+        let dead_reads = || {
+            (0..r.layout.participants).any(|i| {
+                let p = r.participant(i);
+                let ident = p.ident.load(SeqCst);
+                ident != 0
+                    && sys::ident_pid(ident) == pid
+                    && p.rw_reads.load(SeqCst) != 0
+                    && p.dead(ident)
+            })
+        };
+        let read = dead_reads();
         let wrote = self.m.force_unlock(pid);
-        self.end_orphan_phase();
+        self.end_orphan_phase(None);
         self.notify_writer();
-        let still_reads = (0..r.layout.participants).any(|i| {
-            let p = r.participant(i);
-            let ident = p.ident.load(SeqCst);
-            ident != 0 && sys::ident_pid(ident) == pid && p.rw_reads.load(SeqCst) != 0
-        });
-        wrote || (read && !still_reads)
+        wrote || (read && !dead_reads())
+    }
+
+    /// Register this process as a participant now, as [`ShmMutex::join`]: fails with
+    /// [`ShmError::NoParticipantSlot`] at once if every slot is held by a live process
+    /// (otherwise a process registers on first use, and `try_*` report a full table as
+    /// `WouldBlock`).
+    ///
+    /// ```
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(0u32)?;
+    /// lock.join()?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn join(&self) -> Result<(), ShmError> {
+        self.m.join()
     }
 
     /// Look for dead participants now and repair what they left (normally done by waiting
     /// processes every 10 ms). Returns how many were found.
     pub fn recover(&self) -> usize {
         let n = self.m.recover();
-        self.end_orphan_phase();
+        self.end_orphan_phase(None);
         // A writer waiting for a dead reader's count looks again now, not at its next tick.
         self.notify_writer();
         n
@@ -776,6 +811,17 @@ impl<T: ShmSafe> ShmRwLock<T> {
     }
 }
 
+/// A reader's place in the queue (`rw_waiting`): taken back when dropped, and the writer
+/// waiting for the queue to empty woken.
+struct Queued<'a, T: ShmSafe>(&'a ShmRwLock<T>, &'a AtomicU32);
+
+impl<T: ShmSafe> Drop for Queued<'_, T> {
+    fn drop(&mut self) {
+        self.1.fetch_sub(1, SeqCst);
+        self.0.notify_writer();
+    }
+}
+
 /// The guard of a lock result and the error kind it came with (`None` if it timed out).
 fn split<G>(r: TryLockResult<G>) -> (Option<G>, u8) {
     match r {
@@ -807,7 +853,7 @@ pub struct RwDiagnostics {
     pub queued_readers: u64,
     /// A writer holds the lock or waits for the readers inside to leave.
     pub write_pending: bool,
-    /// Write phases ended so far (wrapping).
+    /// Write phases ended so far (modulo 2^29).
     pub phase: u32,
 }
 
@@ -928,6 +974,11 @@ impl<T: ShmSafe> DerefMut for ShmRwLockWriteGuard<'_, T> {
 impl<T: ShmSafe> Drop for ShmRwLockWriteGuard<'_, T> {
     fn drop(&mut self) {
         if self.is_owner() {
+            // Poisoned before the phase ends: a reader let in by `end_phase` must be told that
+            // the writer panicked (the mutex's unlock would set the flag only after).
+            if !self.g.panicking && std::thread::panicking() {
+                self.lock.m.region.hdr().poisoned.store(1, SeqCst);
+            }
             self.lock.end_phase();
             sys::crash_point(sys::crash::RW_UNLOCKING);
         }

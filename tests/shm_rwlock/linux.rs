@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../common/mod.rs"]
 mod common;
-use common::procs::{self, fork, kill9, wait_limit};
+use common::procs::{self, fork, kill9, signal, wait_limit, wait_stopped};
 
 #[path = "deaths.rs"]
 mod deaths;
@@ -218,6 +218,45 @@ fn writer_preference_and_batch_order() {
     assert_quiescent(&l);
 }
 
+/// A writer that panics poisons the lock for readers and writers (only a writer poisons), and
+/// before the readers it held off come in: the writer is stopped right after its phase ended
+/// (crash point 11, before the writers' mutex is unlocked), and a reader that comes in then is
+/// told.
+fn writer_panic_poisons_before_readers_enter() {
+    let l = ShmRwLock::anonymous(0u64).unwrap();
+    // A reader that panics poisons nothing.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _g = l.read().unwrap();
+        panic!("a reader panics");
+    }));
+    assert!(r.is_err() && !l.is_poisoned());
+    let writer = fork(|| {
+        gomutex::shm::__stop_at(11);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut g = l.write().unwrap();
+            *g = 1;
+            panic!("a writer panics");
+        }));
+        i32::from(r.is_err())
+    });
+    wait_stopped(writer);
+    assert!(
+        !l.diagnostics().write_pending,
+        "stopped after the phase ended"
+    );
+    assert!(matches!(l.read(), Err(LockError::Poisoned(_))));
+    signal(writer, libc::SIGCONT);
+    assert_eq!(wait_limit(writer, LIMIT, "writer"), 1);
+    let w = match l.write() {
+        Err(LockError::Poisoned(w)) => w,
+        other => panic!("expected Poisoned, got {:?}", other.map(|_| ())),
+    };
+    w.mark_consistent();
+    drop(w);
+    assert!(l.read().is_ok() && !l.is_poisoned());
+    assert_quiescent(&l);
+}
+
 pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let tests: &[(&str, fn())] = &[
@@ -237,6 +276,10 @@ pub fn main() {
         (
             "writer_preference_and_batch_order",
             writer_preference_and_batch_order,
+        ),
+        (
+            "writer_panic_poisons_before_readers_enter",
+            writer_panic_poisons_before_readers_enter,
         ),
         (
             "killed_at_rw_crash_points",
