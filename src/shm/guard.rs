@@ -113,9 +113,10 @@ impl<T: ShmSafe> ShmMutexGuard<'_, T> {
     }
 }
 
+/// The panic of a guard inherited across `fork()` reaching the value (also `ShmRwLock`'s).
 #[cold]
 #[inline(never)]
-fn inherited_guard() -> ! {
+pub(super) fn inherited_guard() -> ! {
     panic!("gomutex::shm: a guard inherited across fork() holds nothing in this process")
 }
 

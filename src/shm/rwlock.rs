@@ -885,7 +885,7 @@ impl<T: ShmSafe> Deref for ShmRwLockReadGuard<'_, T> {
     #[inline]
     fn deref(&self) -> &T {
         if !self.is_owner() {
-            inherited();
+            super::guard::inherited_guard();
         }
         // SAFETY: this process holds a read lock (checked: not an inherited copy), so no writer
         // is inside until it is released: nobody writes the value while the borrow lives. In
@@ -950,7 +950,7 @@ impl<T: ShmSafe> Deref for ShmRwLockWriteGuard<'_, T> {
     #[inline]
     fn deref(&self) -> &T {
         if !self.is_owner() {
-            inherited();
+            super::guard::inherited_guard();
         }
         // SAFETY: this process holds the write lock (checked): no reader and no other writer
         // is inside; in bounds, aligned, initialised, every bit pattern valid (`ShmSafe`).
@@ -962,7 +962,7 @@ impl<T: ShmSafe> DerefMut for ShmRwLockWriteGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
         if !self.is_owner() {
-            inherited();
+            super::guard::inherited_guard();
         }
         // SAFETY: as above, and the guard is borrowed mutably: no other reference into the
         // value exists in this process. Only the value is borrowed, never the control words
@@ -1010,12 +1010,6 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmRwLock<T> {
             .field("poisoned", &diag.writers.poisoned)
             .finish_non_exhaustive()
     }
-}
-
-#[cold]
-#[inline(never)]
-fn inherited() -> ! {
-    panic!("gomutex::shm: a guard inherited across fork() holds nothing in this process")
 }
 
 #[cfg(test)]
