@@ -16,8 +16,10 @@
 //! (P = CPUs; 10 × P is Go's `GOMAXPROCS=10`-style slack, called `Slack` as in steady's table.)
 //! The writers count their writes under the lock, which must equal the threads' own tally.
 //! Floors beside the shared-lock rows, in the same rotation: `floor`, the same loop with a
-//! `std::sync::RwLock` of its own per thread (nobody waits, no line moves), and `atomic`, one
-//! shared `fetch_add` per op in place of the lock (the line moves, nobody waits).
+//! `std::sync::RwLock` of its own per thread (nobody waits, no line moves); `atomic`, one
+//! shared `fetch_add` per op in place of the lock (the line moves, nobody waits); and
+//! `atomic2`, a shared `fetch_add` before and `fetch_sub` after each read and nothing for a
+//! write: a read lock's two atomic operations on one shared word, with nobody ever waiting.
 //!
 //! **Writer fairness.** One or four readers hold the read lock 50 µs each (spinning on the
 //! clock) in a loop, back to back; one writer wants the write lock 20 times, 1 ms apart
@@ -106,7 +108,7 @@ impl Config {
 }
 
 const LOCKS: [&str; 3] = ["gomutex", "std", "parking_lot"];
-const FLOORS: [&str; 2] = ["floor", "atomic"];
+const FLOORS: [&str; 3] = ["floor", "atomic", "atomic2"];
 
 // ---------------------------------------------------------------------------------------------
 // The three locks behind one interface
@@ -240,10 +242,22 @@ fn run_workload<L: RwBench<u64>>(name: &str, kind: Kind, threads: usize, cfg: &C
     wall.as_nanos() as f64 / ops as f64
 }
 
-/// A floor of a shared-lock workload (`None` for Uncontended): the same threads and body, with
-/// a `std::sync::RwLock` of its own per thread (`atomic == false`) or one shared `fetch_add` in
-/// place of each lock/unlock (`atomic == true`).
-fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config, atomic: bool) -> Option<f64> {
+/// The floors of a shared-lock workload, in `FLOORS` order.
+#[derive(Clone, Copy, PartialEq)]
+enum Floor {
+    /// A `std::sync::RwLock` of its own per thread: nobody waits, no line moves.
+    Own,
+    /// One shared `fetch_add` per op in place of the lock: the line moves, nobody waits.
+    Atomic,
+    /// A shared `fetch_add` before each read and a `fetch_sub` after it, nothing for a write:
+    /// the least a read lock on one shared word costs (Go's `RLock` and `RUnlock` when no
+    /// writer is pending), with nobody ever waiting.
+    Atomic2,
+}
+
+/// A floor of a shared-lock workload (`None` for Uncontended): the same threads and body, on
+/// the floor's stand-in for the lock.
+fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config, floor: Floor) -> Option<f64> {
     let Kind::Shared { work, write_ratio } = kind else {
         return None;
     };
@@ -253,8 +267,9 @@ fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config, atomic: bool)
         cfg.duration,
         cfg.min_ops,
         |_| (Local::default(), Box::new(Padded(StdRw::new(0u64)))),
-        |(s, own)| {
-            if atomic {
+        |(s, own)| match floor {
+            Floor::Own => go_rw_op(&own.0, s, work, write_ratio),
+            Floor::Atomic => {
                 s.foo += 1;
                 shared.0.fetch_add(1, Ordering::Relaxed);
                 if (s.foo as u64).is_multiple_of(write_ratio) {
@@ -262,13 +277,29 @@ fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config, atomic: bool)
                 } else if work {
                     s.foo = go_work(s.foo);
                 }
-            } else {
-                go_rw_op(&own.0, s, work, write_ratio);
+            }
+            Floor::Atomic2 => {
+                s.foo += 1;
+                if (s.foo as u64).is_multiple_of(write_ratio) {
+                    s.writes += 1;
+                } else {
+                    shared.0.fetch_add(1, Ordering::SeqCst);
+                    if work {
+                        s.foo = go_work(s.foo);
+                    }
+                    shared.0.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         },
     );
     let ops: u64 = res.iter().map(|r| r.0).sum();
-    if atomic {
+    if floor == Floor::Atomic2 {
+        assert_eq!(
+            shared.0.load(Ordering::Relaxed),
+            0,
+            "{name} atomic2 floor: lost updates"
+        );
+    } else if floor == Floor::Atomic {
         assert_eq!(
             shared.0.load(Ordering::Relaxed),
             ops,
@@ -392,7 +423,10 @@ fn main() {
             0 => Some(run_workload::<GoRw<u64>>(name, kind, threads, &cfg)),
             1 => Some(run_workload::<StdRw<u64>>(name, kind, threads, &cfg)),
             2 => Some(run_workload::<PlRw<u64>>(name, kind, threads, &cfg)),
-            f => run_floor(name, kind, threads, &cfg, f == 4),
+            f => {
+                let floor = [Floor::Own, Floor::Atomic, Floor::Atomic2][f - LOCKS.len()];
+                run_floor(name, kind, threads, &cfg, floor)
+            }
         });
         let m = |i: usize| median(&s[i]);
         let r = |i: usize| {
@@ -403,26 +437,30 @@ fn main() {
             }
         };
         eprintln!(
-            "{name}: gomutex {:.1}, std {:.1}, parking_lot {:.1}, floor {}, atomic {}; line RT {} ns",
+            "{name}: gomutex {:.1}, std {:.1}, parking_lot {:.1}, floor {}, atomic {}, atomic2 {}; \
+             line RT {} ns",
             m(0),
             m(1),
             m(2),
             fmt_ns(m(3)),
             fmt_ns(m(4)),
+            fmt_ns(m(5)),
             fmt_round_trips(&rt)
         );
         table.push(format!(
-            "| {name} | {threads} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+            "| {name} | {threads} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
             fmt_ns(m(0)),
             fmt_ns(m(1)),
             fmt_ns(m(2)),
             fmt_ns(m(3)),
             fmt_ns(m(4)),
+            fmt_ns(m(5)),
             ratio_to_best(&s),
             r(2),
             r(1),
             r(3),
             r(4),
+            r(5),
             fmt_round_trips(&rt)
         ));
     }
@@ -464,16 +502,18 @@ fn main() {
             "rwlock, Go's RWMutex workloads: {} ms per run, {} round(s), contenders alternating, \
              {p} CPUs; medians, ns per op; ratios: medians of per-round ratios; best = \
              min(std, parking_lot); floor: a std RwLock per thread; atomic: one shared \
-             fetch_add per op in place of the lock; line RT: cache-line round trip (min–max)",
+             fetch_add per op in place of the lock; atomic2: a shared fetch_add and fetch_sub \
+             around each read, nothing for a write; line RT: cache-line round trip (min–max)",
             cfg.duration.as_millis(),
             cfg.rounds
         );
         println!();
         println!(
-            "| case | threads | gomutex | std | parking_lot | floor | atomic | gomutex/best | \
-             gomutex/parking_lot | gomutex/std | gomutex/floor | gomutex/atomic | line RT ns |"
+            "| case | threads | gomutex | std | parking_lot | floor | atomic | atomic2 | \
+             gomutex/best | gomutex/parking_lot | gomutex/std | gomutex/floor | gomutex/atomic | \
+             gomutex/atomic2 | line RT ns |"
         );
-        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for row in &table {
             println!("{row}");
         }

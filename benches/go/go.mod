@@ -1,0 +1,3 @@
+module gomutex/benches/go
+
+go 1.19
