@@ -35,6 +35,8 @@ pub mod anon;
 pub mod procs;
 #[cfg(target_os = "linux")]
 pub mod shmtest;
+#[cfg(target_os = "linux")]
+pub mod torture;
 
 mod cpus;
 #[allow(unused_imports)] // like the rest of this module: each test binary uses a part

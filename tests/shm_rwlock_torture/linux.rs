@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
-use common::procs::{fork, mono_ns, reap, Rng};
+use common::procs::{fork, mono_ns, Rng};
+use common::torture;
 
 const WORKERS: usize = 6;
 /// Threads per worker process: 1, 2 or 3 (per-process read counts with several threads).
@@ -202,13 +203,6 @@ fn spawn_worker(l: &ShmRwLock<Data>, side: &AnonShared, w: usize) -> libc::pid_t
     })
 }
 
-fn kill_all(pids: &[libc::pid_t]) {
-    for &p in pids {
-        // SAFETY: our children.
-        unsafe { libc::kill(p, libc::SIGKILL) };
-    }
-}
-
 fn dump(l: &ShmRwLock<Data>, side: &AnonShared, why: &str) -> ! {
     eprintln!("FAILED: {why}");
     eprintln!("diagnostics: {:?}", l.diagnostics());
@@ -223,16 +217,11 @@ fn dump(l: &ShmRwLock<Data>, side: &AnonShared, why: &str) -> ! {
 }
 
 pub fn main() {
-    let secs: u64 = std::env::var("GOMUTEX_TORTURE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    if filter.is_some_and(|f| !"rwlock_kill_torture".contains(f.as_str())) {
-        println!("shm_rwlock_torture: 0 passed, 0 failed, 1 skipped");
+    let Some(duration) = torture::duration_or_skip("shm_rwlock_torture", "rwlock_kill_torture")
+    else {
         return;
-    }
-    println!("test rwlock_kill_torture ({secs} s, {WORKERS} workers) ...");
+    };
+    println!("test rwlock_kill_torture ({duration:?}, {WORKERS} workers) ...");
     // Fewer waiter slots than the 12 worker threads: writers wait without a slot too.
     let cfg = Config::new().participants(32).waiter_slots(4);
     let l = ShmRwLock::anonymous_with([0u64; 4], cfg).unwrap();
@@ -240,68 +229,39 @@ pub fn main() {
     let mut pids: Vec<libc::pid_t> = (0..WORKERS).map(|w| spawn_worker(&l, &side, w)).collect();
     let mut rng = Rng(0x1234_5678_9abc_def1 ^ mono_ns());
     let start = Instant::now();
-    let end = start + Duration::from_secs(secs);
-    let (mut kills, mut by_phase) = (0u64, [0u64; 6]);
+    let mut by_phase = [0u64; 6];
     let (mut writing_kills, mut reading_kills) = (0u64, 0u64);
     let (mut forced, mut forced_true) = (0u64, 0u64);
-    let progress = |side: &AnonShared| (done_sum(side), reads_sum(side));
-    let mut last_progress = (Instant::now(), progress(&side));
-    while Instant::now() < end {
-        std::thread::sleep(Duration::from_micros(500 + rng.below(10_000)));
-        let w = rng.below(WORKERS as u64) as usize;
-        // SAFETY: our child.
-        unsafe { libc::kill(pids[w], libc::SIGKILL) };
-        let st = reap(pids[w]);
-        assert!(
-            libc::WIFSIGNALED(st),
-            "worker {w} exited on its own: status {st:#x}"
-        );
-        kills += 1;
-        // Phases the victim's threads were in when it died (they cannot change any more).
-        let (mut writing, mut reading) = (false, false);
-        for t in 0..threads(w) {
-            let p = side.at(PHASE + w * MAX_THREADS + t).load(SeqCst);
-            by_phase[p as usize] += 1;
-            writing |= p == WRITING;
-            reading |= p == READING;
-            side.at(PHASE + w * MAX_THREADS + t).store(IDLE, SeqCst);
-        }
-        writing_kills += u64::from(writing);
-        reading_kills += u64::from(reading);
-        if rng.below(2) == 0 {
-            forced += 1;
-            forced_true += u64::from(l.force_unlock(pids[w]));
-        }
-        pids[w] = spawn_worker(&l, &side, w);
-        let now = progress(&side);
-        if now.0 != last_progress.1 .0 && now.1 != last_progress.1 .1 {
-            last_progress = (Instant::now(), now);
-        } else if last_progress.0.elapsed() > Duration::from_secs(5) {
-            kill_all(&pids);
-            dump(&l, &side, "no reads or no writes for 5 s: a stall");
-        }
-    }
+    let kills = torture::kill_loop(
+        &mut pids,
+        &mut rng,
+        start + duration,
+        |w| spawn_worker(&l, &side, w),
+        |_, _| (),
+        |w, pid, (), rng| {
+            // Phases the victim's threads were in when it died (they cannot change any more).
+            let (mut writing, mut reading) = (false, false);
+            for t in 0..threads(w) {
+                let p = side.at(PHASE + w * MAX_THREADS + t).load(SeqCst);
+                by_phase[p as usize] += 1;
+                writing |= p == WRITING;
+                reading |= p == READING;
+                side.at(PHASE + w * MAX_THREADS + t).store(IDLE, SeqCst);
+            }
+            writing_kills += u64::from(writing);
+            reading_kills += u64::from(reading);
+            if rng.below(2) == 0 {
+                forced += 1;
+                forced_true += u64::from(l.force_unlock(pid));
+            }
+        },
+        // Both must move: readers alone could hide stalled writers, and the reverse.
+        || [done_sum(&side), reads_sum(&side)],
+        |why| dump(&l, &side, why),
+    );
     // Stop: workers leave on their own; a watchdog catches a stall.
     side.at(STOP).store(1, SeqCst);
-    let stop_at = Instant::now();
-    for &p in &pids {
-        loop {
-            let mut st = 0;
-            // SAFETY: our child.
-            let r = unsafe { libc::waitpid(p, &mut st, libc::WNOHANG) };
-            if r == p {
-                if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
-                    dump(&l, &side, &format!("worker exited with status {st:#x}"));
-                }
-                break;
-            }
-            if stop_at.elapsed() > Duration::from_secs(10) {
-                kill_all(&pids);
-                dump(&l, &side, "workers did not finish within 10 s: a stall");
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    torture::wait_for_exit(&pids, |why| dump(&l, &side, why));
     // Workers exited with _exit, keeping their participant slots: reclaim them.
     l.recover();
     let mut final_report = false;

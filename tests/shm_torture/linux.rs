@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
-use common::procs::{fork, mono_ns, reap, Rng};
+use common::procs::{fork, mono_ns, Rng};
+use common::torture;
 
 const WORKERS: usize = 6;
 /// Threads per worker process (odd workers run two, to exercise per-process accounting).
@@ -151,16 +152,10 @@ fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
 }
 
 pub fn main() {
-    let secs: u64 = std::env::var("GOMUTEX_TORTURE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    if filter.is_some_and(|f| !"kill_torture".contains(f.as_str())) {
-        println!("shm_torture: 0 passed, 0 failed, 1 skipped");
+    let Some(duration) = torture::duration_or_skip("shm_torture", "kill_torture") else {
         return;
-    }
-    println!("test kill_torture ({secs} s, {WORKERS} workers) ...");
+    };
+    println!("test kill_torture ({duration:?}, {WORKERS} workers) ...");
     // Fewer waiter slots than the 9 worker threads: slot exhaustion happens too.
     let cfg = Config::new().participants(32).waiter_slots(8);
     let m = ShmMutex::anonymous_with([0u64; 4], cfg).unwrap();
@@ -168,73 +163,41 @@ pub fn main() {
     let mut pids: Vec<libc::pid_t> = (0..WORKERS).map(|w| spawn_worker(&m, &side, w)).collect();
     let mut rng = Rng(0x1234_5678_9abc_def1 ^ mono_ns());
     let start = Instant::now();
-    let end = start + Duration::from_secs(secs);
-    let (mut kills, mut by_phase) = (0u64, [0u64; 4]);
-    let (mut holding_kills, mut forced, mut forced_true) = (0u64, 0u64, 0u64);
-    let mut last_progress = (Instant::now(), done_sum(&side));
-    while Instant::now() < end {
-        std::thread::sleep(Duration::from_micros(500 + rng.below(10_000)));
-        let w = rng.below(WORKERS as u64) as usize;
-        let force = rng.below(2) == 0;
-        side.at(LAST_KILL_FORCED).store(u64::from(force), SeqCst);
-        side.at(LAST_KILL_NS).store(mono_ns(), SeqCst);
-        // SAFETY: our child.
-        unsafe { libc::kill(pids[w], libc::SIGKILL) };
-        let st = reap(pids[w]);
-        assert!(
-            libc::WIFSIGNALED(st),
-            "worker {w} exited on its own: status {st:#x}"
-        );
-        kills += 1;
-        // Phases the victim's threads were in when it died (they cannot change any more).
-        let mut holding = false;
-        for t in 0..threads(w) {
-            let p = side.at(PHASE + w * MAX_THREADS + t).load(SeqCst) as usize;
-            by_phase[p] += 1;
-            holding |= p == IN_CS as usize;
-            side.at(PHASE + w * MAX_THREADS + t).store(IDLE, SeqCst);
-        }
-        holding_kills += u64::from(holding);
-        if force {
-            forced += 1;
-            forced_true += u64::from(m.force_unlock(pids[w] as u32));
-        }
-        pids[w] = spawn_worker(&m, &side, w);
-        let done = done_sum(&side);
-        if done != last_progress.1 {
-            last_progress = (Instant::now(), done);
-        } else if last_progress.0.elapsed() > Duration::from_secs(5) {
-            for &p in &pids {
-                // SAFETY: our children.
-                unsafe { libc::kill(p, libc::SIGKILL) };
+    let (mut by_phase, mut holding_kills) = ([0u64; 4], 0u64);
+    let (mut forced, mut forced_true) = (0u64, 0u64);
+    let kills = torture::kill_loop(
+        &mut pids,
+        &mut rng,
+        start + duration,
+        |w| spawn_worker(&m, &side, w),
+        |_, rng| {
+            // The recovery-time figures need to know how, and when, the victim was killed.
+            let force = rng.below(2) == 0;
+            side.at(LAST_KILL_FORCED).store(u64::from(force), SeqCst);
+            side.at(LAST_KILL_NS).store(mono_ns(), SeqCst);
+            force
+        },
+        |w, pid, force, _| {
+            // Phases the victim's threads were in when it died (they cannot change any more).
+            let mut holding = false;
+            for t in 0..threads(w) {
+                let p = side.at(PHASE + w * MAX_THREADS + t).load(SeqCst) as usize;
+                by_phase[p] += 1;
+                holding |= p == IN_CS as usize;
+                side.at(PHASE + w * MAX_THREADS + t).store(IDLE, SeqCst);
             }
-            dump(&m, &side, "no progress for 5 s: deadlock");
-        }
-    }
+            holding_kills += u64::from(holding);
+            if force {
+                forced += 1;
+                forced_true += u64::from(m.force_unlock(pid as u32));
+            }
+        },
+        || [done_sum(&side)],
+        |why| dump(&m, &side, why),
+    );
     // Stop: workers leave on their own; a watchdog catches a deadlock.
     side.at(STOP).store(1, SeqCst);
-    let stop_at = Instant::now();
-    for &p in &pids {
-        loop {
-            let mut st = 0;
-            // SAFETY: our child.
-            let r = unsafe { libc::waitpid(p, &mut st, libc::WNOHANG) };
-            if r == p {
-                if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
-                    dump(&m, &side, &format!("worker exited with status {st:#x}"));
-                }
-                break;
-            }
-            if stop_at.elapsed() > Duration::from_secs(10) {
-                for &q in &pids {
-                    // SAFETY: our children.
-                    unsafe { libc::kill(q, libc::SIGKILL) };
-                }
-                dump(&m, &side, "workers did not finish within 10 s: deadlock");
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    torture::wait_for_exit(&pids, |why| dump(&m, &side, why));
     // Workers exited with _exit, keeping their participant slots: reclaim them.
     m.recover();
     let mut final_report = false;
