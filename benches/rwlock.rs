@@ -23,7 +23,8 @@
 //!
 //! **Writer fairness.** One or four readers hold the read lock 50 µs each (spinning on the
 //! clock) in a loop, back to back; one writer wants the write lock 20 times, 1 ms apart
-//! (sleeping between). Reported: the writer's worst single wait (median over rounds, and the
+//! (sleeping 1 ms plus a random 0–50 µs between, so that its arrivals do not fall into step
+//! with the readers' sections). Reported: the writer's worst single wait (median over rounds, and the
 //! maximum). A writer that has waited `RWLOCK_FAIRNESS_CAP_MS` (default 10 000) for one write
 //! ends the round (the readers stop, so it gets the lock), so a starving lock cannot hang the
 //! run.
@@ -347,8 +348,15 @@ fn run_fairness<L: RwBench<u64>>(readers: usize, cfg: &Config) -> f64 {
         }
         barrier.wait();
         let mut worst = Duration::ZERO;
+        let mut jitter = base.elapsed().as_nanos() as u64 | 1;
         for _ in 0..cfg.fairness_writes {
-            thread::sleep(Duration::from_millis(1));
+            // 1 ms plus 0–50 µs: a fixed gap can fall into step with the readers' 50 µs
+            // sections (parking_lot's writer then waited at most 5–25 µs in 20 writes, less
+            // than half a section), and the lock's figure becomes the alignment's.
+            jitter = jitter
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            thread::sleep(Duration::from_micros(1_000 + (jitter >> 33) % 51));
             let t0 = Instant::now();
             waiting_since.store((t0 - base).as_nanos() as u64 + 1, Ordering::Relaxed);
             l.write(|n| *n += 1);
@@ -522,7 +530,7 @@ fn main() {
         println!();
         println!(
             "rwlock, writer fairness: readers hold 50 µs back to back, one writer wants the lock \
-             {} times 1 ms apart; the writer's worst single wait in µs, median over {} round(s) \
+             {} times 1 ms apart (+0–50 µs); the writer's worst single wait in µs, median over {} round(s) \
              (max in parentheses)",
             cfg.fairness_writes, cfg.fairness_rounds
         );
