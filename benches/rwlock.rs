@@ -24,10 +24,10 @@
 //! **Writer fairness.** One or four readers hold the read lock 50 µs each (spinning on the
 //! clock) in a loop, back to back; one writer wants the write lock 20 times, 1 ms apart
 //! (sleeping 1 ms plus a random 0–50 µs between, so that its arrivals do not fall into step
-//! with the readers' sections). Reported: the writer's worst single wait (median over rounds, and the
-//! maximum). A writer that has waited `RWLOCK_FAIRNESS_CAP_MS` (default 10 000) for one write
-//! ends the round (the readers stop, so it gets the lock), so a starving lock cannot hang the
-//! run.
+//! with the readers' sections). Reported: the writer's worst single wait (median over rounds,
+//! and the maximum). A writer that has waited `RWLOCK_FAIRNESS_CAP_MS` (default 10 000) for
+//! one write ends the round (the readers stop, so it gets the lock), so a starving lock cannot
+//! hang the run.
 //!
 //! **Rounds.** Every case runs `rounds` times per contender, alternating within a round (the
 //! first contender rotates from round to round); tables show medians, and ratios are medians
@@ -109,7 +109,8 @@ impl Config {
 }
 
 const LOCKS: [&str; 3] = ["gomutex", "std", "parking_lot"];
-const FLOORS: [&str; 3] = ["floor", "atomic", "atomic2"];
+/// The floors, in their table columns' order (`floor`, `atomic`, `atomic2`).
+const FLOORS: [Floor; 3] = [Floor::Own, Floor::Atomic, Floor::Atomic2];
 
 // ---------------------------------------------------------------------------------------------
 // The three locks behind one interface
@@ -243,8 +244,8 @@ fn run_workload<L: RwBench<u64>>(name: &str, kind: Kind, threads: usize, cfg: &C
     wall.as_nanos() as f64 / ops as f64
 }
 
-/// The floors of a shared-lock workload, in `FLOORS` order.
-#[derive(Clone, Copy, PartialEq)]
+/// The floors of a shared-lock workload.
+#[derive(Clone, Copy)]
 enum Floor {
     /// A `std::sync::RwLock` of its own per thread: nobody waits, no line moves.
     Own,
@@ -294,22 +295,22 @@ fn run_floor(name: &str, kind: Kind, threads: usize, cfg: &Config, floor: Floor)
         },
     );
     let ops: u64 = res.iter().map(|r| r.0).sum();
-    if floor == Floor::Atomic2 {
-        assert_eq!(
-            shared.0.load(Ordering::Relaxed),
-            0,
-            "{name} atomic2 floor: lost updates"
-        );
-    } else if floor == Floor::Atomic {
-        assert_eq!(
+    match floor {
+        Floor::Own => {
+            let writes: u64 = res.iter().map(|r| r.1 .0.writes).sum();
+            let counted: u64 = res.iter().map(|r| RwBench::read(&r.1 .1 .0, |n| *n)).sum();
+            assert_eq!(counted, writes, "{name} floor: lost updates");
+        }
+        Floor::Atomic => assert_eq!(
             shared.0.load(Ordering::Relaxed),
             ops,
             "{name} atomic floor: lost updates"
-        );
-    } else {
-        let writes: u64 = res.iter().map(|r| r.1 .0.writes).sum();
-        let counted: u64 = res.iter().map(|r| RwBench::read(&r.1 .1 .0, |n| *n)).sum();
-        assert_eq!(counted, writes, "{name} floor: lost updates");
+        ),
+        Floor::Atomic2 => assert_eq!(
+            shared.0.load(Ordering::Relaxed),
+            0,
+            "{name} atomic2 floor: lost updates"
+        ),
     }
     Some(wall.as_nanos() as f64 / ops as f64)
 }
@@ -431,10 +432,7 @@ fn main() {
             0 => Some(run_workload::<GoRw<u64>>(name, kind, threads, &cfg)),
             1 => Some(run_workload::<StdRw<u64>>(name, kind, threads, &cfg)),
             2 => Some(run_workload::<PlRw<u64>>(name, kind, threads, &cfg)),
-            f => {
-                let floor = [Floor::Own, Floor::Atomic, Floor::Atomic2][f - LOCKS.len()];
-                run_floor(name, kind, threads, &cfg, floor)
-            }
+            f => run_floor(name, kind, threads, &cfg, FLOORS[f - LOCKS.len()]),
         });
         let m = |i: usize| median(&s[i]);
         let r = |i: usize| {
