@@ -153,11 +153,12 @@ pub(super) fn create_object<R>(
 ) -> Result<R, ShmError> {
     if mode & !0o777 != 0 {
         return Err(ShmError::InvalidConfig(
-            "mode must be permission bits (at most 0o777)",
+            "OpenOptions::mode must be permission bits (at most 0o777)",
         ));
     }
-    let size = libc::off_t::try_from(len)
-        .map_err(|_| ShmError::InvalidConfig("the object would be too large"))?;
+    let size = libc::off_t::try_from(len).map_err(|_| {
+        ShmError::InvalidConfig("the shared memory object would be larger than off_t allows")
+    })?;
     // SAFETY: a NUL-terminated name; creates a new object, owner-only until the fchmod.
     let fd = unsafe {
         libc::shm_open(
@@ -170,17 +171,21 @@ pub(super) fn create_object<R>(
         return Err(io::Error::last_os_error().into());
     }
     let fd = Fd(fd);
-    /// Removes the name we created unless disarmed (on every failure, also an unwind).
-    struct Unlink<'a>(Option<&'a CStr>);
+    /// Removes the name we created unless disarmed (on every failure, also an unwind), and
+    /// only while it still names our object: an opener that gave up waiting for us may have
+    /// removed it and published an object of its own under it.
+    struct Unlink<'a>(Option<&'a CStr>, &'a Fd);
     impl Drop for Unlink<'_> {
         fn drop(&mut self) {
             if let Some(n) = self.0 {
-                // SAFETY: removing the name we just created.
-                unsafe { libc::shm_unlink(n.as_ptr()) };
+                if names(n, self.1) {
+                    // SAFETY: a NUL-terminated name, which named our object just now.
+                    unsafe { libc::shm_unlink(n.as_ptr()) };
+                }
             }
         }
     }
-    let mut unlink = Unlink(Some(cname));
+    let mut unlink = Unlink(Some(cname), &fd);
     // The exact mode, not masked by the umask as `shm_open`'s would be.
     // SAFETY: our descriptor.
     if unsafe { libc::fchmod(fd.0, mode) } != 0 {
@@ -193,6 +198,28 @@ pub(super) fn create_object<R>(
     let r = init(map_shared(fd.0, len)?)?;
     unlink.0 = None;
     Ok(r)
+}
+
+/// The device and inode of an open descriptor, `None` if `fstat` fails.
+fn identity(fd: libc::c_int) -> Option<(libc::dev_t, libc::ino_t)> {
+    // SAFETY: a zeroed stat buffer for fstat to fill.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: a descriptor the caller holds open, a valid buffer.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Whether `cname` names the object open as `fd` now (not another object made under the name
+/// since). `false` when in doubt: a name left behind is recoverable (it can be removed),
+/// another process's object removed is not.
+fn names(cname: &CStr, fd: &Fd) -> bool {
+    // SAFETY: a NUL-terminated name; opened read-only to be looked at, closed below.
+    let other = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+    if other < 0 {
+        return false;
+    }
+    let other = Fd(other);
+    let ours = identity(fd.0);
+    ours.is_some() && ours == identity(other.0)
 }
 
 /// Open the existing named object `cname` (refused unless we own it or `opts` allow another
@@ -451,7 +478,9 @@ mod tests {
             e.to_string(),
             format!(
                 "shared memory object {name:?}: timed out waiting for the shared region to be \
-                 initialised"
+                 initialised: its creator has not published it (still initialising, or it died \
+                 or failed before finishing); if no process is creating it, remove the name \
+                 (shm::unlink) and create it again"
             )
         );
     }

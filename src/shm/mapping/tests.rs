@@ -338,13 +338,30 @@ fn named_mapping_is_published_after_init() {
     // Not a lock region: ShmMutex::open refuses it, as Mapping::open refuses a region.
     let e = ShmMutex::<u64>::open(&name).unwrap_err();
     assert!(
-        matches!(e.cause(), ShmError::BadMagic { found: MAP_MAGIC }),
+        matches!(
+            e.cause(),
+            ShmError::BadMagic {
+                found: MAP_MAGIC,
+                ..
+            }
+        ),
         "{e:?}"
+    );
+    // The message names both kinds: what is there, and what the call wanted.
+    let text = e.to_string();
+    assert!(
+        text.contains("holds a named gomutex Mapping") && text.contains("not a gomutex lock"),
+        "{text}"
     );
     crate::shm::unlink(&name).unwrap();
     let m = ShmMutex::create(&name, 0u64, cfg).unwrap();
     let e = Mapping::open(&name).unwrap_err();
     assert!(matches!(e.cause(), ShmError::BadMagic { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.contains("holds a gomutex lock's region") && text.contains("not a named gomutex"),
+        "{text}"
+    );
     crate::shm::unlink(&name).unwrap();
     drop(m);
 }
@@ -490,4 +507,56 @@ fn empty_and_bad_descriptors() {
     let f = std::fs::File::open("/proc/self/exe").unwrap();
     let e = Mapping::from_fd(&f).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+}
+
+/// A creator whose `init` fails or panics after an opener gave up on it (`InitTimeout`),
+/// removed the name and created its own object under it, leaves the opener's object alone:
+/// its clean-up removes the name only while the name is still its own.
+#[test]
+fn failed_init_leaves_a_newer_object_under_the_name() {
+    let cfg = Config::new().participants(4).waiter_slots(4);
+    let mut plan = MappingLayout::new();
+    plan.mutex::<u64>(cfg).unwrap();
+    for panics in [false, true] {
+        let name = uniq(if panics { "stale-panic" } else { "stale-fail" });
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (finish, finish_rx) = std::sync::mpsc::channel::<()>();
+        let creator = std::thread::spawn({
+            let (name, plan) = (name.clone(), plan.clone());
+            move || {
+                Mapping::create(&name, &plan, move |_| {
+                    started_tx.send(()).unwrap();
+                    finish_rx.recv().unwrap();
+                    if panics {
+                        panic!("init panics after the opener took the name over");
+                    }
+                    Err(ShmError::Corrupt(
+                        "init fails after the opener took the name over",
+                    ))
+                })
+                .map(drop)
+            }
+        });
+        // The creator is inside `init`: its object has the name, unpublished.
+        started.recv().unwrap();
+        let opts = OpenOptions::new().timeout(std::time::Duration::from_millis(5));
+        let e = Mapping::open_with(&name, opts).unwrap_err();
+        assert!(matches!(e.cause(), ShmError::InitTimeout), "{e:?}");
+        // What the docs tell an opener to do: remove the name, create it anew (published).
+        crate::shm::unlink(&name).unwrap();
+        let ours = ShmMutex::create(&name, 42u64, cfg).unwrap();
+        // Now the first creator fails (or panics) and cleans up.
+        finish.send(()).unwrap();
+        let r = creator.join();
+        if panics {
+            assert!(r.is_err(), "the creator's init was to panic");
+        } else {
+            assert!(r.unwrap().is_err(), "the creator's init was to fail");
+        }
+        // The name still leads to our object.
+        let again = ShmMutex::<u64>::open(&name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(*again.lock().unwrap(), 42);
+        crate::shm::unlink(&name).unwrap();
+        drop(ours);
+    }
 }
