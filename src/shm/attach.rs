@@ -67,7 +67,10 @@ pub(super) fn validate<T>(base: *const u8, len: usize) -> Result<Layout, ShmErro
         return Err(ShmError::Uninitialised);
     }
     if magic != MAGIC {
-        return Err(ShmError::BadMagic { found: magic });
+        return Err(ShmError::BadMagic {
+            found: magic,
+            expected: MAGIC,
+        });
     }
     check_version(&h.version, &h.header_size, HEADER_SIZE, "header size")?;
     let (vs, va) = (h.value_size.load(Relaxed), h.value_align.load(Relaxed));
@@ -156,11 +159,13 @@ pub(super) fn check_not_in_use(base: *const u8, avail: usize) -> Result<(), ShmE
 
 pub(super) fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
     if cfg.participants == 0 || cfg.participants >= layout::MAX_SLOTS {
-        return Err(ShmError::InvalidConfig("participants must be in 1..=65535"));
+        return Err(ShmError::InvalidConfig(
+            "Config::participants must be in 1..=65535",
+        ));
     }
     if cfg.waiter_slots > layout::MAX_SLOTS {
         return Err(ShmError::InvalidConfig(
-            "waiter_slots must be at most 65536",
+            "Config::waiter_slots must be at most 65536",
         ));
     }
     // One extra participant slot is the spare slot a process borrows to reclaim dead
@@ -172,7 +177,7 @@ pub(super) fn layout_for<T>(cfg: Config) -> Result<Layout, ShmError> {
         align_of::<T>(),
     )
     .ok_or(ShmError::InvalidConfig(
-        "the value is aligned to more than 4096 bytes, or too large",
+        "the lock's value type is aligned to more than 4096 bytes, or too large",
     ))
 }
 

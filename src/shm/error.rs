@@ -9,6 +9,34 @@ use super::{ShmMutex, ShmMutexGuard};
 use core::fmt;
 use std::io;
 
+/// What a magic number says the memory holds, for [`ShmError::BadMagic`]'s message.
+struct MagicKind(u64);
+
+impl fmt::Display for MagicKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        match m {
+            MAGIC => write!(
+                f,
+                "a gomutex lock's region (ShmMutex, ShmRwLock; magic {m:#018x})"
+            ),
+            MAP_MAGIC => write!(
+                f,
+                "a named gomutex Mapping (ShmDict, RateLimiter, Mapping::create; magic {m:#018x})"
+            ),
+            _ => {
+                let b = m.to_le_bytes();
+                if b.iter().all(|c| c.is_ascii_graphic()) {
+                    let text: String = b.iter().map(|&c| char::from(c)).collect();
+                    write!(f, "data starting with {text:?} (magic {m:#018x})")
+                } else {
+                    write!(f, "unknown data (first 8 bytes {m:#018x})")
+                }
+            }
+        }
+    }
+}
+
 /// Why a region could not be created, opened or attached. Attaching never writes to the
 /// region when it fails.
 #[derive(Debug)]
@@ -35,11 +63,16 @@ pub enum ShmError {
     },
     /// No region was initialised here (the magic number is 0), or the creator has not finished.
     Uninitialised,
-    /// Something else lives here: the first 8 bytes are not [`MAGIC`] (or, for a named
-    /// [`Mapping`](super::Mapping), [`MAP_MAGIC`](super::MAP_MAGIC)).
+    /// Something else lives here: the first 8 bytes are not the expected magic number
+    /// ([`MAGIC`] for a lock's region, [`MAP_MAGIC`](super::MAP_MAGIC) for a named
+    /// [`Mapping`](super::Mapping), which [`ShmDict`](super::ShmDict) and
+    /// [`RateLimiter`](super::RateLimiter) objects are). `Display` names what each magic number
+    /// belongs to.
     BadMagic {
         /// What was found.
         found: u64,
+        /// What the call expected.
+        expected: u64,
     },
     /// A region of another layout version (another release of this crate).
     VersionMismatch {
@@ -86,7 +119,10 @@ pub enum ShmError {
     /// and not `.` or `..`. The `Display` of the [`Object`](Self::Object) it comes in says
     /// which rule the name breaks.
     InvalidName,
-    /// A named region's creator did not finish initialising it in time.
+    /// A named region's creator did not finish initialising it in time: it is still at it, or
+    /// it died (or its initialisation failed) before publishing the object. A name left behind
+    /// that way stays until someone removes it ([`unlink`](super::unlink)) and creates it
+    /// again.
     InitTimeout,
     /// Every participant slot of the region is held by a live process (see
     /// [`Config::participants`](super::Config::participants), default 64).
@@ -150,10 +186,11 @@ impl fmt::Display for ShmError {
                 "offset {offset} in the mapping is not aligned to {required} bytes"
             ),
             ShmError::Uninitialised => write!(f, "shared region is not initialised"),
-            ShmError::BadMagic { found } => write!(
+            ShmError::BadMagic { found, expected } => write!(
                 f,
-                "not a gomutex shared region (magic {found:#018x}, expected {MAGIC:#018x}; \
-                 a named Mapping starts with {MAP_MAGIC:#018x})"
+                "this memory holds {}, not {}",
+                MagicKind(*found),
+                MagicKind(*expected)
             ),
             ShmError::VersionMismatch { found, expected } => write!(
                 f,
@@ -192,14 +229,14 @@ impl fmt::Display for ShmError {
                  initialising it again would break the lock"
             ),
             ShmError::Corrupt(what) => write!(f, "shared region header is corrupt: {what}"),
-            ShmError::InvalidConfig(what) => write!(f, "invalid shared mutex config: {what}"),
+            ShmError::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
             ShmError::InvalidName => write!(f, "invalid shared memory name"),
-            ShmError::InitTimeout => {
-                write!(
-                    f,
-                    "timed out waiting for the shared region to be initialised"
-                )
-            }
+            ShmError::InitTimeout => write!(
+                f,
+                "timed out waiting for the shared region to be initialised: its creator has not \
+                 published it (still initialising, or it died or failed before finishing); if \
+                 no process is creating it, remove the name (shm::unlink) and create it again"
+            ),
             ShmError::NoParticipantSlot { participants } => write!(
                 f,
                 "all {participants} participant slots of the shared region are used by live \

@@ -75,7 +75,7 @@ impl RateLimiter {
     pub fn with_milli_rate(dict: ShmDict, rate: u64, burst: u32) -> Result<Self, ShmError> {
         if rate == 0 || rate > u64::from(u32::MAX) * 1000 {
             return Err(ShmError::InvalidConfig(
-                "a rate limit is 1 to 2^32 - 1 requests per second (in thousandths: 1 to 2^32 * 1000 - 1000)",
+                "RateLimiter: a rate limit is 1 to 2^32 - 1 requests per second (in thousandths: 1 to 2^32 * 1000 - 1000)",
             ));
         }
         let burst = u64::from(burst) * 1000;

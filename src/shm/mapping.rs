@@ -115,7 +115,7 @@ impl Mapping {
     /// ```
     pub fn anonymous(len: usize) -> Result<Self, ShmError> {
         if len == 0 {
-            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
+            return Err(ShmError::InvalidConfig("a Mapping must not be empty"));
         }
         let p = map_shared(-1, len)?;
         Ok(Self::wrap(p, len))
@@ -192,7 +192,7 @@ impl Mapping {
     /// ```
     pub fn from_fd_len(fd: impl AsFd, len: usize) -> Result<Self, ShmError> {
         if len == 0 {
-            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
+            return Err(ShmError::InvalidConfig("a Mapping must not be empty"));
         }
         let fd = fd.as_fd();
         let size = object_size(fd)?;
@@ -305,11 +305,13 @@ impl Mapping {
         init: impl FnOnce(&Mapping) -> Result<(), ShmError>,
     ) -> Result<Self, ShmError> {
         if len == 0 {
-            return Err(ShmError::InvalidConfig("a mapping must not be empty"));
+            return Err(ShmError::InvalidConfig("a Mapping must not be empty"));
         }
         let whole = MAP_HEADER_SIZE
             .checked_add(len)
-            .ok_or(ShmError::InvalidConfig("the object would be too large"))?;
+            .ok_or(ShmError::InvalidConfig(
+                "the shared memory object would be larger than off_t allows",
+            ))?;
         create_object(cname, whole, mode, |p| {
             // Dropped (unmapped) if `init` fails; handles `init` made keep it mapped.
             let map = Self::wrap_at(p, whole, MAP_HEADER_SIZE, len);
@@ -402,7 +404,12 @@ impl Mapping {
             0 if whole <= MAP_HEADER_SIZE => return Err(too_small),
             0 => return Err(ShmError::Uninitialised),
             MAP_MAGIC => {}
-            found => return Err(ShmError::BadMagic { found }),
+            found => {
+                return Err(ShmError::BadMagic {
+                    found,
+                    expected: MAP_MAGIC,
+                })
+            }
         }
         check_version(
             &h.version,

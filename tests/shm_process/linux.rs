@@ -536,7 +536,7 @@ fn bad_attach_writes_nothing() {
         0,
         size,
         "garbage",
-        |e| matches!(e, ShmError::BadMagic { found } if *found == 0xa5a5_a5a5_a5a5_a5a5),
+        |e| matches!(e, ShmError::BadMagic { found, .. } if *found == 0xa5a5_a5a5_a5a5_a5a5),
     );
     // Too small for a header.
     attach_fails::<u64>(&raw, 0, 100, "shorter than a header", |e| {

@@ -54,7 +54,9 @@ impl DictConfig {
     /// Each shard's zone for a dictionary of `capacity` bytes.
     pub(crate) fn zone(&self, capacity: usize) -> Result<Geometry, ShmError> {
         if self.shards == 0 || self.shards > 1024 {
-            return Err(ShmError::InvalidConfig("a dictionary has 1 to 1024 shards"));
+            return Err(ShmError::InvalidConfig(
+                "DictConfig::shards: a dictionary has 1 to 1024 shards",
+            ));
         }
         let zone = if self.shards == 1 {
             capacity

@@ -70,7 +70,10 @@ impl Shard {
             return Err(ShmError::Uninitialised);
         }
         if magic != layout::MAGIC {
-            return Err(ShmError::BadMagic { found: magic });
+            return Err(ShmError::BadMagic {
+                found: magic,
+                expected: layout::MAGIC,
+            });
         }
         let version = head.ld32(layout::H_VERSION);
         if version != layout::VERSION {
