@@ -113,6 +113,7 @@ impl RawMutex {
     #[inline]
     pub unsafe fn unlock_fair(&self) {
         algo::unlock_fair(&self.state, &self.queue);
+        algo::keep_frame();
     }
 
     /// Yield the lock to a queued waiter, if there is one: [`unlock_fair`](Self::unlock_fair)

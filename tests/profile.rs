@@ -4,7 +4,7 @@
 #![cfg(feature = "profile")]
 
 use flate2::read::GzDecoder;
-use gomutex::{profile, Condvar, Mutex, RawMutex};
+use gomutex::{profile, Condvar, Mutex, MutexGuard, RawMutex};
 use prost::Message;
 use std::io::Read;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -94,19 +94,26 @@ fn until_parked(raw: &RawMutex, n: usize) {
 const CONTENDED_SITE_FIRST: u32 = line!();
 /// Every round: take the lock, wait until the other thread sleeps on it, hold it `HOLD` longer,
 /// release it: each release wakes a sleeper that the lock kept waiting at least `HOLD`.
+///
+/// The release is the function's last statement: in a release build it would end in a jump
+/// (a tail call) into the unlock's slow path, which would take this frame off the stack the
+/// profile captures and charge the caller.
 #[inline(never)]
-fn contended_site(m: &Mutex<u64>, done: &AtomicUsize, round: usize) {
+fn contended_site(m: &Mutex<u64>) {
     let mut g = m.lock().unwrap();
     until_parked(m.raw(), 1);
     hold(HOLD);
     *g += 1;
-    drop(g);
-    // The waiter's own release is uncontended: we do not come back until it is done.
-    while done.load(SeqCst) <= round {
-        std::thread::yield_now();
-    }
+    release_site(g)
 }
 const CONTENDED_SITE_LAST: u32 = line!();
+
+/// A function that only releases: the unlock is all it does, so in a release build its whole
+/// body is the unlock's fast path and a jump into the slow path.
+#[inline(never)]
+fn release_site(g: MutexGuard<'_, u64>) {
+    drop(g)
+}
 
 /// The same lock, taken by the other thread: it waits, and releases with nobody waiting.
 #[inline(never)]
@@ -142,7 +149,11 @@ fn scenario(rounds: usize) {
             }
         });
         for r in 0..rounds {
-            contended_site(&m, &done, r);
+            contended_site(&m);
+            // The waiter's own release is uncontended: we do not come back until it is done.
+            while done.load(SeqCst) <= r {
+                std::thread::yield_now();
+            }
             uncontended_site(&alone);
         }
     });
@@ -232,6 +243,7 @@ fn the_contended_site_is_charged_the_delay() {
         (c - c0, d - d0)
     };
     let (count, delay) = since("contended_site");
+    let (rcount, rdelay) = since("release_site");
     let (ucount, udelay) = since("uncontended_site");
     let (wcount, wdelay) = since("waiting_site");
     eprintln!(
@@ -242,6 +254,12 @@ fn the_contended_site_is_charged_the_delay() {
     assert_eq!(
         count, rounds as i64,
         "one event per contended release at rate 1"
+    );
+    // The function that released is on every charged stack, in every build.
+    assert_eq!(
+        (rcount, rdelay),
+        (count, delay),
+        "the releasing function's frame is missing from the charged stacks"
     );
     assert!(
         delay >= rounds as i64 * HOLD.as_nanos() as i64,
@@ -472,12 +490,23 @@ fn rwlock_writer_site(l: &gomutex::RwLock<u64>) {
     }
     hold(HOLD);
     *g += 1;
+    rwlock_release_site(g)
+}
+
+/// Only the write unlock (see [`release_site`]).
+#[inline(never)]
+fn rwlock_release_site(g: gomutex::RwLockWriteGuard<'_, u64>) {
+    drop(g)
 }
 
 #[test]
 fn rwlock_writer_releases_are_charged() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (c0, _) = charged(&written(), "rwlock_writer_site");
+    let p0 = written();
+    let ((c0, _), (r0, _)) = (
+        charged(&p0, "rwlock_writer_site"),
+        charged(&p0, "rwlock_release_site"),
+    );
     profile::set_mutex_profile_fraction(1);
     let l = gomutex::RwLock::new(0u64);
     let rounds = 20;
@@ -494,13 +523,20 @@ fn rwlock_writer_releases_are_charged() {
         });
     }
     profile::set_mutex_profile_fraction(0);
-    let (c, d) = charged(&written(), "rwlock_writer_site");
+    let p = written();
+    let (c, d) = charged(&p, "rwlock_writer_site");
     assert_eq!(c - c0, rounds, "one contended release per round");
     assert!(d >= rounds * HOLD.as_nanos() as i64);
+    let (rc, _) = charged(&p, "rwlock_release_site");
+    assert_eq!(
+        rc - r0,
+        rounds,
+        "the releasing function is on every charged stack"
+    );
 }
 
 #[test]
-fn the_text_summary_puts_the_contended_site_first() {
+fn the_text_summary_puts_the_releasing_site_first() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     profile::set_mutex_profile_fraction(1);
     scenario(50);
@@ -509,7 +545,8 @@ fn the_text_summary_puts_the_contended_site_first() {
     profile::write_text(&mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     eprintln!("{text}");
+    // The releaser: the function whose unlock woke the sleeper.
     let first = text.lines().nth(2).expect("a call site");
-    assert!(first.contains("contended_site"), "{text}");
+    assert!(first.contains("release_site"), "{text}");
     assert!(!text.contains("uncontended_site"), "{text}");
 }
