@@ -33,8 +33,9 @@ pub enum Decision {
 /// killed in the middle leaves the bucket as it was or as updated. An entry expires when the
 /// bucket has been idle for 60 s and would have drained (nginx's `ngx_http_limit_req_expire`
 /// frees such nodes); a full zone evicts the least recently used keys instead of failing.
-/// As nginx does, a key too long for the zone is not limited (allowed) and a zone that cannot
-/// make room rejects.
+/// As nginx does, an empty key is not limited (allowed and not counted: nginx skips a limit
+/// whose key is empty), a key too long for the zone is not limited (allowed) and a zone that
+/// cannot make room rejects.
 ///
 /// ```
 /// use gomutex::shm::{Decision, RateLimiter, ShmDict};
@@ -121,6 +122,10 @@ impl RateLimiter {
     /// tolerates).
     pub fn check_at(&self, key: impl AsRef<[u8]>, now_ms: u64) -> Decision {
         let key = key.as_ref();
+        // `if (key.len == 0) { continue; }` in nginx's `ngx_http_limit_req_handler`.
+        if key.is_empty() {
+            return Decision::Allowed;
+        }
         let r = self.dict.update(key, Some(self.ttl), |old| {
             let Some(old) = old.and_then(Bucket::decode) else {
                 // The first request of the key (or of one whose bucket expired).
@@ -363,6 +368,20 @@ mod tests {
         assert_eq!(l.check_at(format!("key{}", n - 1), 0), Rejected);
         assert_eq!(l.check_at("key0", 0), Allowed);
         l.dict.check().unwrap();
+    }
+
+    #[test]
+    fn an_empty_key_is_not_limited_nor_counted() {
+        let l = lim(1, 0);
+        for _ in 0..10 {
+            assert_eq!(l.check_at("", 1_000), Allowed);
+        }
+        assert!(
+            l.dict().get("").unwrap().is_none(),
+            "an empty key was accounted"
+        );
+        assert_eq!(l.check_at("a", 1_000), Allowed);
+        assert_eq!(l.check_at("a", 1_000), Rejected);
     }
 
     #[test]
