@@ -9,6 +9,13 @@
 /// first sleep switches the lock to starvation mode.
 pub const STARVATION_THRESHOLD: core::time::Duration = core::time::Duration::from_millis(1);
 
+/// A deadline `timeout` from now, or `None` (wait forever) if that overflows `Instant`: how
+/// every timed call (`try_lock_for`, `wait_timeout`, `open_timeout`, …) turns its timeout into
+/// the deadline it waits until.
+pub(crate) fn deadline_after(timeout: core::time::Duration) -> Option<std::time::Instant> {
+    std::time::Instant::now().checked_add(timeout)
+}
+
 /// A source of time for the starvation rule.
 pub trait Clock {
     /// A point in time.

@@ -142,7 +142,7 @@ impl Condvar {
         guard: MutexGuard<'a, T>,
         dur: Duration,
     ) -> LockResult<(MutexGuard<'a, T>, WaitTimeoutResult)> {
-        let timed_out = self.wait_raw(&guard, park::deadline_after(dur));
+        let timed_out = self.wait_raw(&guard, crate::clock::deadline_after(dur));
         let poisoned = guard.mutex().poisoned();
         poison::map_result(poisoned, (guard, WaitTimeoutResult(timed_out)))
     }
@@ -179,7 +179,7 @@ impl Condvar {
     where
         F: FnMut(&mut T) -> bool,
     {
-        let deadline = park::deadline_after(dur);
+        let deadline = crate::clock::deadline_after(dur);
         loop {
             if !condition(&mut *guard) {
                 return Ok((guard, WaitTimeoutResult(false)));

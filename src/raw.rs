@@ -76,7 +76,7 @@ impl RawMutex {
         algo::lock_until::<_, _, Monotonic>(
             &self.state,
             &self.queue,
-            crate::park::deadline_after(timeout),
+            crate::clock::deadline_after(timeout),
         )
     }
 

@@ -131,7 +131,7 @@ impl RawRwLock {
     /// ```
     #[inline]
     pub fn try_read_for(&self, timeout: Duration) -> bool {
-        rwalgo::rlock_until(self, crate::park::deadline_after(timeout))
+        rwalgo::rlock_until(self, crate::clock::deadline_after(timeout))
     }
 
     /// Acquire a read lock, giving up at `deadline`. Returns whether it was acquired.
@@ -183,7 +183,7 @@ impl RawRwLock {
     /// ```
     #[inline]
     pub fn try_write_for(&self, timeout: Duration) -> bool {
-        rwalgo::lock_until(self, crate::park::deadline_after(timeout))
+        rwalgo::lock_until(self, crate::clock::deadline_after(timeout))
     }
 
     /// Acquire the write lock, giving up at `deadline`. Returns whether it was acquired.

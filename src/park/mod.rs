@@ -7,8 +7,6 @@
 //! run while the queue for `key` is locked, so no unpark can slip between a successful
 //! `validate` and the thread being queued.
 
-use std::time::Instant;
-
 /// What [`park`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ParkResult {
@@ -46,8 +44,3 @@ mod imp;
 
 pub(crate) use imp::parked;
 pub(crate) use imp::{park, unpark_all, unpark_filter};
-
-/// A deadline `timeout` from now, or `None` (wait forever) if that overflows `Instant`.
-pub(crate) fn deadline_after(timeout: core::time::Duration) -> Option<Instant> {
-    Instant::now().checked_add(timeout)
-}

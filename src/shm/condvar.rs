@@ -337,7 +337,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         guard: ShmMutexGuard<'a, T>,
         dur: Duration,
     ) -> LockResult<(ShmMutexGuard<'a, T>, WaitTimeoutResult)> {
-        let (r, timed_out) = self.wait_until_opt(guard, crate::park::deadline_after(dur));
+        let (r, timed_out) = self.wait_until_opt(guard, crate::clock::deadline_after(dur));
         with(r, WaitTimeoutResult(timed_out))
     }
 
@@ -356,7 +356,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
     where
         F: FnMut(&mut T) -> bool,
     {
-        let deadline = crate::park::deadline_after(dur);
+        let deadline = crate::clock::deadline_after(dur);
         self.wait_while_until(guard, deadline, condition, None::<fn(&mut T)>)
     }
 
@@ -387,7 +387,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         F: FnMut(&mut T) -> bool,
         R: FnMut(&mut T),
     {
-        let deadline = crate::park::deadline_after(dur);
+        let deadline = crate::clock::deadline_after(dur);
         match self.wait_while_until(guard, deadline, condition, Some(repair)) {
             Ok(r) => r,
             Err(_) => unreachable!("repaired waits return no error"),

@@ -274,7 +274,9 @@ unsafe impl<T: ShmSafe> Send for ShmMutex<T> {}
 unsafe impl<T: ShmSafe> Sync for ShmMutex<T> {}
 
 impl<T: ShmSafe> ShmMutex<T> {
-    /// `generation`) that installed `word`.
+    /// The guard of an acquisition by this process's participant `ctx` (in fork generation
+    /// `generation`) that installed `word`, or the error it comes in: the previous owner died,
+    /// or the lock is poisoned.
     #[inline]
     fn guard(
         &self,
@@ -412,7 +414,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn try_lock_for(&self, timeout: Duration) -> TryLockResult<ShmMutexGuard<'_, T>> {
-        self.try_lock_until_opt(crate::park::deadline_after(timeout))
+        self.try_lock_until_opt(crate::clock::deadline_after(timeout))
     }
 
     /// Acquire the lock, waiting at most until `deadline`.

@@ -242,7 +242,7 @@ pub(super) fn open_object<R>(
     }
     let fd = Fd(fd);
     // `None` (wait as long as it takes) if the timeout overflows `Instant`.
-    let deadline = crate::park::deadline_after(opts.timeout);
+    let deadline = crate::clock::deadline_after(opts.timeout);
     let mut owner_checked = false;
     loop {
         // SAFETY: a zeroed stat buffer for fstat to fill.

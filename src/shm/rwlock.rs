@@ -45,6 +45,7 @@
 
 use super::journal::Hooks as _;
 use super::region::low;
+use super::timing::TICK;
 use super::{
     sys, Config, Diagnostics, LockError, LockResult, Mapping, ShmError, ShmMutex, ShmMutexGuard,
     ShmSafe, TryLockError, TryLockResult,
@@ -66,8 +67,6 @@ const RWAIT: u32 = 2;
 const WSLEEP: u32 = 4;
 /// `rw_state`: the phase number's unit (bits 3 and up).
 const PHASE: u32 = 8;
-/// How long a waiter sleeps before it looks for dead processes.
-const TICK: Duration = Duration::from_millis(10);
 
 /// The control words' index in [`RwBody::ctl`]: the highest participant index that ever read,
 /// plus one (writers scan that many counts). On its own line: written once per process.
@@ -360,7 +359,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn try_read_for(&self, timeout: Duration) -> TryLockResult<ShmRwLockReadGuard<'_, T>> {
-        self.try_read_by(crate::park::deadline_after(timeout), false)
+        self.try_read_by(crate::clock::deadline_after(timeout), false)
     }
 
     /// Take a read lock, waiting at most until `deadline`.
@@ -553,7 +552,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn try_write_for(&self, timeout: Duration) -> TryLockResult<ShmRwLockWriteGuard<'_, T>> {
-        let deadline = crate::park::deadline_after(timeout);
+        let deadline = crate::clock::deadline_after(timeout);
         let r = self.m.try_lock_until_opt(deadline);
         self.write_by(r, deadline, false)
     }
