@@ -594,7 +594,7 @@ fn repaired<'a, T: ShmSafe>(
     match r {
         Ok(g) => g,
         Err(e) => {
-            let mut g = e.into_guard();
+            let mut g = e.into_inner();
             repair(&mut g);
             g.mark_consistent();
             g
