@@ -215,7 +215,7 @@ pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use limit_req::{Decision, RateLimiter};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
-pub use rwlock::{RwDiagnostics, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
+pub use rwlock::{RwDiagnostics, RwLockStats, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
 pub use stats::LockStats;
 pub use types::{ShmBool, ShmSafe, ShmShared};
 
