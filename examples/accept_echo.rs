@@ -6,12 +6,23 @@
 //! pending, releases the lock, and only then echoes what its connections sent.
 //!
 //! ```text
-//! cargo run --example accept_echo -- [ADDR] [WORKERS]    # default 127.0.0.1:8007, 2 workers
-//! nc 127.0.0.1 8007                                      # in another terminal
+//! cargo run --example accept_echo -- [ADDR] [WORKERS] [--seconds N]
+//!                                     # default 127.0.0.1:8007, 2 workers, no time limit
+//! nc 127.0.0.1 8007                   # in another terminal
 //! ```
 //!
-//! It prints `listening on ADDR`, serves until its standard input closes (Ctrl-D), then stops
-//! the workers. `tests/accept_echo.rs` runs it.
+//! It prints `listening on ADDR` and serves until one of these, then stops the workers:
+//!
+//! * `SIGINT` (Ctrl-C) or `SIGTERM` (`kill PID`);
+//! * `--seconds N` have passed (headless runs: CI, scripts);
+//! * its standard input closes (Ctrl-D in a terminal, or the writer of a pipe closing it, as
+//!   `tests/accept_echo.rs` does). Only a terminal or a pipe is watched: with standard input
+//!   redirected from a file or `/dev/null` (a background job, `nohup`, CI), which would read
+//!   as closed at once, it serves until a signal or `--seconds`.
+//!
+//! ```text
+//! cargo run --example accept_echo -- 127.0.0.1:8007 2 --seconds 30 < /dev/null &
+//! ```
 
 #[cfg(target_os = "linux")]
 mod server {
@@ -71,10 +82,90 @@ mod server {
         }
     }
 
+    /// Why the server stops.
+    #[derive(Debug)]
+    enum Stop {
+        Signal,
+        TimeUp,
+        StdinClosed,
+    }
+
+    /// Whether standard input is a terminal or a pipe: the inputs whose end means "stop". A
+    /// file or `/dev/null` reads as ended at once.
+    fn stdin_is_watched() -> bool {
+        // SAFETY: `fstat` fills the zeroed struct we pass; `isatty` only queries fd 0.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::isatty(0) == 1
+                || (libc::fstat(0, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO)
+        }
+    }
+
+    /// Serve (the workers do) until `SIGINT`/`SIGTERM`, `seconds`, or the end of a watched
+    /// standard input. The signals are blocked in this process (the master, after the forks)
+    /// and read from a `signalfd`, polled with standard input.
+    fn wait_for_stop(seconds: Option<u64>) -> io::Result<Stop> {
+        // SAFETY: a zeroed sigset_t is filled by sigemptyset; the calls only read and write
+        // the set we pass and this thread's signal mask.
+        let sfd = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            libc::signalfd(-1, &set, libc::SFD_CLOEXEC)
+        };
+        if sfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let watch_stdin = stdin_is_watched();
+        let deadline =
+            seconds.map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
+        let mut buf = [0u8; 512];
+        loop {
+            let mut fds = vec![pollfd(sfd)];
+            if watch_stdin {
+                fds.push(pollfd(0));
+            }
+            let ms = deadline.map_or(-1, |d| {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                left.as_millis().min(60_000) as i32
+            });
+            // SAFETY: `fds` is an array of `fds.len()` initialised pollfds.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return Err(io::Error::last_os_error());
+            }
+            if fds[0].revents != 0 {
+                return Ok(Stop::Signal);
+            }
+            if watch_stdin && fds[1].revents != 0 {
+                // SAFETY: reading into our own buffer of its length.
+                let k = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+                if k <= 0 {
+                    return Ok(Stop::StdinClosed);
+                }
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Ok(Stop::TimeUp);
+            }
+        }
+    }
+
     pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+        let (mut positional, mut seconds) = (Vec::new(), None);
         let mut args = std::env::args().skip(1);
-        let addr = args.next().unwrap_or_else(|| "127.0.0.1:8007".into());
-        let workers: usize = args.next().map_or(Ok(2), |w| w.parse())?;
+        while let Some(a) = args.next() {
+            if a == "--seconds" {
+                let n = args.next().ok_or("--seconds needs a number")?;
+                seconds = Some(n.parse::<u64>()?);
+            } else {
+                positional.push(a);
+            }
+        }
+        let mut positional = positional.into_iter();
+        let addr = positional.next().unwrap_or_else(|| "127.0.0.1:8007".into());
+        let workers: usize = positional.next().map_or(Ok(2), |w| w.parse())?;
         let listener = TcpListener::bind(&addr)?;
         listener.set_nonblocking(true)?; // a worker accepts until there is nothing left
         let lock = ShmMutex::anonymous(())?; // before fork(): every worker inherits it
@@ -89,7 +180,8 @@ mod server {
                 pid => pids.push(pid),
             }
         }
-        let _ = io::stdin().read_to_end(&mut Vec::new()); // serve until stdin closes
+        let why = wait_for_stop(seconds)?;
+        println!("stopping: {why:?}");
         for &pid in &pids {
             // SAFETY: signalling our own child.
             unsafe { libc::kill(pid, libc::SIGKILL) };

@@ -63,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let total = match counter.lock() {
         Ok(g) => *g,
-        Err(e) => *e.into_guard(),
+        Err(e) => *e.into_inner(),
     };
     println!(
         "total = {total} (expected {}), child held the lock at exit: {child_held_it}",

@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut reads = 0u64;
         let deadline = Instant::now() + Duration::from_millis(300);
         while Instant::now() < deadline {
-            let s = cfg.read().unwrap_or_else(|e| e.into_guard());
+            let s = cfg.read().unwrap_or_else(|e| e.into_inner());
             assert_eq!(s.version + s.limit, s.check, "a half-done update");
             reads += 1;
             if stuck {
@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("killed worker {stuck}, which holds a read lock");
     for v in 2..=5 {
         let t = Instant::now();
-        let mut s = cfg.write().unwrap_or_else(|e| e.into_guard());
+        let mut s = cfg.write().unwrap_or_else(|e| e.into_inner());
         s.version = v;
         s.limit += 10;
         s.check = s.version + s.limit;

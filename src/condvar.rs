@@ -78,16 +78,34 @@ impl Condvar {
     /// relock. Returns whether the deadline passed.
     fn wait_raw<T: ?Sized>(&self, guard: &MutexGuard<'_, T>, deadline: Option<Instant>) -> bool {
         let mutex = guard.mutex();
-        let seq = self.seq.load(Relaxed);
+        let seq = self.begin_wait();
         // SAFETY: the guard proves we hold the lock; we do not touch the data until relocked.
         unsafe { mutex.unlock_raw() };
+        let timed_out = self.sleep(seq, deadline);
+        mutex.relock();
+        timed_out
+    }
+
+    /// The first step of every wait, taken while the caller still holds the mutex: the
+    /// notification count the wait will sleep on. The wait is then: release the mutex,
+    /// [`sleep`](Self::sleep), relock. `gomutex::lock_api::Condvar` makes the same three steps
+    /// around a `lock_api` guard: this algorithm is written once.
+    #[inline]
+    pub(crate) fn begin_wait(&self) -> u32 {
+        self.seq.load(Relaxed)
+    }
+
+    /// The middle of a wait, with the mutex released: sleep unless a notify has come since
+    /// [`begin_wait`](Self::begin_wait) returned `seq` (checked again while the park queue is
+    /// locked, so a notify between the release and the sleep is never lost), until notified,
+    /// a spurious wake-up or `deadline`. Returns whether the deadline passed.
+    pub(crate) fn sleep(&self, seq: u32, deadline: Option<Instant>) -> bool {
         // Give the CPU away once before sleeping: the thread that will make the condition true
         // is often runnable but waiting for a CPU (producers and consumers outnumbering the
         // cores), and a notification that comes in meanwhile saves a sleep and a wake-up,
         // each a trip through the scheduler. Costs one `sched_yield` per wait.
         crate::sync::yield_now();
         if self.seq.load(Relaxed) != seq {
-            mutex.relock();
             return false;
         }
         // SAFETY: the key is our own address; the closures neither panic nor re-enter.
@@ -100,7 +118,6 @@ impl Condvar {
                 deadline,
             )
         };
-        mutex.relock();
         r == park::ParkResult::TimedOut
     }
 
@@ -199,10 +216,20 @@ impl Condvar {
 
     /// Wake one waiting thread, if any.
     pub fn notify_one(&self) {
+        self.notify_one_woke();
+    }
+
+    /// Wake every waiting thread.
+    pub fn notify_all(&self) {
+        self.notify_all_woke();
+    }
+
+    /// [`notify_one`](Self::notify_one), returning whether it woke a sleeping thread.
+    pub(crate) fn notify_one_woke(&self) -> bool {
         self.seq.fetch_add(1, Relaxed);
         let mut woke = false;
-        // SAFETY: as in `wait_raw`.
-        unsafe {
+        // SAFETY: as in `sleep`.
+        let r = unsafe {
             park::unpark_filter(
                 self.key(),
                 |_| {
@@ -216,13 +243,14 @@ impl Condvar {
                 |_| 0,
             )
         };
+        r.unparked_threads != 0
     }
 
-    /// Wake every waiting thread.
-    pub fn notify_all(&self) {
+    /// [`notify_all`](Self::notify_all), returning how many sleeping threads it woke.
+    pub(crate) fn notify_all_woke(&self) -> usize {
         self.seq.fetch_add(1, Relaxed);
-        // SAFETY: as in `wait_raw`.
-        unsafe { park::unpark_all(self.key()) };
+        // SAFETY: as in `sleep`.
+        unsafe { park::unpark_all(self.key()) }
     }
 }
 

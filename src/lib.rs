@@ -77,6 +77,9 @@ pub mod algo;
 #[doc(hidden)]
 pub mod clock;
 mod condvar;
+#[cfg(any(feature = "lock_api", feature = "lock_api_04"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "lock_api", feature = "lock_api_04"))))]
+pub mod lock_api;
 mod mutex;
 mod park;
 mod poison;

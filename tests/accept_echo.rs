@@ -1,6 +1,8 @@
 //! The accept-lock echo example (`examples/accept_echo.rs`) as a black box, so it cannot rot:
 //! started on an ephemeral port with 3 workers, 24 clients at once (more than one worker's
-//! accept phase) each get their lines back exactly, then closing its stdin stops it.
+//! accept phase) each get their lines back exactly, then closing its stdin stops it. Headless
+//! (standard input from `/dev/null`, as a background job or CI has it), it serves until
+//! `SIGTERM` or `--seconds N`.
 //!
 //! Needs the example built in the same profile (`cargo test` builds examples).
 
@@ -74,4 +76,90 @@ fn echo_server_on_the_accept_lock_serves_every_client() {
         std::thread::sleep(Duration::from_millis(10));
     };
     assert!(status.success(), "{status}");
+}
+
+/// Start the example with standard input from `/dev/null` and `extra` arguments; returns the
+/// child, its output, and the address it listens on.
+fn start_headless(
+    extra: &[&str],
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStdout>,
+    String,
+) {
+    let mut child = Command::new(example_binary("accept_echo"))
+        .args(["127.0.0.1:0", "2"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the example");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (child, out, addr)
+}
+
+/// One client's line comes back.
+fn echo_once(addr: &str) {
+    let mut c = TcpStream::connect(addr).expect("the server is gone");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"headless\n").unwrap();
+    let mut back = [0u8; 9];
+    c.read_exact(&mut back).expect("no echo");
+    assert_eq!(&back, b"headless\n");
+}
+
+/// Wait (bounded) for the child to exit; its status and the line it printed on the way out.
+fn wait_exit(
+    child: &mut std::process::Child,
+    out: &mut BufReader<std::process::ChildStdout>,
+) -> (std::process::ExitStatus, String) {
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            child.kill().unwrap();
+            panic!("the example did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut last = String::new();
+    out.read_to_string(&mut last).unwrap();
+    (status, last)
+}
+
+/// Standard input from `/dev/null` (which reads as closed at once) does not stop it: it
+/// serves, still runs after a second, and stops on `SIGTERM`.
+#[test]
+fn headless_serves_until_sigterm() {
+    let (mut child, mut out, addr) = start_headless(&[]);
+    echo_once(&addr);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(child.try_wait().unwrap().is_none(), "it stopped by itself");
+    echo_once(&addr);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let (status, last) = wait_exit(&mut child, &mut out);
+    assert!(status.success(), "{status}");
+    assert_eq!(last.trim(), "stopping: Signal");
+}
+
+/// `--seconds N`: serves, then stops by itself after N seconds.
+#[test]
+fn headless_stops_after_its_seconds() {
+    let t = Instant::now();
+    let (mut child, mut out, addr) = start_headless(&["--seconds", "1"]);
+    echo_once(&addr);
+    let (status, last) = wait_exit(&mut child, &mut out);
+    assert!(status.success(), "{status}");
+    assert_eq!(last.trim(), "stopping: TimeUp");
+    assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
 }

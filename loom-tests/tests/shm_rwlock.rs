@@ -23,6 +23,7 @@
 //! | `Rw::wait_counts` | `ShmRwLock::wait_counts` |
 //! | `Rw::end_phase` | `ShmRwLock::end_phase` (`write_unlock`: `ShmRwLockWriteGuard::drop`) |
 //! | `Rw::end_orphan_phase` | `ShmRwLock::end_orphan_phase` |
+//! | `Rw::downgrade` | `ShmRwLockWriteGuard::downgrade` |
 //! | `Rw::force_unlock_dead_reader` | `ShmRwLock::force_unlock` of a dead reader: `Recovery::recover_locked`'s zeroing, then `end_orphan_phase`, `notify_writer` |
 //!
 //! What is left out, and why:
@@ -98,6 +99,8 @@ struct Faults {
     /// (f) `wait_phase_end` sleeps on the state seen when queueing for the whole phase, not
     /// the state last seen (the busy wait fixed in `src/shm/rwlock.rs`).
     stale_expected: bool,
+    /// (g) `downgrade` unlocks first and counts the reader after.
+    downgrade_late: bool,
 }
 
 /// Where a reader may be killed (`sys::crash_point`, plus `Admitted` and `Holding`).
@@ -480,6 +483,20 @@ impl Rw {
         drop(g);
     }
 
+    /// `ShmRwLockWriteGuard::downgrade`: the writer counts itself as a reader of slot `me`
+    /// (published first) while it still holds the writers' mutex with `PENDING` set, then
+    /// unlocks as `write_unlock`.
+    fn downgrade(&self, g: WGuard<'_>, me: usize) {
+        self.publish(me);
+        if self.f.downgrade_late {
+            self.write_unlock(g);
+            self.reads[me].fetch_add(1, SeqCst);
+            return;
+        }
+        self.reads[me].fetch_add(1, SeqCst);
+        self.write_unlock(g);
+    }
+
     /// `end_orphan_phase` (the `probe` finds nobody dead; the `LOCKED` pre-check left to
     /// `try_lock`, see the module docs).
     fn end_orphan_phase(&self) {
@@ -836,6 +853,34 @@ fn shm_rw_dead_reader_recovered() {
     }
 }
 
+/// `downgrade`: a writer writes and downgrades (slot 0) while a reader (slot 1) and a second
+/// writer race it. After the downgrade the first writer still reads its own write (no writer
+/// came between; loom checks every access to the value against every other), the reader
+/// comes in whenever, the second writer waits for the downgraded read, and all ends quiescent.
+#[test]
+fn shm_rw_downgrade() {
+    model("shm_rw_downgrade", 3, || downgrade_shape(Faults::default()));
+}
+
+fn downgrade_shape(f: Faults) {
+    let rw = Rw::new(f);
+    let r = spawn_reader(&rw, 1);
+    let w2 = spawn_writer(&rw);
+    let g = rw.write();
+    rw.write_cs();
+    let mine = rw.read_cs();
+    rw.downgrade(g, 0);
+    assert_eq!(
+        rw.read_cs(),
+        mine,
+        "a writer came between the downgrade and the read"
+    );
+    rw.read_unlock(0);
+    w2.join().unwrap();
+    assert!(r.join().unwrap() <= 2);
+    rw.assert_quiescent(2, 2);
+}
+
 /// `wait_counts` without the re-check after `WSLEEP` still loses no wake-up: the wake-up
 /// sequence, loaded before the first look at the counts, covers the reader that left without
 /// seeing `WSLEEP` (its bump precedes the writer's sleep, which then returns at once). The
@@ -1107,6 +1152,30 @@ fn body_shm_rw_publish_late() {
     model("body_shm_rw_publish_late", 2, || {
         reader_writer_shape(Faults {
             publish_late: true,
+            ..Faults::default()
+        })
+    });
+}
+
+/// (g) `downgrade` unlocks first and counts itself as a reader after: the second writer can
+/// take the writers' mutex, find no reader and write while the downgraded reader reads.
+#[test]
+fn negative_shm_rw_downgrade_late() {
+    expect_rejected(
+        "body_shm_rw_downgrade_late",
+        &["Causality violation", "came between"],
+    );
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_shm_rw_downgrade_late in a child process"]
+fn body_shm_rw_downgrade_late() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_shm_rw_downgrade_late", 2, || {
+        downgrade_shape(Faults {
+            downgrade_late: true,
             ..Faults::default()
         })
     });

@@ -205,7 +205,7 @@ mod tests {
         let _ = format!("{m:?}");
         // A real owner is known.
         h.state.store(0, SeqCst);
-        let g = m.lock().unwrap_or_else(|e| e.into_guard());
+        let g = m.lock().unwrap_or_else(|e| e.into_inner());
         let d = m.diagnostics();
         assert_eq!(d.owner_pid, Some(sys::current_pid()));
         assert!(!d.owner_unknown);

@@ -356,21 +356,32 @@ pub enum LockError<G> {
     Poisoned(G),
 }
 
+/// std's `PoisonError` names: [`into_inner`](Self::into_inner), [`get_ref`](Self::get_ref),
+/// [`get_mut`](Self::get_mut), so code written against std's lock results reads the same.
+///
+/// ```
+/// use gomutex::shm::{LockError, ShmMutex};
+/// let m = ShmMutex::anonymous(1u32)?;
+/// let r: Result<_, LockError<_>> = m.lock(); // Ok here; OwnerDied/Poisoned carry the guard
+/// let g = r.unwrap_or_else(LockError::into_inner);
+/// assert_eq!(*g, 1);
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
 impl<G> LockError<G> {
-    /// The guard (the lock is held).
-    pub fn into_guard(self) -> G {
+    /// The guard (the lock is held), as std's `PoisonError::into_inner`.
+    pub fn into_inner(self) -> G {
         match self {
             LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
         }
     }
-    /// The guard, borrowed.
-    pub fn guard(&self) -> &G {
+    /// The guard, borrowed (std's `PoisonError::get_ref`).
+    pub fn get_ref(&self) -> &G {
         match self {
             LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
         }
     }
-    /// The guard, mutably borrowed.
-    pub fn guard_mut(&mut self) -> &mut G {
+    /// The guard, mutably borrowed (std's `PoisonError::get_mut`).
+    pub fn get_mut(&mut self) -> &mut G {
         match self {
             LockError::OwnerDied(g) | LockError::Poisoned(g) => g,
         }

@@ -267,7 +267,18 @@ pub(crate) struct StatsRow {
     pub recoveries: AtomicU64,
     /// Condvar notifies (`notify_one`, `notify_all`).
     pub cv_notifies: AtomicU64,
-    pub _spare1: [AtomicU64; 5],
+    // `ShmRwLock`'s (`RwLockStats`; spare, so zero, in a `ShmMutex`'s region and in regions
+    // made before they were counted: the bytes and `LAYOUT_VERSION` are unchanged).
+    /// Read locks that found a writer in the way and waited.
+    pub rw_read_waits: AtomicU64,
+    /// Time those waited (ns, `CLOCK_MONOTONIC`).
+    pub rw_read_wait_ns: AtomicU64,
+    /// The longest of them (ns; `fetch_max`).
+    pub rw_read_wait_max_ns: AtomicU64,
+    /// Write locks that waited for readers (inside, or queued before them).
+    pub rw_write_waits: AtomicU64,
+    /// Time those waited (ns).
+    pub rw_write_wait_ns: AtomicU64,
 }
 
 /// Indices of [`Header::rec`], one per field of the public `RecoveryCounts`, named as it is.

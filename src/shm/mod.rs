@@ -215,7 +215,7 @@ pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use limit_req::{Decision, RateLimiter};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
-pub use rwlock::{RwDiagnostics, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
+pub use rwlock::{RwDiagnostics, RwLockStats, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
 pub use stats::LockStats;
 pub use types::{ShmBool, ShmSafe, ShmShared};
 
@@ -596,7 +596,7 @@ fn repaired<'a, T: ShmSafe>(
     match r {
         Ok(g) => g,
         Err(e) => {
-            let mut g = e.into_guard();
+            let mut g = e.into_inner();
             repair(&mut g);
             g.mark_consistent();
             g

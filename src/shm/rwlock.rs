@@ -47,15 +47,15 @@ use super::journal::Hooks as _;
 use super::region::low;
 use super::timing::TICK;
 use super::{
-    sys, Config, Diagnostics, LockError, LockResult, Mapping, ShmError, ShmMutex, ShmMutexGuard,
-    ShmSafe, TryLockError, TryLockResult,
+    sys, Config, Diagnostics, LockError, LockResult, LockStats, Mapping, OpenOptions, ShmError,
+    ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, TryLockResult,
 };
 use crate::algo::LOCKED;
 use core::fmt;
 use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicU32, Ordering::*};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 /// `rw_state`: a writer holds the writers' mutex and wants the readers out (or, if no live
@@ -102,10 +102,11 @@ unsafe impl<T: ShmSafe> ShmSafe for RwBody<T> {}
 ///   is ended by the next writer or a queued reader. [`force_unlock`](Self::force_unlock) does
 ///   it at once for a reaped pid.
 ///
-/// [`ShmMutex`]'s main constructors (`anonymous`, `create`, `open`, `open_or_create`) and its
-/// placement in a [`Mapping`] (`init_in` / `attach_in`); the lock *is* a `ShmMutex` region
-/// whose value holds the readers' control words beside `T`, so a region of one does not open as
-/// the other.
+/// [`ShmMutex`]'s constructors (`anonymous`, `create`, `open`, `open_or_create`, their `_with`
+/// and `open_timeout` forms, `init_in_place` / `attach`) and its placement in a [`Mapping`]
+/// (`init_in` / `attach_in`); the lock *is* a `ShmMutex` region whose value holds the readers'
+/// control words beside `T`, so a region of one does not open as the other. A write guard
+/// [`downgrade`](ShmRwLockWriteGuard::downgrade)s to a read guard.
 ///
 /// Not re-entrant: a thread that holds a read lock and asks for another, or for the write
 /// lock, may wait for good (a writer may be queued between), as with any readers-writer lock.
@@ -394,10 +395,13 @@ impl<T: ShmSafe> ShmRwLock<T> {
         self.publish(me);
         let (reads, waiting) = (self.reads(me), self.waiting(me));
         let mut spun = false;
+        // When this call first found a writer in the way (`sys::mono_ns`), for the statistics.
+        let mut since = None;
         loop {
             reads.fetch_add(1, SeqCst);
             sys::crash_point(sys::crash::RW_READ_COUNTED);
             if self.state().load(SeqCst) & PENDING == 0 {
+                self.record_read_wait(me, since);
                 return Some(self.read_guard(generation, me));
             }
             // A writer holds or wants the lock: take the count back, and wake it if it waits.
@@ -407,6 +411,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 self.end_orphan_phase(deadline);
                 return None;
             }
+            since.get_or_insert_with(sys::mono_ns);
             // A write phase is short: spin a few rounds (the mutex's policy) for it to end
             // before queuing, which costs a sleep and the writer a wake-up call. Not counted
             // while spinning, so the writer does not wait for us; when the phase ends, start
@@ -447,6 +452,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 reads.fetch_add(1, SeqCst);
             }
             drop(queued);
+            self.record_read_wait(me, since);
             return admitted.then(|| self.read_guard(generation, me));
         }
     }
@@ -590,13 +596,18 @@ impl<T: ShmSafe> ShmRwLock<T> {
             // Live writers end their phase before unlocking the mutex: this one's writer died.
             self.end_phase();
         }
+        // When this writer first found readers in the way, for the statistics.
+        let mut since = None;
         // Go's batch order: the readers that queued behind the previous writer come first.
-        if !self.wait_counts(|i| self.waiting(i), deadline, once) {
+        if !self.wait_counts(|i| self.waiting(i), deadline, once, &mut since) {
+            self.record_write_wait(g.me, since);
             return None; // `g` unlocks
         }
         self.state().fetch_or(PENDING, SeqCst);
         sys::crash_point(sys::crash::RW_PENDING);
-        if !self.wait_counts(|i| self.reads(i), deadline, once) {
+        let inside = self.wait_counts(|i| self.reads(i), deadline, once, &mut since);
+        self.record_write_wait(g.me, since);
+        if !inside {
             self.end_phase();
             return None;
         }
@@ -608,12 +619,14 @@ impl<T: ShmSafe> ShmRwLock<T> {
 
     /// Wait until `count(i)` is 0 for every participant (a writer, holding the mutex);
     /// `false` if `deadline` passed first (or, if `once`, at once). Every [`TICK`], recover the
-    /// participants found dead with a non-zero count (which zeroes it).
+    /// participants found dead with a non-zero count (which zeroes it). `since` is set (if it
+    /// is not yet) when a count is found non-zero by a call that waits: the statistics' start.
     fn wait_counts<'a>(
         &'a self,
         count: impl Fn(u32) -> &'a AtomicU32,
         deadline: Option<Instant>,
         once: bool,
+        since: &mut Option<u64>,
     ) -> bool {
         let busy = || (0..self.scanned()).any(|i| count(i).load(SeqCst) != 0);
         // Read the clock only once the writer is about to sleep: a clock read costs as much as
@@ -631,6 +644,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 self.reap_dead(&count, Some(Instant::now()));
                 return !busy();
             }
+            since.get_or_insert_with(sys::mono_ns);
             if crate::spin::can_spin(iter, true) {
                 crate::spin::spin_round(true);
                 iter += 1;
@@ -1008,6 +1022,290 @@ impl<T: ShmSafe + fmt::Debug> fmt::Debug for ShmRwLock<T> {
             .field("owner_died", &diag.writers.owner_died)
             .field("poisoned", &diag.writers.poisoned)
             .finish_non_exhaustive()
+    }
+}
+
+// --- statistics ---
+
+/// Counts of a [`ShmRwLock`] over the region's life, summed over every process that used it,
+/// dead ones included (what [`ShmRwLock::stats`] returns): the writers' mutex's
+/// [`LockStats`], and the waits that readers and writers caused each other.
+///
+/// Read locks themselves are not counted: a read lock is two atomic operations on this
+/// process's own line (type docs), and a count would add a third on every one. The waits are
+/// counted on the slow paths only, where the waiter reads the clock anyway.
+///
+/// ```
+/// use gomutex::shm::ShmRwLock;
+/// let lock = ShmRwLock::anonymous(0u32)?;
+/// *lock.write().unwrap() += 1;
+/// drop(lock.read().unwrap());
+/// let s = lock.stats();
+/// assert_eq!(s.writers.acquisitions, 1); // the write lock; reads are not counted
+/// assert_eq!((s.read_waits, s.write_waits), (0, 0)); // nobody was in the way
+/// # Ok::<(), gomutex::shm::ShmError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockStats {
+    /// The writers' mutex (a [`ShmMutex`]'s statistics): `acquisitions` are the write locks
+    /// taken, plus the timed or `try_` ones that took the mutex and then gave up waiting for
+    /// readers; `contended`, `starvation_entries` are among writers; `owner_deaths`,
+    /// `owner_died_reported` and `recoveries` as for a `ShmMutex` (a recovery takes back a dead
+    /// reader's counts too).
+    pub writers: LockStats,
+    /// Read locks that found a writer holding or wanting the lock and waited for its phase to
+    /// end (spinning, then queued behind it; timed ones that gave up included).
+    pub read_waits: u64,
+    /// Nanoseconds those waited, summed.
+    pub read_wait_ns: u64,
+    /// The longest of those waits (ns).
+    pub worst_read_wait_ns: u64,
+    /// Write locks that waited for readers: the readers queued behind the previous writer to
+    /// come in, then the readers inside to leave (timed ones that gave up included).
+    pub write_waits: u64,
+    /// Nanoseconds those waited for readers, summed (the wait for the writers' mutex is in
+    /// `writers.total_wait_ns`).
+    pub write_wait_ns: u64,
+}
+
+impl<T: ShmSafe> ShmRwLock<T> {
+    /// The lock's statistics, summed over every process that used it (see [`RwLockStats`]).
+    /// Reads only, as [`ShmMutex::stats`]: any process that maps the region may call it, and
+    /// it never blocks.
+    ///
+    /// ```
+    /// let lock = gomutex::shm::ShmRwLock::anonymous(0u32)?;
+    /// let r = lock.read().unwrap();
+    /// assert!(lock.try_write().is_err()); // a try_write does not wait: not a write wait
+    /// drop(r);
+    /// assert_eq!(lock.stats().write_waits, 0);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn stats(&self) -> RwLockStats {
+        let r = &self.m.region;
+        let mut s = RwLockStats {
+            writers: self.m.stats(),
+            ..RwLockStats::default()
+        };
+        // Every value may have been written by a faulty peer: sums saturate.
+        let add = |a: &mut u64, c: &AtomicU64| *a = a.saturating_add(c.load(Relaxed));
+        for i in 0..r.layout.participants {
+            let row = r.stats_row(i);
+            add(&mut s.read_waits, &row.rw_read_waits);
+            add(&mut s.read_wait_ns, &row.rw_read_wait_ns);
+            s.worst_read_wait_ns = s
+                .worst_read_wait_ns
+                .max(row.rw_read_wait_max_ns.load(Relaxed));
+            add(&mut s.write_waits, &row.rw_write_waits);
+            add(&mut s.write_wait_ns, &row.rw_write_wait_ns);
+        }
+        s
+    }
+
+    /// A read lock call of participant `me` that found a writer in the way at `since` (if
+    /// set) is done waiting: count it. Readers of one process count on its row at once, hence
+    /// `fetch_add` (the row's second line, written by the slow paths).
+    #[inline]
+    fn record_read_wait(&self, me: u32, since: Option<u64>) {
+        if let Some(t) = since {
+            let ns = sys::mono_ns().saturating_sub(t);
+            let row = self.m.region.stats_row(me);
+            row.rw_read_waits.fetch_add(1, Relaxed);
+            row.rw_read_wait_ns.fetch_add(ns, Relaxed);
+            row.rw_read_wait_max_ns.fetch_max(ns, Relaxed);
+        }
+    }
+
+    /// The same for a writer (participant `me`, holding the writers' mutex) that waited for
+    /// readers.
+    #[inline]
+    fn record_write_wait(&self, me: u32, since: Option<u64>) {
+        if let Some(t) = since {
+            let ns = sys::mono_ns().saturating_sub(t);
+            let row = self.m.region.stats_row(me);
+            row.rw_write_waits.fetch_add(1, Relaxed);
+            row.rw_write_wait_ns.fetch_add(ns, Relaxed);
+        }
+    }
+}
+
+// --- the rest of ShmMutex's constructors ---
+
+/// The constructors of [`ShmMutex`] that take options or raw memory, each that `ShmMutex`
+/// constructor over the lock's region (which is a `ShmMutex` region: see the type's docs).
+impl<T: ShmSafe> ShmRwLock<T> {
+    /// [`create`](Self::create) with the object's permissions from [`OpenOptions::mode`], as
+    /// [`ShmMutex::create_with`].
+    ///
+    /// ```
+    /// use gomutex::shm::{unlink, Config, OpenOptions, ShmRwLock};
+    /// use std::os::unix::fs::PermissionsExt;
+    /// let name = format!("/gomutex-doc-rw-create-with-{}", std::process::id());
+    /// let opts = OpenOptions::new().mode(0o640);
+    /// let lock = ShmRwLock::create_with(&name, 0u64, Config::default(), opts)?;
+    /// let mode = std::fs::metadata(format!("/dev/shm{name}"))?.permissions().mode();
+    /// unlink(&name)?;
+    /// assert_eq!(mode & 0o777, 0o640);
+    /// # drop(lock);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_with(
+        name: &str,
+        value: T,
+        cfg: Config,
+        opts: OpenOptions,
+    ) -> Result<Self, ShmError> {
+        ShmMutex::create_with(name, Self::body(value), cfg, opts).map(Self::wrap)
+    }
+
+    /// [`open`](Self::open) with an explicit wait for the creator to finish initialising, as
+    /// [`ShmMutex::open_timeout`].
+    ///
+    /// ```
+    /// use gomutex::shm::ShmRwLock;
+    /// use std::time::Duration;
+    /// let r = ShmRwLock::<u64>::open_timeout("/gomutex-doc-rw-none", Duration::from_millis(10));
+    /// assert!(r.is_err()); // NotFound: no object of that name
+    /// ```
+    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Self, ShmError> {
+        ShmMutex::open_timeout(name, timeout).map(Self::wrap)
+    }
+
+    /// [`open`](Self::open) with [`OpenOptions`] (the wait for initialisation, whether an
+    /// object of another owner is accepted), as [`ShmMutex::open_with`].
+    ///
+    /// ```
+    /// use gomutex::shm::{unlink, Config, OpenOptions, ShmRwLock};
+    /// let name = format!("/gomutex-doc-rw-open-with-{}", std::process::id());
+    /// let _created = ShmRwLock::create(&name, 4u32, Config::default())?;
+    /// let opts = OpenOptions::new().allow_other_owner(true);
+    /// let opened = ShmRwLock::<u32>::open_with(&name, opts)?;
+    /// assert_eq!(*opened.read().unwrap(), 4);
+    /// unlink(&name)?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn open_with(name: &str, opts: OpenOptions) -> Result<Self, ShmError> {
+        ShmMutex::open_with(name, opts).map(Self::wrap)
+    }
+
+    /// [`open_or_create`](Self::open_or_create), opening as [`open_with`](Self::open_with) or
+    /// creating with [`OpenOptions::mode`], as [`ShmMutex::open_or_create_with`].
+    ///
+    /// ```
+    /// use gomutex::shm::{unlink, Config, OpenOptions, ShmRwLock};
+    /// let name = format!("/gomutex-doc-rw-oocw-{}", std::process::id());
+    /// let opts = OpenOptions::new().mode(0o600);
+    /// let (_l, created) = ShmRwLock::open_or_create_with(&name, 0u8, Config::default(), opts)?;
+    /// assert!(created);
+    /// unlink(&name)?;
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn open_or_create_with(
+        name: &str,
+        value: T,
+        cfg: Config,
+        opts: OpenOptions,
+    ) -> Result<(Self, bool), ShmError> {
+        ShmMutex::open_or_create_with(name, Self::body(value), cfg, opts)
+            .map(|(m, c)| (Self::wrap(m), c))
+    }
+
+    /// Remove a name: the same as the free function [`shm::unlink`](super::unlink).
+    pub fn unlink(name: &str) -> Result<(), ShmError> {
+        super::unlink(name)
+    }
+
+    /// Initialise a lock in memory the caller mapped, as [`ShmMutex::init_in_place`] (whose
+    /// checks it makes).
+    ///
+    /// # Safety
+    ///
+    /// As for [`ShmMutex::init_in_place`]: `ptr..ptr + len` is writable `MAP_SHARED` memory
+    /// that stays mapped for the life of the returned handle, and nobody else uses it until
+    /// this returns.
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, Mapping, ShmRwLock};
+    /// let cfg = Config::default();
+    /// let map = Mapping::anonymous(ShmRwLock::<u64>::required_size(cfg)?)?;
+    /// // SAFETY: `map` is MAP_SHARED, unused by anyone else, and outlives the lock.
+    /// let lock = unsafe { ShmRwLock::init_in_place(map.as_ptr(), map.len(), 5u64, cfg)? };
+    /// // SAFETY: the same memory, holding the lock just initialised.
+    /// let again = unsafe { ShmRwLock::<u64>::attach(map.as_ptr(), map.len())? };
+    /// assert_eq!(*again.read().unwrap(), 5);
+    /// # drop((lock, again));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub unsafe fn init_in_place(
+        ptr: *mut u8,
+        len: usize,
+        value: T,
+        cfg: Config,
+    ) -> Result<Self, ShmError> {
+        // SAFETY: the caller's contract, which is `ShmMutex::init_in_place`'s.
+        unsafe { ShmMutex::init_in_place(ptr, len, Self::body(value), cfg) }.map(Self::wrap)
+    }
+
+    /// Attach to a lock initialised in memory the caller mapped, as [`ShmMutex::attach`]
+    /// (validating the header, writing nothing if it is wrong).
+    ///
+    /// # Safety
+    ///
+    /// As for [`ShmMutex::attach`]: `ptr..ptr + len` is readable and writable `MAP_SHARED`
+    /// memory that stays mapped for the life of the returned handle and, if it holds a valid
+    /// header, is used only as this lock's region by everybody.
+    pub unsafe fn attach(ptr: *mut u8, len: usize) -> Result<Self, ShmError> {
+        // SAFETY: the caller's contract, which is `ShmMutex::attach`'s.
+        unsafe { ShmMutex::attach(ptr, len) }.map(Self::wrap)
+    }
+}
+
+// --- downgrade ---
+
+impl<'a, T: ShmSafe> ShmRwLockWriteGuard<'a, T> {
+    /// Turn the write lock into a read lock, with no writer let in between (std's
+    /// `RwLockWriteGuard::downgrade`): the readers queued behind this writer come in now,
+    /// the next writer waits until the returned guard (and every other reader) is gone.
+    ///
+    /// Two existing steps: the writer counts itself as a reader of its process (while it
+    /// still holds the writers' mutex and has announced the write phase, so no writer can be
+    /// scanning the counts), then unlocks as dropping the write guard does. A process killed
+    /// between them is a dead writer holding the writers' mutex (recovered as any, the next
+    /// acquirer told [`LockError::OwnerDied`]) and a dead reader's count (zeroed by the same
+    /// recovery); killed after, a dead reader. A copy inherited across `fork()` holds nothing
+    /// and gives a read guard that holds nothing.
+    ///
+    /// ```
+    /// use gomutex::shm::{ShmRwLock, ShmRwLockWriteGuard, TryLockError};
+    /// let lock = ShmRwLock::anonymous(0u32)?;
+    /// let mut w = lock.write().unwrap();
+    /// *w = 7;
+    /// let r = ShmRwLockWriteGuard::downgrade(w);
+    /// assert_eq!(*r, 7); // nobody wrote in between
+    /// assert_eq!(*lock.try_read().unwrap(), 7); // readers come in
+    /// assert!(matches!(lock.try_write(), Err(TryLockError::WouldBlock))); // writers wait
+    /// drop(r);
+    /// assert!(lock.try_write().is_ok());
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn downgrade(this: Self) -> ShmRwLockReadGuard<'a, T> {
+        let (lock, generation, me) = (this.lock, this.g.generation, this.g.me);
+        if this.is_owner() {
+            // The writer excludes every other writer and reader until the phase ends: it may
+            // count itself without looking at `PENDING` (which is its own). Published first,
+            // as every reader's slot (`publish`).
+            lock.publish(me);
+            lock.reads(me).fetch_add(1, SeqCst);
+            sys::crash_point(sys::crash::RW_DOWNGRADING);
+        }
+        drop(this); // ends the phase (queued readers come in), unlocks the writers' mutex
+        ShmRwLockReadGuard {
+            lock,
+            generation,
+            me,
+            _not_send: PhantomData,
+        }
     }
 }
 

@@ -135,6 +135,9 @@ pub(crate) mod crash {
     pub const RW_PENDING: u32 = 10;
     /// `ShmRwLock` write unlock: the phase ended, the writers' mutex not unlocked yet.
     pub const RW_UNLOCKING: u32 = 11;
+    /// `ShmRwLock` downgrade: the read count raised, the write phase not ended yet (the writers'
+    /// mutex held, `PENDING` set).
+    pub const RW_DOWNGRADING: u32 = 12;
 }
 
 /// A crash point armed in this process (0 = none); see `shm::__crash_at`.

@@ -61,6 +61,13 @@ use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
 /// # }
 /// # Ok::<(), gomutex::shm::ShmError>(())
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be shared between processes without a lock: it is not `ShmShared`",
+    label = "not `ShmShared`",
+    note = "lock-free shared data is fixed-width atomics (`AtomicU8`..`AtomicU64`, `AtomicI8`..`AtomicI64`) and arrays of them: for `AtomicUsize` use `AtomicU64`, for `AtomicBool` an `AtomicU8`",
+    note = "for a struct of them: `#[derive(ShmShared)]` (gomutex's feature `derive`) on a `#[repr(C)]` struct, or an `unsafe impl ShmShared` under its safety contract",
+    note = "plain data (`u64`, `ShmBool`, your `ShmSafe` structs) is shared behind a lock: `ShmMutex` or `ShmRwLock`"
+)]
 pub unsafe trait ShmShared: Sync + 'static {}
 
 macro_rules! shm_shared {
@@ -221,6 +228,12 @@ impl fmt::Debug for ShmBool {
 /// # }
 /// # Ok::<(), gomutex::shm::ShmError>(())
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot live in shared memory: it is not `ShmSafe`",
+    label = "not `ShmSafe`",
+    note = "for a `bool` use `gomutex::shm::ShmBool`; for `usize`/`isize` use `u64`/`i64` (the same width in 32- and 64-bit processes); no pointers, references, `char`, enums or `String`/`Vec`",
+    note = "for your own struct: `#[derive(ShmSafe)]` (gomutex's feature `derive`) on a `#[repr(C)]` struct of `ShmSafe` fields, or an `unsafe impl ShmSafe` under its safety contract"
+)]
 pub unsafe trait ShmSafe: Copy + Send + Sync + 'static {}
 
 macro_rules! shm_safe {

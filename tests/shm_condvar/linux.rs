@@ -515,7 +515,7 @@ fn wait_reports_owner_died() {
 
 /// Issue 22, item 8: a consumer dies holding the lock while a producer waits for room in a
 /// full queue. `wait_while` returns `OwnerDied` with the queue still full: the pattern the
-/// docs once showed (`.unwrap_or_else(|e| e.into_guard())`, then push) overwrites an item;
+/// docs once showed (`.unwrap_or_else(|e| e.into_inner())`, then push) overwrites an item;
 /// `wait_while_or_repair` repairs, re-checks, waits on, and every item arrives.
 fn owner_death_in_a_full_queue() {
     /// The docs' former `push`.
@@ -524,7 +524,7 @@ fn owner_death_in_a_full_queue() {
         let g = m.lock_or_repair(|_| {});
         let mut q = cv
             .wait_while(g, |q| q.tail - q.head == CAP)
-            .unwrap_or_else(|e| e.into_guard());
+            .unwrap_or_else(|e| e.into_inner());
         let t = q.tail;
         q.buf[(t % CAP) as usize] = v;
         q.tail = t + 1;

@@ -102,7 +102,7 @@ pub fn reused_pid_does_not_inherit_registration() {
                                // Another start-time tick than P's: only the fix, not the clock, tells them apart.
                 std::thread::sleep(Duration::from_millis(20));
                 let g = fork_as(2, || {
-                    let mut guard = m.lock().unwrap_or_else(LockError::into_guard);
+                    let mut guard = m.lock().unwrap_or_else(LockError::into_inner);
                     *guard += 1;
                     flags.at(0).store(1, SeqCst);
                     while flags.at(1).load(SeqCst) == 0 {

@@ -257,6 +257,45 @@ fn writer_panic_poisons_before_readers_enter() {
     assert_quiescent(&l);
 }
 
+/// `stats()` across processes: a reader that queued behind a writer and a writer that waited
+/// for a reader are each counted once, with at least the time they were held up (each kept
+/// waiting 5 ms after it is seen waiting); a `try_*` that fails waits for nothing and counts
+/// nothing; write locks are the writers' mutex's acquisitions.
+fn stats_count_the_waits_across_processes() {
+    const HELD: Duration = Duration::from_millis(5);
+    let l = ShmRwLock::anonymous(0u64).unwrap();
+    let w = l.write().unwrap();
+    let reader = fork(|| i32::try_from(*l.read().unwrap()).unwrap());
+    until("reader queued", || l.diagnostics().queued_readers == 1);
+    std::thread::sleep(HELD);
+    drop(w);
+    assert_eq!(wait_limit(reader, LIMIT, "reader"), 0);
+    let r = l.read().unwrap();
+    assert!(matches!(l.try_write(), Err(TryLockError::WouldBlock)));
+    let writer = fork(|| {
+        *l.write().unwrap() += 1;
+        0
+    });
+    until("writer waiting for the reader", || {
+        l.diagnostics().write_pending
+    });
+    std::thread::sleep(HELD);
+    drop(r);
+    assert_eq!(wait_limit(writer, LIMIT, "writer"), 0);
+    let s = l.stats();
+    assert_eq!((s.read_waits, s.write_waits), (1, 1), "{s:?}");
+    let held = HELD.as_nanos() as u64;
+    assert!(
+        s.read_wait_ns >= held && s.worst_read_wait_ns == s.read_wait_ns,
+        "{s:?}"
+    );
+    assert!(s.write_wait_ns >= held, "{s:?}");
+    // This process's write, the failed `try_write` (it took the mutex, then found a reader),
+    // the child's write.
+    assert_eq!(s.writers.acquisitions, 3, "{s:?}");
+    assert_quiescent(&l);
+}
+
 pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let tests: &[(&str, fn())] = &[
@@ -306,6 +345,15 @@ pub fn main() {
         (
             "queued_reader_sleeps_while_writer_waits",
             deaths::queued_reader_sleeps_while_writer_waits,
+        ),
+        (
+            "downgrade_lets_readers_in_and_keeps_writers_out",
+            deaths::downgrade_lets_readers_in_and_keeps_writers_out,
+        ),
+        ("killed_while_downgrading", deaths::killed_while_downgrading),
+        (
+            "stats_count_the_waits_across_processes",
+            stats_count_the_waits_across_processes,
         ),
     ];
     procs::run_cases("shm_rwlock", &args, tests);

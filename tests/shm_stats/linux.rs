@@ -147,7 +147,7 @@ fn owner_death_reported_and_recovered() {
     assert_eq!((s.acquisitions, s.contended), (2, 1), "{s:?}");
     drop(g);
     // Not marked consistent: reported again.
-    let g = m.lock().unwrap_err().into_guard();
+    let g = m.lock().unwrap_err().into_inner();
     g.mark_consistent();
     drop(g);
     lock_once(&m);

@@ -119,7 +119,7 @@ impl Shard {
         match self.lock.lock() {
             Ok(g) => g,
             Err(e) => {
-                let g = e.into_guard();
+                let g = e.into_inner();
                 if redo::replay(&self.mem) {
                     let n = self.mem.ld64(layout::H_REPLAYED);
                     self.mem.st64(layout::H_REPLAYED, n.wrapping_add(1));
