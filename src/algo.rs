@@ -209,12 +209,38 @@ pub(crate) fn keep_frame() {
 }
 
 /// Go's `lockSlow`, plus an optional deadline. Returns `true` once the lock is held.
-#[cold]
+#[inline]
 pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
     word: &W,
     queue: &Q,
     deadline: Option<Instant>,
 ) -> bool {
+    lock_slow_waited::<W, Q, C>(word, queue, deadline).is_some()
+}
+
+/// How a [`lock_slow_waited`] call that got the lock waited for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// It never slept: it spun, or took the lock with its first compare-and-swap.
+    Awake,
+    /// It slept: `ns` from before its first sleep to its last wake-up, from the two clock
+    /// reads Go's starvation rule makes anyway ([`Clock::starving_since_ns`]; 0 from a clock
+    /// that does not measure nanoseconds).
+    Slept {
+        /// Nanoseconds from the first sleep's start to the last wake-up.
+        ns: u64,
+    },
+}
+
+/// [`lock_slow`], telling how it waited (`None`: it gave up at `deadline`). Reads the clock
+/// no more than `lock_slow` does: a lock's statistics take the wait from here.
+#[cold]
+pub fn lock_slow_waited<W: StateWord, Q: WaitQueue, C: Clock>(
+    word: &W,
+    queue: &Q,
+    deadline: Option<Instant>,
+) -> Option<Waited> {
+    let mut waited = Waited::Awake;
     let mut wait_start: Option<C::Instant> = None;
     let mut starving = false;
     let mut awoke = false;
@@ -260,7 +286,7 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
         if queueing && deadline.is_some_and(|d| Instant::now() >= d) {
             // Out of time: leave instead of queueing.
             match leave(word, old, awoke) {
-                Ok(()) => return false,
+                Ok(()) => return None,
                 Err(e) => {
                     old = e.retry_from(old);
                     continue;
@@ -272,20 +298,22 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
                 // The change could not be made by the deadline (a shared-memory word whose
                 // internal lock is held by a stalled process): leave.
                 match leave(word, old, awoke) {
-                    Ok(()) => return false,
+                    Ok(()) => return None,
                     Err(e) => old = e.retry_from(old),
                 }
             }
             Err(CasError::Moved(cur)) => old = cur,
-            Ok(_) if !queueing => return true, // locked with the CAS
+            Ok(_) if !queueing => return Some(waited), // locked with the CAS
             Ok(_) => {
                 // Registered as a waiter: sleep. A waiter that slept before goes to the front.
                 let lifo = wait_start.is_some();
                 let start = *wait_start.get_or_insert_with(C::now);
                 if !queue.acquire(lifo, deadline) && !wait_for_token_or_leave(word, queue) {
-                    return false;
+                    return None;
                 }
-                starving = starving || C::starving_since(start);
+                let (long, ns) = C::starving_since_ns(start);
+                starving = starving || long;
+                waited = Waited::Slept { ns };
                 old = word.load();
                 if old & STARVING != 0 {
                     // Ownership was handed to us; the state is inconsistent until we fix it:
@@ -300,7 +328,7 @@ pub fn lock_slow<W: StateWord, Q: WaitQueue, C: Clock>(
                         delta = delta.wrapping_sub(STARVING);
                     }
                     word.fetch_add(delta);
-                    return true;
+                    return Some(waited);
                 }
                 // Woken in normal mode: compete again (we are no longer counted).
                 awoke = true;

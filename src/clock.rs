@@ -24,6 +24,13 @@ pub trait Clock {
     fn now() -> Self::Instant;
     /// Has strictly more than [`STARVATION_THRESHOLD`] passed since `since`?
     fn starving_since(since: Self::Instant) -> bool;
+    /// [`starving_since`](Self::starving_since) and, from the same clock read, the nanoseconds
+    /// since `since` (0 from a clock that does not measure them, such as a model's): a waiter's
+    /// sleep, for a lock's statistics, at no extra clock read.
+    #[inline]
+    fn starving_since_ns(since: Self::Instant) -> (bool, u64) {
+        (Self::starving_since(since), 0)
+    }
 }
 
 /// The system's monotonic clock (`CLOCK_MONOTONIC` on Linux, via `std::time::Instant`).
@@ -40,6 +47,12 @@ impl Clock for Monotonic {
     #[inline]
     fn starving_since(since: Self::Instant) -> bool {
         since.elapsed() > STARVATION_THRESHOLD
+    }
+    #[inline]
+    fn starving_since_ns(since: Self::Instant) -> (bool, u64) {
+        let waited = since.elapsed();
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        (waited > STARVATION_THRESHOLD, ns)
     }
 }
 

@@ -26,7 +26,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// the initialiser, so a region with this magic is fully initialised.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
 /// The layout version. Bumped on any change of the bytes below.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 /// `b"GoMutMap"`: the first 8 bytes of a named [`Mapping`](super::Mapping)'s object once its
 /// creator has initialised what it holds. Written last.
 pub const MAP_MAGIC: u64 = u64::from_le_bytes(*b"GoMutMap");
@@ -249,9 +249,10 @@ pub(crate) struct StatsRow {
     pub acquisitions: AtomicU64,
     /// Acquisitions that did not succeed at once and went through Go's `lockSlow`.
     pub contended: AtomicU64,
-    /// Time those spent in `lockSlow` (ns, `CLOCK_MONOTONIC`).
+    /// Those of them that slept: from the first sleep to the last wake-up, ns summed
+    /// (`CLOCK_MONOTONIC`, the starvation rule's reads; spinning is not timed).
     pub wait_ns: AtomicU64,
-    /// The longest of them (ns).
+    /// The longest of those sleeps (ns).
     pub wait_max_ns: AtomicU64,
     /// Acquisitions told that the previous owner died (`LockError::OwnerDied`).
     pub owner_died_reported: AtomicU64,
@@ -259,7 +260,8 @@ pub(crate) struct StatsRow {
     pub cv_waits: AtomicU64,
     /// Condvar waits that timed out (counted once the lock is held again).
     pub cv_timeouts: AtomicU64,
-    pub _spare0: AtomicU64,
+    /// Contended acquisitions that slept (what `wait_ns` sums over).
+    pub slept: AtomicU64,
     // --- line 1: written with `fetch_add` on the slow paths ---
     /// Switches into starvation mode (a waiter that waited over 1 ms set `STARVING`).
     pub starvation_entries: AtomicU64,

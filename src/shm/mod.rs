@@ -329,9 +329,11 @@ impl<T: ShmSafe> ShmMutex<T> {
         let row = ctx.stats();
         let w = ctx.acquire_fast();
         if w == 0 {
-            let since = sys::mono_ns();
-            algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, None);
-            ctx.record_wait_since(since);
+            // No deadline: the slow path returns only holding the lock. The statistics take
+            // its wait from the starvation rule's clock reads: no read of their own.
+            if let Some(waited) = algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, None) {
+                row.record_contended(waited);
+            }
         }
         self.guard(generation, ctx, row, w)
     }
@@ -432,12 +434,12 @@ impl<T: ShmSafe> ShmMutex<T> {
         if w != 0 {
             return Ok(self.guard(sys::fork_generation(), ctx, row, w)?);
         }
-        let since = sys::mono_ns();
-        if algo::lock_slow::<_, _, Monotonic>(&ctx, &ctx, deadline) {
-            ctx.record_wait_since(since);
-            Ok(self.guard(sys::fork_generation(), ctx, row, w)?)
-        } else {
-            Err(TryLockError::WouldBlock)
+        match algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, deadline) {
+            Some(waited) => {
+                row.record_contended(waited);
+                Ok(self.guard(sys::fork_generation(), ctx, row, w)?)
+            }
+            None => Err(TryLockError::WouldBlock),
         }
     }
 

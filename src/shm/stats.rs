@@ -4,13 +4,17 @@
 //! Each process counts in the row of its own participant slot, so counting moves no cache line
 //! between processes: the acquisition count is a plain load and store by the lock's holder (the
 //! lock orders all holders' writes), on a line no other process writes; what the slow paths
-//! count they add with `fetch_add`, on a second line. A reader sums the rows. Rows are never
+//! count they add with `fetch_add`, on a second line. No clock is read for them: a contended
+//! acquisition's sleep is timed by the reads Go's starvation rule makes anyway
+//! (`algo::lock_slow_waited`), one that only spun is counted, not timed. A reader sums the
+//! rows. Rows are never
 //! cleared while the region lives (a process that takes a dead one's slot over counts on top),
 //! so every figure but `worst_wait_ns`'s maximum is a sum of counters that only grow.
 
 use super::layout::StatsRow;
 use super::region::Participant;
-use super::{sys, ShmMutex, ShmSafe};
+use super::{ShmMutex, ShmSafe};
+use crate::algo::Waited;
 use core::sync::atomic::{AtomicU64, Ordering::*};
 
 /// Counts of a [`ShmMutex`] (and of the [`ShmCondvar`](super::ShmCondvar)s bound to it) over
@@ -30,7 +34,7 @@ use core::sync::atomic::{AtomicU64, Ordering::*};
 /// }
 /// let s = m.stats();
 /// assert_eq!(s.acquisitions, 3);
-/// assert_eq!(s.contended, 0); // nobody else wanted it
+/// assert_eq!((s.contended, s.slept), (0, 0)); // nobody else wanted it
 /// assert_eq!((s.owner_deaths, s.starvation_entries), (0, 0));
 /// # Ok::<(), gomutex::shm::ShmError>(())
 /// ```
@@ -42,9 +46,14 @@ pub struct LockStats {
     /// Acquisitions that did not get the lock at once and went through Go's slow path
     /// (spinning, queueing), including those that then got it without sleeping.
     pub contended: u64,
-    /// Nanoseconds the contended acquisitions spent in the slow path, summed.
+    /// Contended acquisitions that slept (queued on the lock and were woken at least once).
+    pub slept: u64,
+    /// Nanoseconds the `slept` acquisitions slept, summed: each from just before its first
+    /// sleep to its last wake-up. Spinning is not timed (it lasts a few µs at most): the
+    /// figures come from the two clock reads Go's starvation rule makes anyway, so counting
+    /// reads no clock. `total_wait_ns / slept` is the mean sleep.
     pub total_wait_ns: u64,
-    /// The longest of those waits (ns).
+    /// The longest of those sleeps (ns).
     pub worst_wait_ns: u64,
     /// Switches into starvation mode: a waiter that had waited over 1 ms found the lock held
     /// and set `STARVING` (Go's fairness rule; unlocks then hand the lock over in FIFO order).
@@ -91,6 +100,7 @@ impl<T: ShmSafe> ShmMutex<T> {
             let row = r.stats_row(i);
             add(&mut s.acquisitions, &row.acquisitions);
             add(&mut s.contended, &row.contended);
+            add(&mut s.slept, &row.slept);
             add(&mut s.total_wait_ns, &row.wait_ns);
             s.worst_wait_ns = s.worst_wait_ns.max(row.wait_max_ns.load(Relaxed));
             add(&mut s.starvation_entries, &row.starvation_entries);
@@ -112,10 +122,20 @@ pub(crate) fn bump(c: &AtomicU64) {
 }
 
 impl StatsRow {
-    /// A contended acquisition that waited `ns` (the lock's holder, holding it).
-    #[cold]
-    pub(crate) fn record_wait(&self, ns: u64) {
+    /// A contended acquisition, by the lock's holder, holding it: one plain add unless it
+    /// slept. No clock read here: a sleep's length comes from the slow path.
+    #[inline]
+    pub(crate) fn record_contended(&self, waited: Waited) {
         bump(&self.contended);
+        if let Waited::Slept { ns } = waited {
+            self.record_sleep(ns);
+        }
+    }
+
+    /// A contended acquisition that slept `ns` from its first sleep to its last wake-up.
+    #[cold]
+    fn record_sleep(&self, ns: u64) {
+        bump(&self.slept);
         self.wait_ns
             .store(self.wait_ns.load(Relaxed).wrapping_add(ns), Relaxed);
         if ns > self.wait_max_ns.load(Relaxed) {
@@ -129,13 +149,5 @@ impl Participant<'_> {
     #[inline(always)]
     pub(crate) fn stats(&self) -> &StatsRow {
         self.r.stats_row(self.me)
-    }
-
-    /// A contended acquisition whose slow path began at `since` (`sys::mono_ns`) has just
-    /// taken the lock.
-    #[cold]
-    pub(crate) fn record_wait_since(&self, since: u64) {
-        self.stats()
-            .record_wait(sys::mono_ns().saturating_sub(since));
     }
 }

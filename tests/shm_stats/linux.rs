@@ -61,8 +61,8 @@ fn uncontended_acquisitions() {
     assert_eq!(s.acquisitions, 13, "{s:?}");
     // The timed attempt that gave up went through the slow path but acquired nothing.
     assert_eq!(
-        (s.contended, s.total_wait_ns, s.worst_wait_ns),
-        (0, 0, 0),
+        (s.contended, s.slept, s.total_wait_ns, s.worst_wait_ns),
+        (0, 0, 0, 0),
         "{s:?}"
     );
     assert_eq!(
@@ -80,7 +80,7 @@ fn contended_across_processes() {
     drop(g);
     assert_eq!(wait_limit(child, LIMIT, "contended child"), 0);
     let s = m.stats();
-    assert_eq!((s.acquisitions, s.contended), (2, 1), "{s:?}");
+    assert_eq!((s.acquisitions, s.contended, s.slept), (2, 1, 1), "{s:?}");
     assert!(s.worst_wait_ns >= HOLD.as_nanos() as u64, "{s:?}");
     assert_eq!(s.total_wait_ns, s.worst_wait_ns, "one wait: {s:?}");
     assert_eq!(*m.lock().unwrap(), 1);
@@ -114,7 +114,7 @@ fn starvation_entry_in_the_fairness_scenario() {
     assert_eq!(wait_limit(child, LIMIT, "starving child"), 0);
     let s = m.stats();
     assert_eq!(s.starvation_entries, 1, "{s:?}");
-    assert_eq!((s.acquisitions, s.contended), (3, 1), "{s:?}");
+    assert_eq!((s.acquisitions, s.contended, s.slept), (3, 1, 1), "{s:?}");
     assert!(s.worst_wait_ns >= HOLD.as_nanos() as u64, "{s:?}");
     assert_eq!(*m.lock().unwrap(), 1);
 }
@@ -184,6 +184,7 @@ fn sums_monotonic_across_slot_reuse() {
         // Each child after the first had to recover its predecessor's slot to get one.
         assert_eq!(s.recoveries, round as u64, "round {round}: {s:?}");
         assert!(s.contended >= last.contended && s.cv_waits >= last.cv_waits);
+        assert!(s.slept >= last.slept && s.total_wait_ns >= last.total_wait_ns);
         assert_eq!(
             m.diagnostics().participants,
             1,

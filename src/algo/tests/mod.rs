@@ -37,6 +37,11 @@ impl Clock for FakeClock {
         CLOCK_READS.with(|r| r.set(r.get() + 1));
         NOW.with(Cell::get) - since > MS
     }
+    fn starving_since_ns(since: u64) -> (bool, u64) {
+        CLOCK_READS.with(|r| r.set(r.get() + 1));
+        let ns = NOW.with(Cell::get) - since;
+        (ns > MS, ns)
+    }
 }
 
 fn advance(ns: u64) {
@@ -368,6 +373,47 @@ fn contended_lock_registers_and_first_sleeps_at_the_back() {
         "the woken waiter must clear WOKEN when it locks"
     );
     assert_eq!(q.calls(), [acq(false), rel(false)]);
+}
+
+#[test]
+fn lock_slow_waited_reports_the_sleep_from_the_starvation_rules_clock_reads() {
+    let w = Word::new(LOCKED);
+    let q = Script::new(&w)
+        .then(|w, log| {
+            advance(300);
+            other_unlocks(w, log);
+            barger_locks(w); // the woken waiter loses and sleeps again
+            true
+        })
+        .then(|w, log| {
+            advance(400);
+            other_unlocks(w, log);
+            true
+        });
+    let reads = clock_reads();
+    let waited = lock_slow_waited::<_, _, FakeClock>(&w, &q, None);
+    q.assert_done();
+    assert_eq!(w.get(), LOCKED);
+    // From before the first sleep to the last wake-up, across both sleeps.
+    assert_eq!(waited, Some(Waited::Slept { ns: 700 }));
+    // Go's reads only: one before the first sleep, one after each wake-up.
+    assert_eq!(clock_reads() - reads, 3);
+}
+
+#[test]
+fn lock_slow_waited_without_a_sleep_is_awake_and_reads_no_clock() {
+    // Free in normal mode with a waiter counted: the slow path takes it with its first CAS.
+    let w = Word::new(W);
+    let q = Script::new(&w);
+    let reads = clock_reads();
+    let waited = lock_slow_waited::<_, _, FakeClock>(&w, &q, None);
+    assert_eq!(waited, Some(Waited::Awake));
+    assert_eq!(w.get(), LOCKED | W);
+    assert_eq!(
+        clock_reads(),
+        reads,
+        "a slow path that never slept read the clock"
+    );
 }
 
 #[test]
