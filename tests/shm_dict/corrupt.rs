@@ -7,9 +7,10 @@
 //! free-list and slab-list heads, page descriptors and slab bitmaps, buckets and chains, LRU
 //! links, entry fields, a committed redo record that a dead holder leaves to be replayed), and
 //! runs every operation on it in a child process, which must exit 0. Each round starts from
-//! the undamaged copy, so rounds are independent: `GOMUTEX_DICT_FUZZ_SEED=<seed>
-//! GOMUTEX_DICT_FUZZ_ROUND=<round>` repeats one (describing its damage), and
-//! `GOMUTEX_DICT_FUZZ_ROUNDS` sets how many run (default 4000).
+//! the undamaged copy, so rounds are independent. The seed (from the clock unless given) also
+//! makes the dictionary's hash seeds, so the same seed fills the same zones:
+//! `GOMUTEX_DICT_FUZZ_SEED=<seed> GOMUTEX_DICT_FUZZ_ROUND=<round>` repeats one round
+//! (describing its damage), and `GOMUTEX_DICT_FUZZ_ROUNDS` sets how many run (default 4000).
 
 use crate::linux::common::anon::AnonShared;
 use crate::linux::common::procs::{self, fork, reap, Rng};
@@ -25,6 +26,7 @@ const H_NPAGES: usize = 24;
 const H_NBUCKETS: usize = 28;
 const H_BUCKETS: usize = 32;
 const H_PAGES: usize = 40;
+const H_SEED: usize = 48;
 const H_SHARD: usize = 56;
 const H_COUNT: usize = 80;
 const H_BUDDY: usize = 128;
@@ -48,7 +50,7 @@ const HEADER: [(usize, usize); 20] = [
     (H_NBUCKETS, 4),
     (H_BUCKETS, 8),
     (H_PAGES, 8),
-    (48, 8),
+    (H_SEED, 8),
     (H_SHARD, 4),
     (60, 4),
     (64, 8),
@@ -119,11 +121,32 @@ fn put(b: &mut [u8], off: usize, width: usize, v: u64) {
 }
 
 impl Fill {
-    fn new() -> Self {
+    /// The dictionary, filled, its hash seeds made from `seed` (so that a round repeats).
+    fn new(seed: u64) -> Self {
         let cfg = DictConfig::new().shards(SHARDS);
         let need = ShmDict::required_size(CAP, cfg).unwrap();
         let map = Mapping::anonymous(need).unwrap();
-        let d = ShmDict::init_in(&map, 0, CAP, cfg).unwrap();
+        let made = ShmDict::init_in(&map, 0, CAP, cfg).unwrap();
+        let stride = need / SHARDS as usize;
+        let zone_len = made.capacity() / SHARDS as usize;
+        let zones: Vec<usize> = (0..SHARDS as usize)
+            .map(|i| i * stride + stride - zone_len)
+            .collect();
+        drop(made);
+        // The kernel's random seeds replaced while the zones are empty, then attached: the
+        // same shards, chains and zones for the same `seed`.
+        for (i, z) in zones.iter().enumerate() {
+            // SAFETY: the header's seed word of a shard's zone (8-aligned, in the mapping);
+            // no handle is attached, so nothing reads or writes it meanwhile.
+            unsafe {
+                map.as_ptr().add(z + H_SEED).cast::<u64>().write(
+                    (seed ^ i as u64)
+                        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                        .to_le(),
+                )
+            };
+        }
+        let d = ShmDict::attach_in(&map, 0).unwrap();
         let mut keys = Vec::new();
         // Every slab class and large blocks of 1 to 4 pages.
         let sizes = [
@@ -180,11 +203,6 @@ impl Fill {
         );
         assert!(d.free_space() > 0);
 
-        let stride = need / SHARDS as usize;
-        let zone_len = d.capacity() / SHARDS as usize;
-        let zones: Vec<usize> = (0..SHARDS as usize)
-            .map(|i| i * stride + stride - zone_len)
-            .collect();
         let pristine: Vec<Vec<u8>> = zones
             .iter()
             .map(|&z| {
@@ -518,7 +536,7 @@ pub fn corruption_fuzz() {
     let rounds = env("GOMUTEX_DICT_FUZZ_ROUNDS").unwrap_or(4000);
     let only = env("GOMUTEX_DICT_FUZZ_ROUND");
     println!("corruption fuzz: seed {seed}, {rounds} rounds");
-    let fill = Fill::new();
+    let fill = Fill::new(seed);
     // [round in progress, rounds done, rounds whose damage check() found]
     let book = AnonShared::counters(3);
     let (first, last) = match only {
