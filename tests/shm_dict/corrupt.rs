@@ -482,8 +482,9 @@ impl Fill {
     }
 
     /// Round `round` of `seed`, in this (child) process: damage, then every operation, on the
-    /// inherited handle and on a fresh attach. Whether `check` found damage.
-    fn round(&self, seed: u64, round: u64, verbose: bool) -> bool {
+    /// inherited handle and on a fresh attach. Whether `check` found damage, and whether a
+    /// dead holder left its shard to replay the redo record.
+    fn round(&self, seed: u64, round: u64, verbose: bool) -> (bool, bool) {
         let mut rng = Rng((seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1);
         for _ in 0..4 {
             rng.next();
@@ -496,15 +497,13 @@ impl Fill {
         self.write(&self.pristine);
         let dead = redo.then(|| self.die_holding_a_lock(&mut rng));
         self.write(&zones);
-        if let Some(pid) = dead {
-            // The next operation on its shard replays the (damaged) record.
-            self.d.force_unlock(pid);
-        }
+        // The next operation on its shard replays the (damaged) record.
+        let replay = dead.is_some_and(|pid| self.d.force_unlock(pid));
         let damaged = self.every_operation(&self.d, &mut rng);
         if let Ok(d) = ShmDict::attach_in(&self.map, 0) {
             self.every_operation(&d, &mut rng);
         }
-        damaged
+        (damaged, replay)
     }
 
     /// A process that dies inside `get_with` (holding a shard's lock), reaped; its pid.
@@ -537,8 +536,8 @@ pub fn corruption_fuzz() {
     let only = env("GOMUTEX_DICT_FUZZ_ROUND");
     println!("corruption fuzz: seed {seed}, {rounds} rounds");
     let fill = Fill::new(seed);
-    // [round in progress, rounds done, rounds whose damage check() found]
-    let book = AnonShared::counters(3);
+    // [round in progress, rounds done, rounds whose damage check() found, rounds that replayed]
+    let book = AnonShared::counters(4);
     let (first, last) = match only {
         Some(r) => (r, r + 1),
         None => (0, rounds),
@@ -550,9 +549,9 @@ pub fn corruption_fuzz() {
         let pid = fork(move || {
             for r in start..end {
                 book.at(0).store(r, SeqCst);
-                if fill.round(seed, r, only.is_some()) {
-                    book.at(2).fetch_add(1, SeqCst);
-                }
+                let (damaged, replay) = fill.round(seed, r, only.is_some());
+                book.at(2).fetch_add(u64::from(damaged), SeqCst);
+                book.at(3).fetch_add(u64::from(replay), SeqCst);
                 book.at(1).fetch_add(1, SeqCst);
             }
             0
@@ -573,10 +572,17 @@ pub fn corruption_fuzz() {
         }
         start = end;
     }
-    let (done, found) = (book.at(1).load(SeqCst), book.at(2).load(SeqCst));
-    println!("corruption fuzz: {done} rounds, check() found the damage in {found}");
+    let [done, found, replays] = [1, 2, 3].map(|i| book.at(i).load(SeqCst));
+    println!(
+        "corruption fuzz: {done} rounds, check() found the damage in {found}, {replays} \
+         replayed a damaged redo record after a death"
+    );
     assert_eq!(done, last - first);
     // The damage is real: check() sees most of it (a flipped bit of a value is not damage
-    // it can see).
+    // it can see), and the redo records were replayed.
     assert!(only.is_some() || found * 4 >= done, "{found} of {done}");
+    assert!(
+        only.is_some() || replays * 40 >= done,
+        "{replays} of {done}"
+    );
 }
