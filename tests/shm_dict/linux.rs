@@ -718,6 +718,7 @@ pub fn main() {
         ("counters_of_forked_workers", counters_of_forked_workers),
         ("crash_points_every_operation", crash_points_every_operation),
         ("kill_torture", kill_torture),
+        ("corruption_fuzz", crate::corrupt::corruption_fuzz),
         (
             "limit_req_rate_across_two_workers",
             crate::limit_req::rate_across_two_workers,

@@ -3,10 +3,13 @@
 //!
 //! `harness = false`: the cases run one after another on the main thread, so the process is
 //! single-threaded whenever it forks. Run one with `cargo test --test shm_dict -- <name>`.
-//! `GOMUTEX_DICT_TORTURE_SECS` sets the torture's length (default 12 s).
+//! `GOMUTEX_DICT_TORTURE_SECS` sets the torture's length (default 12 s); `corrupt.rs` says how
+//! to repeat a round of the corruption fuzz.
 //!
 //! Linux only: the tests are in `linux.rs`; elsewhere this binary runs nothing.
 
+#[cfg(target_os = "linux")]
+mod corrupt;
 #[cfg(target_os = "linux")]
 mod limit_req;
 #[cfg(target_os = "linux")]

@@ -21,6 +21,12 @@
 //! merges at most as often, each step writing at most 6 words (a descriptor's kind and order,
 //! and a list push or removal); with the entry's links and the counts, a store plans at most
 //! about 310 writes, under the redo record's 512.
+//!
+//! Every page number, order, class, bitmap and count read from the region is checked before
+//! it is computed with (a page past the zone, a list head naming a block that is not free and
+//! of its order, a full slab page on its class's list, a chunk freed that is not allocated, a
+//! count that would wrap): the zone was damaged, which is reported ([`corrupt`]) and fails the
+//! operation, and no arithmetic overflows on such values in any build.
 
 use super::layout::*;
 use super::redo::Tx;
@@ -84,35 +90,61 @@ fn partial_head(c: u32) -> usize {
     H_PARTIAL + 4 * c as usize
 }
 
-/// Push page `p` at the head of the list whose head word is at `head`.
-fn push(tx: &mut Tx<'_>, head: usize, p: u32) {
-    let h = tx.r32(head);
+/// The page that the list word at `at` names (page + 1; 0 = none). One past the zone is
+/// damage: reported, and taken as none.
+fn linked(tx: &Tx<'_>, g: &Geometry, at: usize) -> Option<u32> {
+    let p = tx.r32(at).checked_sub(1)?;
+    if p >= g.npages {
+        corrupt(at);
+        return None;
+    }
+    Some(p)
+}
+
+/// Push page `p` (of the zone) at the head of the list whose head word is at `head`.
+fn push(tx: &mut Tx<'_>, g: &Geometry, head: usize, p: u32) {
+    let (h, first) = (tx.r32(head), linked(tx, g, head));
     tx.w32(Geometry::desc(p) + D_PREV, 0);
     tx.w32(Geometry::desc(p) + D_NEXT, h);
-    if h != 0 {
-        tx.w32(Geometry::desc(h - 1) + D_PREV, p + 1);
+    if let Some(q) = first {
+        tx.w32(Geometry::desc(q) + D_PREV, p + 1);
     }
     tx.w32(head, p + 1);
 }
 
-/// Remove page `p` from the list whose head word is at `head`.
-fn remove(tx: &mut Tx<'_>, head: usize, p: u32) {
+/// Remove page `p` (of the zone) from the list whose head word is at `head`.
+fn remove(tx: &mut Tx<'_>, g: &Geometry, head: usize, p: u32) {
     let d = Geometry::desc(p);
     let (prev, next) = (tx.r32(d + D_PREV), tx.r32(d + D_NEXT));
-    if prev == 0 {
-        tx.w32(head, next);
-    } else {
-        tx.w32(Geometry::desc(prev - 1) + D_NEXT, next);
+    match linked(tx, g, d + D_PREV) {
+        None => tx.w32(head, next),
+        Some(q) => tx.w32(Geometry::desc(q) + D_NEXT, next),
     }
-    if next != 0 {
-        tx.w32(Geometry::desc(next - 1) + D_PREV, prev);
+    if let Some(q) = linked(tx, g, d + D_NEXT) {
+        tx.w32(Geometry::desc(q) + D_PREV, prev);
     }
     tx.w32(d + D_PREV, 0);
     tx.w32(d + D_NEXT, 0);
 }
 
+/// Whether the descriptor of page `p` (of the zone) starts a block of `kind` and order `k`
+/// that lies in the zone; if not, the zone is damaged (reported).
+fn is_block(tx: &Tx<'_>, g: &Geometry, p: u32, kind: u32, k: u32) -> bool {
+    let d = Geometry::desc(p);
+    // `p < npages < 2^24` and `k < ORDERS`: no overflow.
+    let ok = (k as usize) < ORDERS
+        && tx.r32(d + D_KIND) == kind
+        && tx.r32(d + D_ARG) == k
+        && p.is_multiple_of(1 << k)
+        && p + (1 << k) <= g.npages;
+    if !ok {
+        corrupt(d);
+    }
+    ok
+}
+
 /// A free block of 2^`order` pages (its first page), or `None`.
-fn pages_alloc(tx: &mut Tx<'_>, order: u32) -> Option<u32> {
+fn pages_alloc(tx: &mut Tx<'_>, g: &Geometry, order: u32) -> Option<u32> {
     let mut k = order;
     while (k as usize) < ORDERS && tx.r32(buddy_head(k)) == 0 {
         k += 1;
@@ -120,34 +152,38 @@ fn pages_alloc(tx: &mut Tx<'_>, order: u32) -> Option<u32> {
     if k as usize >= ORDERS {
         return None;
     }
-    let p = tx.r32(buddy_head(k)) - 1;
-    remove(tx, buddy_head(k), p);
+    // The head names a free block of its order (else the zone is damaged: none).
+    let p = linked(tx, g, buddy_head(k))?;
+    if !is_block(tx, g, p, KIND_FREE, k) {
+        return None;
+    }
+    remove(tx, g, buddy_head(k), p);
     // Split: keep the low half, free the high one, down to the order asked for.
     while k > order {
         k -= 1;
         let q = p + (1 << k);
         tx.w32(Geometry::desc(q) + D_KIND, KIND_FREE);
         tx.w32(Geometry::desc(q) + D_ARG, k);
-        push(tx, buddy_head(k), q);
+        push(tx, g, buddy_head(k), q);
     }
     tx.w32(Geometry::desc(p) + D_KIND, KIND_NONE);
-    let free = tx.r64(H_FREE_PAGES);
-    tx.w64(H_FREE_PAGES, free.wrapping_sub(1 << order));
+    tx.sub64(H_FREE_PAGES, 1 << order);
     Some(p)
 }
 
-/// Return the block of 2^`order` pages at `p`, merging it with free buddies.
-fn pages_free(tx: &mut Tx<'_>, npages: u32, mut p: u32, order: u32) {
-    let free = tx.r64(H_FREE_PAGES);
-    tx.w64(H_FREE_PAGES, free.wrapping_add(1 << order));
+/// Return the block of 2^`order` pages at `p` (a block of the zone: see [`size_at`]), merging
+/// it with free buddies.
+fn pages_free(tx: &mut Tx<'_>, g: &Geometry, mut p: u32, order: u32) {
+    tx.add64(H_FREE_PAGES, 1 << order);
     let mut k = order;
     while (k as usize) + 1 < ORDERS {
         let b = p ^ (1 << k);
         let bd = Geometry::desc(b);
-        if b + (1 << k) > npages || tx.r32(bd + D_KIND) != KIND_FREE || tx.r32(bd + D_ARG) != k {
+        // `p` is aligned to 2^k and in the zone, so `b + 2^k` does not overflow.
+        if b + (1 << k) > g.npages || tx.r32(bd + D_KIND) != KIND_FREE || tx.r32(bd + D_ARG) != k {
             break;
         }
-        remove(tx, buddy_head(k), b);
+        remove(tx, g, buddy_head(k), b);
         let hi = p.max(b);
         tx.w32(Geometry::desc(hi) + D_KIND, KIND_NONE);
         tx.w32(Geometry::desc(hi) + D_ARG, 0);
@@ -158,7 +194,7 @@ fn pages_free(tx: &mut Tx<'_>, npages: u32, mut p: u32, order: u32) {
     tx.w32(d + D_KIND, KIND_FREE);
     tx.w32(d + D_ARG, k);
     tx.w64(d + D_BITMAP, 0);
-    push(tx, buddy_head(k), p);
+    push(tx, g, buddy_head(k), p);
 }
 
 /// Whether [`alloc`] of `size` would succeed now.
@@ -170,69 +206,88 @@ pub(crate) fn fits(tx: &Tx<'_>, size: Size) -> bool {
     partial || (order..ORDERS as u32).any(|k| tx.r32(buddy_head(k)) != 0)
 }
 
-/// Offset of a new chunk for `size`, or `None` if no free memory has it.
+/// Offset of a new chunk for `size`, or `None` if no free memory has it, or if the operation
+/// met a damaged zone (so that no entry is written where the damage points).
 pub(crate) fn alloc(tx: &mut Tx<'_>, g: &Geometry, size: Size) -> Option<usize> {
     let off = match size {
         Size::Order(k) => {
-            let p = pages_alloc(tx, k)?;
+            let p = pages_alloc(tx, g, k)?;
             let d = Geometry::desc(p);
             tx.w32(d + D_KIND, KIND_LARGE);
             tx.w32(d + D_ARG, k);
             g.page(p)
         }
         Size::Class(c) => {
-            let mut h = tx.r32(partial_head(c));
-            if h == 0 {
-                let p = pages_alloc(tx, 0)?;
+            let p = if tx.r32(partial_head(c)) == 0 {
+                let p = pages_alloc(tx, g, 0)?;
                 let d = Geometry::desc(p);
                 tx.w32(d + D_KIND, KIND_SLAB);
                 tx.w32(d + D_ARG, c);
                 tx.w64(d + D_BITMAP, 0);
-                push(tx, partial_head(c), p);
-                h = p + 1;
-            }
-            let p = h - 1;
+                push(tx, g, partial_head(c), p);
+                p
+            } else {
+                linked(tx, g, partial_head(c))?
+            };
             let d = Geometry::desc(p);
             let bm = tx.r64(d + D_BITMAP);
             let i = (!bm).trailing_zeros();
+            // A page on the class's list is a slab page of the class with a free chunk.
+            if tx.r32(d + D_KIND) != KIND_SLAB || tx.r32(d + D_ARG) != c || i >= chunks(c) {
+                corrupt(d);
+                return None;
+            }
             let bm = bm | 1 << i;
             tx.w64(d + D_BITMAP, bm);
             if bm == full_mask(c) {
-                remove(tx, partial_head(c), p);
+                remove(tx, g, partial_head(c), p);
             }
             g.page(p) + i as usize * CLASSES[c as usize] as usize
         }
     };
-    let used = tx.r64(H_USED);
-    tx.w64(H_USED, used.wrapping_add(size.bytes() as u64));
-    Some(off)
+    tx.add64(H_USED, size.bytes() as u64);
+    (!corrupt_seen()).then_some(off)
 }
 
-/// The memory the chunk at `off` occupies (from its page's descriptor).
-pub(crate) fn size_at(tx: &Tx<'_>, g: &Geometry, off: usize) -> Size {
-    let d = Geometry::desc(g.page_of(off));
-    let arg = tx.r32(d + D_ARG);
-    match tx.r32(d + D_KIND) {
-        KIND_SLAB if (arg as usize) < CLASSES.len() => Size::Class(arg),
-        KIND_LARGE if (arg as usize) < ORDERS => Size::Order(arg),
-        _ => {
-            // No chunk is there: a corrupt reference or descriptor.
-            corrupt(off);
-            Size::Class(0)
-        }
-    }
-}
-
-/// Free the chunk at `off` (allocated by [`alloc`]).
-pub(crate) fn free(tx: &mut Tx<'_>, g: &Geometry, off: usize) {
+/// The memory the chunk at `off` occupies (from its page's descriptor); `None` if no
+/// allocated chunk starts there (a damaged reference or descriptor: reported).
+pub(crate) fn size_at(tx: &Tx<'_>, g: &Geometry, off: usize) -> Option<Size> {
     let p = g.page_of(off);
     let d = Geometry::desc(p);
-    let size = size_at(tx, g, off);
-    let used = tx.r64(H_USED);
-    tx.w64(H_USED, used.wrapping_sub(size.bytes() as u64));
+    let arg = tx.r32(d + D_ARG);
+    // Where `off` is in its page (0 if `page_of` found it outside the pages: reported).
+    let at = off.saturating_sub(g.page(p));
+    let size = match tx.r32(d + D_KIND) {
+        KIND_SLAB if (arg as usize) < CLASSES.len() => {
+            let class = CLASSES[arg as usize] as usize;
+            let i = at / class;
+            let ok = at.is_multiple_of(class)
+                && i < chunks(arg) as usize
+                && tx.r64(d + D_BITMAP) & 1 << i != 0;
+            ok.then_some(Size::Class(arg))
+        }
+        KIND_LARGE if at == 0 && is_block(tx, g, p, KIND_LARGE, arg) => Some(Size::Order(arg)),
+        _ => None,
+    };
+    if size.is_none() {
+        corrupt(off);
+    }
+    size
+}
+
+/// Free the chunk at `off` (allocated by [`alloc`]; if it is not, the zone is damaged:
+/// reported, nothing planned).
+pub(crate) fn free(tx: &mut Tx<'_>, g: &Geometry, off: usize) {
+    let Some(size) = size_at(tx, g, off) else {
+        return;
+    };
+    let p = g.page_of(off);
+    let d = Geometry::desc(p);
+    tx.sub64(H_USED, size.bytes() as u64);
     match size {
-        Size::Order(k) => pages_free(tx, g.npages, p, k),
+        Size::Order(k) => pages_free(tx, g, p, k),
         Size::Class(c) => {
+            // `size_at` checked that chunk `i` is in the page and allocated.
             let i = (off - g.page(p)) / CLASSES[c as usize] as usize;
             let bm = tx.r64(d + D_BITMAP);
             let was_full = bm == full_mask(c);
@@ -240,14 +295,25 @@ pub(crate) fn free(tx: &mut Tx<'_>, g: &Geometry, off: usize) {
             tx.w64(d + D_BITMAP, bm);
             if bm == 0 {
                 if !was_full {
-                    remove(tx, partial_head(c), p);
+                    remove(tx, g, partial_head(c), p);
                 }
-                pages_free(tx, g.npages, p, 0);
+                pages_free(tx, g, p, 0);
             } else if was_full {
-                push(tx, partial_head(c), p);
+                push(tx, g, partial_head(c), p);
             }
         }
     }
+}
+
+/// Bytes of the free pages (the count in the header; more pages than the zone has is damage:
+/// reported, 0).
+pub(crate) fn free_bytes(m: &Mem, g: &Geometry) -> usize {
+    let n = m.ld64(H_FREE_PAGES);
+    if n > u64::from(g.npages) {
+        corrupt(H_FREE_PAGES);
+        return 0;
+    }
+    n as usize * PAGE
 }
 
 /// Lay out the free blocks of a new region (direct writes: nobody sees it before the magic).

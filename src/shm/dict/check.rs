@@ -39,11 +39,12 @@ pub struct CheckReport {
 impl CheckReport {
     /// Add another shard's figures (the longest chain is the longest of both).
     pub(crate) fn add(&mut self, o: &CheckReport) {
-        self.entries += o.entries;
-        self.free_pages += o.free_pages;
-        self.slab_pages += o.slab_pages;
-        self.large_blocks += o.large_blocks;
-        self.used_bytes += o.used_bytes;
+        // Each checked against its zone, so they cannot overflow; saturating all the same.
+        self.entries = self.entries.saturating_add(o.entries);
+        self.free_pages = self.free_pages.saturating_add(o.free_pages);
+        self.slab_pages = self.slab_pages.saturating_add(o.slab_pages);
+        self.large_blocks = self.large_blocks.saturating_add(o.large_blocks);
+        self.used_bytes = self.used_bytes.saturating_add(o.used_bytes);
         self.longest_chain = self.longest_chain.max(o.longest_chain);
     }
 }

@@ -3,6 +3,9 @@
 use super::layout::{Geometry, PAGE};
 use crate::shm::{Config, ShmError};
 
+/// The most shards a dictionary has.
+pub(crate) const MAX_SHARDS: u32 = 1024;
+
 /// How a dictionary is made: its number of shards and its locks' sizes.
 ///
 /// ```
@@ -53,7 +56,7 @@ impl DictConfig {
 
     /// Each shard's zone for a dictionary of `capacity` bytes.
     pub(crate) fn zone(&self, capacity: usize) -> Result<Geometry, ShmError> {
-        if self.shards == 0 || self.shards > 1024 {
+        if self.shards == 0 || self.shards > MAX_SHARDS {
             return Err(ShmError::InvalidConfig(
                 "DictConfig::shards: a dictionary has 1 to 1024 shards",
             ));

@@ -7,10 +7,11 @@
 use super::layout::*;
 use super::redo::Tx;
 
-/// The offset an entry reference names.
+/// The offset an entry reference names (at most [`FAR`], where a reference from a damaged
+/// zone that a 32-bit process cannot address is clamped; never in a 64-bit one).
 #[inline]
 pub(crate) fn off(r: u32) -> usize {
-    r as usize * 16
+    usize::try_from(u64::from(r) * 16).map_or(FAR, |o| o.min(FAR))
 }
 
 /// The reference of the entry at `off`.

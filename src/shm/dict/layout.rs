@@ -134,14 +134,21 @@ pub(crate) const VALUE_INT: u32 = 1;
 /// to back, first to last.
 pub(crate) const VALUE_LIST: u32 = 2;
 
-/// Bytes an entry with this key and value occupies before rounding to its chunk.
-pub(crate) fn entry_size(klen: usize, vlen: usize) -> usize {
-    E_VALUE + vlen.next_multiple_of(8) + klen
+/// `vlen` rounded up to 8, saturating (a length read from a damaged zone may be anything).
+fn padded(vlen: usize) -> usize {
+    vlen.checked_next_multiple_of(8).unwrap_or(usize::MAX)
 }
 
-/// Offset of an entry's key.
+/// Bytes an entry with this key and value occupies before rounding to its chunk (saturating:
+/// no chunk is that large).
+pub(crate) fn entry_size(klen: usize, vlen: usize) -> usize {
+    E_VALUE.saturating_add(padded(vlen)).saturating_add(klen)
+}
+
+/// Offset of an entry's key (saturating: past the zone, where every access fails as
+/// corrupt).
 pub(crate) fn key_off(e: usize, vlen: usize) -> usize {
-    e + E_VALUE + vlen.next_multiple_of(8)
+    e.saturating_add(E_VALUE).saturating_add(padded(vlen))
 }
 
 /// Where everything is, derived from the region's length alone (so an attach recomputes it
@@ -188,13 +195,14 @@ impl Geometry {
         u64::from(self.npages) * 64
     }
 
-    /// Offset of page `p`'s descriptor.
+    /// Offset of page `p`'s descriptor (`p` of the zone, checked by the caller: so below
+    /// 2^24, and the offset does not overflow).
     #[inline]
     pub(crate) fn desc(p: u32) -> usize {
         META + DESC * p as usize
     }
 
-    /// Offset of page `p`.
+    /// Offset of page `p` (of the zone, as for [`desc`](Self::desc)).
     #[inline]
     pub(crate) fn page(&self, p: u32) -> usize {
         self.pages_off + PAGE * p as usize
@@ -327,6 +335,11 @@ impl Mem {
         unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) };
     }
 }
+
+/// Where an offset computed from a word of a damaged region is clamped so that a field's
+/// offset can still be added to it without overflow (in a 32-bit process): no region is this
+/// long (a Rust object is at most `isize::MAX` bytes), so every access there fails as corrupt.
+pub(crate) const FAR: usize = isize::MAX as usize;
 
 /// What an access outside the region reads instead: 0 (nothing stores to them: `st32` and
 /// `st64` skip such offsets, and the only atomic stores are to fixed header fields).

@@ -27,18 +27,20 @@ pub(crate) fn items(mut b: &[u8]) -> Option<usize> {
     Some(n)
 }
 
-/// The first item and the rest, or the last item and the rest (`front`).
+/// The first item and the rest, or the last item and the rest (`front`). Lengths are read
+/// from the zone: added checked (`None`, as for a list that is not whole).
 fn split(b: &[u8], front: bool) -> Option<(&[u8], Vec<u8>)> {
     if front {
         let len = u32::from_le_bytes(b.get(..LEN)?.try_into().ok()?) as usize;
-        let item = b.get(LEN..LEN + len)?;
-        return Some((item, b[LEN + len..].to_vec()));
+        let end = LEN.checked_add(len)?;
+        let item = b.get(LEN..end)?;
+        return Some((item, b[end..].to_vec()));
     }
     // The last item: walk to it.
     let mut at = 0;
     loop {
         let len = u32::from_le_bytes(b.get(at..at + LEN)?.try_into().ok()?) as usize;
-        let end = at + LEN + len;
+        let end = (at + LEN).checked_add(len)?;
         if end >= b.len() {
             return Some((b.get(at + LEN..end)?, b[..at].to_vec()));
         }
@@ -114,12 +116,15 @@ impl Zone<'_> {
             Some((e, b)) => (Some(e), b),
             None => (None, &[][..]),
         };
-        let len = bytes.len() + LEN + item.len();
+        let len = bytes.len().saturating_add(LEN).saturating_add(item.len());
         if len > max {
             return Err(DictError::ValueTooLarge { len, max });
         }
+        let Some(n) = items(bytes) else {
+            return Err(not_whole(old.unwrap_or(0)));
+        };
+        let n = n + 1;
         let mut new = Vec::with_capacity(len);
-        let n = items(bytes).unwrap_or(0) + 1;
         let prefix = (item.len() as u32).to_le_bytes();
         match end {
             End::Left => {
@@ -142,10 +147,7 @@ impl Zone<'_> {
             return Ok(None);
         };
         let Some((item, rest)) = split(bytes, matches!(end, End::Left)) else {
-            // `check` would report it; the entry is not a list this code wrote.
-            return Err(DictError::Corrupt(format!(
-                "entry at {e:#x}: a list that is not whole"
-            )));
+            return Err(not_whole(e));
         };
         let item = item.to_vec();
         self.put_list(key, Some(e), &rest, now)?;
@@ -154,6 +156,12 @@ impl Zone<'_> {
 }
 
 type PushResult = Result<usize, DictError>;
+
+/// The list at entry `e` does not tile: `check` would report it; the entry is not a list this
+/// code wrote.
+fn not_whole(e: usize) -> DictError {
+    DictError::Corrupt(format!("entry at {e:#x}: a list that is not whole"))
+}
 
 impl ShmDict {
     fn push_at(&self, key: &[u8], item: &[u8], end: End) -> PushResult {
@@ -216,11 +224,9 @@ impl ShmDict {
     pub fn llen(&self, key: impl AsRef<[u8]>) -> Result<usize, DictError> {
         let key = key.as_ref();
         Self::check_key(key)?;
-        self.shard(key).try_with(|z, now| {
-            Ok(match z.list(key, now)? {
-                Some((_, b)) => items(b).unwrap_or(0),
-                None => 0,
-            })
+        self.shard(key).try_with(|z, now| match z.list(key, now)? {
+            Some((e, b)) => items(b).ok_or_else(|| not_whole(e)),
+            None => Ok(0),
         })
     }
 }

@@ -50,10 +50,10 @@ pub(crate) fn touch(tx: &mut Tx<'_>, e: usize) {
 
 /// Mark `e` used by a hit: one plain store, outside any transaction (a death before or after
 /// it leaves a valid dictionary either way), skipped if already marked so that a hot entry's
-/// line stays clean.
+/// line stays clean, and if the operation met a damaged zone (which it then leaves as it was).
 #[inline]
 pub(crate) fn mark_used(m: &Mem, e: usize) {
-    if m.ld32(e + E_USED) == 0 {
+    if !corrupt_seen() && m.ld32(e + E_USED) == 0 {
         m.st32(e + E_USED, 1);
     }
 }

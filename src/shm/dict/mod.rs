@@ -159,8 +159,15 @@ pub const MAX_KEY: usize = 0xffff;
 ///   take the shards' locks one after another, so with several shards they are not atomic:
 ///   writes to a shard already passed are not seen, or not flushed.
 /// * A peer that corrupts the zone (writes it outside this code) makes operations that meet
-///   the damage fail with [`DictError::Corrupt`], changing nothing; they never read or write
-///   outside the zone, nor panic. [`check`](Self::check) describes the damage.
+///   the damage fail with [`DictError::Corrupt`], committing nothing from there on (an
+///   operation of several steps keeps those it finished, each whole). Every access to the
+///   zone is bounds-checked and every computation on a word read from it checked or
+///   saturating, so in any build they never read or write outside the zone, panic, or loop
+///   without bound. Damage that looks valid (a value's bytes, a chunk marked free) is not
+///   seen, and what an operation then does stays inside the zone. [`check`](Self::check)
+///   describes the damage; [`stats`](Self::stats) reads the counts as they are (saturating),
+///   and [`free_space`](Self::free_space) counts 0 for a zone claiming more free pages than
+///   it has.
 pub struct ShmDict {
     shards: Box<[Shard]>,
     /// Seed of the hash that picks a key's shard (from shard 0's header).
@@ -290,7 +297,12 @@ impl ShmDict {
         let stride = first.stride();
         let mut shards = vec![first];
         for i in 1..n {
-            let (s, index, m) = Shard::attach_in(map, offset + i as usize * stride)?;
+            // At most MAX_SHARDS strides, each inside the mapping: checked all the same.
+            let off = (i as usize)
+                .checked_mul(stride)
+                .and_then(|o| o.checked_add(offset))
+                .ok_or(ShmError::Corrupt("dictionary shards"))?;
+            let (s, index, m) = Shard::attach_in(map, off)?;
             if index != i || m != n || s.g != shards[0].g {
                 return Err(ShmError::Corrupt("dictionary shards"));
             }
@@ -684,11 +696,12 @@ impl ShmDict {
     }
 
     /// Bytes of free pages: room for entries of any size. Slab pages with free chunks are
-    /// not counted (as in lua_shared_dict), so small entries may still fit at 0.
+    /// not counted (as in lua_shared_dict), so small entries may still fit at 0. A damaged
+    /// zone's count (more pages than the zone has) counts 0.
     pub fn free_space(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.with(|z, _| z.m.ld64(layout::H_FREE_PAGES) as usize * PAGE))
+            .map(|s| s.with(|z, _| alloc::free_bytes(z.m, &z.g)))
             .map(|r| r.unwrap_or(0))
             .sum()
     }
@@ -714,12 +727,14 @@ impl ShmDict {
             evicted: 0,
             replayed: 0,
         };
+        // Saturating: a damaged zone's counts may be anything.
+        let add = |t: &mut u64, z: &ops::Zone<'_>, off| *t = t.saturating_add(z.m.ld64(off));
         for s in self.shards.iter() {
             let _ = s.with(|z, _| {
-                t.entries += z.m.ld64(layout::H_COUNT);
-                t.used_bytes += z.m.ld64(layout::H_USED);
-                t.evicted += z.m.ld64(layout::H_EVICTED);
-                t.replayed += z.m.ld64(layout::H_REPLAYED);
+                add(&mut t.entries, z, layout::H_COUNT);
+                add(&mut t.used_bytes, z, layout::H_USED);
+                add(&mut t.evicted, z, layout::H_EVICTED);
+                add(&mut t.replayed, z, layout::H_REPLAYED);
             });
         }
         t

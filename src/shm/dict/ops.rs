@@ -83,11 +83,10 @@ impl Zone<'_> {
     fn remove(&self, tx: &mut Tx<'_>, e: usize, link: usize, evicted: bool) {
         index::unlink(tx, link, e);
         lru::unlink(tx, e);
-        let n = tx.r64(H_COUNT);
-        tx.w64(H_COUNT, n.wrapping_sub(1));
+        tx.sub64(H_COUNT, 1);
         if evicted {
             let n = tx.r64(H_EVICTED);
-            tx.w64(H_EVICTED, n.wrapping_add(1));
+            tx.w64(H_EVICTED, n.saturating_add(1));
         }
         alloc::free(tx, &self.g, e);
     }
@@ -264,7 +263,8 @@ impl Zone<'_> {
         m.st32(e + E_VLEN, vlen as u32);
         m.st32(e + E_USED, 0);
         m.st64(e + E_EXPIRES, expires);
-        let seq = tx.r64(H_SEQ).wrapping_add(1);
+        tx.add64(H_SEQ, 1);
+        let seq = tx.r64(H_SEQ);
         m.st64(e + E_SEQ, seq);
         match value {
             Value::Bytes(b) => m.write(e + E_VALUE, b),
@@ -272,7 +272,6 @@ impl Zone<'_> {
         }
         m.write(key_off(e, vlen), key);
         // Its links and the structures' changes, planned.
-        tx.w64(H_SEQ, seq);
         match found {
             Some((old, link)) => {
                 index::swap(&mut tx, link, old, e);
@@ -282,8 +281,7 @@ impl Zone<'_> {
             None => {
                 index::link(&mut tx, &self.g, e, hash);
                 lru::push_head(&mut tx, e);
-                let n = tx.r64(H_COUNT);
-                tx.w64(H_COUNT, n.wrapping_add(1));
+                tx.add64(H_COUNT, 1);
             }
         }
         crash::point(crash::ENTRY_WRITTEN);

@@ -18,7 +18,7 @@
 //! every key holds its old or its new value.
 
 use super::crash;
-use super::layout::{corrupt_seen, Mem, LOG, LOG_CAP, LOG_ENTRIES};
+use super::layout::{corrupt, corrupt_seen, Mem, LOG, LOG_CAP, LOG_ENTRIES};
 use core::sync::atomic::{fence, Ordering};
 use std::collections::HashMap;
 
@@ -137,6 +137,23 @@ impl<'m> Tx<'m> {
         self.put((off as u64) << 1 | 1, v);
     }
 
+    /// Add `n` to the count at `off`. A count that would pass `u64::MAX` was damaged: reported,
+    /// and left as it is.
+    pub(crate) fn add64(&mut self, off: usize, n: u64) {
+        match self.r64(off).checked_add(n) {
+            Some(v) => self.w64(off, v),
+            None => corrupt(off),
+        }
+    }
+
+    /// Subtract `n` from the count at `off`; one below `n` was damaged (as [`add64`](Self::add64)).
+    pub(crate) fn sub64(&mut self, off: usize, n: u64) {
+        match self.r64(off).checked_sub(n) {
+            Some(v) => self.w64(off, v),
+            None => corrupt(off),
+        }
+    }
+
     /// Make the planned writes happen, all or none, whatever instant the process dies at.
     pub(crate) fn commit(self) {
         // A plan made over a corrupt zone is not applied (the operation fails).
@@ -167,17 +184,22 @@ impl<'m> Tx<'m> {
     }
 }
 
+/// The offset a pair's key names (`offset << 1 | is_u64`); past the addressable it is
+/// `usize::MAX`, which every access refuses (as corrupt).
+fn target(k: u64) -> usize {
+    usize::try_from(k >> 1).unwrap_or(usize::MAX)
+}
+
 fn apply(m: &Mem, w: &[(u64, u64)]) {
     let half = w.len() / 2;
     for (i, &(k, v)) in w.iter().enumerate() {
         if i == half && i > 0 {
             crash::point(crash::HALF_APPLIED);
         }
-        let off = (k >> 1) as usize;
         if k & 1 == 1 {
-            m.st64(off, v);
+            m.st64(target(k), v);
         } else {
-            m.st32(off, v as u32);
+            m.st32(target(k), v as u32);
         }
     }
 }
@@ -185,13 +207,20 @@ fn apply(m: &Mem, w: &[(u64, u64)]) {
 /// After a death inside the lock: finish a committed transaction (apply its record again) and
 /// clear the record. Returns whether there was one. Idempotent, so a replayer that dies too
 /// leaves it for the next one.
+///
+/// A record that [`Tx::commit`] cannot have written (longer than the record, or a pair
+/// outside the zone or misaligned) is damage: reported, nothing applied, and left in place
+/// for [`check`](super::ShmDict::check) to describe.
 pub(crate) fn replay(m: &Mem) -> bool {
     let n = m.a64(LOG).load(Ordering::Acquire);
     if n == 0 {
         return false;
     }
-    let n = (n as usize).min(LOG_CAP);
-    let w: Vec<(u64, u64)> = (0..n)
+    if n > LOG_CAP as u64 {
+        corrupt(LOG);
+        return false;
+    }
+    let w: Vec<(u64, u64)> = (0..n as usize)
         .map(|i| {
             (
                 m.ld64(LOG_ENTRIES + 16 * i),
@@ -199,6 +228,17 @@ pub(crate) fn replay(m: &Mem) -> bool {
             )
         })
         .collect();
+    // Each pair checked before any is applied (an access outside the zone reports it).
+    for &(k, _) in &w {
+        if k & 1 == 1 {
+            m.a64(target(k));
+        } else {
+            m.a32(target(k));
+        }
+    }
+    if corrupt_seen() {
+        return false;
+    }
     apply(m, &w);
     fence(Ordering::SeqCst);
     m.a64(LOG).store(0, Ordering::Release);

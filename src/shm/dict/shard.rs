@@ -94,12 +94,12 @@ impl Shard {
             return Err(ShmError::Corrupt("dictionary geometry"));
         }
         let (index, shards) = (head.ld32(layout::H_SHARD), head.ld32(layout::H_SHARDS));
-        if shards == 0 || index >= shards {
+        if shards == 0 || shards > super::config::MAX_SHARDS || index >= shards {
             return Err(ShmError::Corrupt("dictionary shards"));
         }
-        if zone_off + len > map.len() {
+        if zone_off.saturating_add(len) > map.len() {
             return Err(ShmError::TooSmall {
-                needed: zone_off + len,
+                needed: zone_off.saturating_add(len),
                 actual: map.len(),
             });
         }
@@ -122,7 +122,7 @@ impl Shard {
                 let g = e.into_inner();
                 if redo::replay(&self.mem) {
                     let n = self.mem.ld64(layout::H_REPLAYED);
-                    self.mem.st64(layout::H_REPLAYED, n.wrapping_add(1));
+                    self.mem.st64(layout::H_REPLAYED, n.saturating_add(1));
                 }
                 g.mark_consistent();
                 g

@@ -129,6 +129,8 @@ pub enum DictError {
         /// the entry's header and the key, the value padded to 8).
         max: usize,
     },
+    /// The zone was written by something other than this dictionary: the operation met an
+    /// impossible reference, count or record and committed nothing from there on, or
     /// [`ShmDict::check`] found a broken structure (described).
     Corrupt(String),
 }
