@@ -975,3 +975,41 @@ fn reentrant_use_inside_get_with_or_update_panics() {
     );
     assert_eq!(bytes(&s, &other).as_deref(), Some(&b"c"[..]));
 }
+
+/// `open_or_create` of an existing dictionary with another capacity or shard count refuses
+/// it, naming both (issue 33: "too small" for a larger one, the old one silently for a
+/// smaller one); the same geometry opens it.
+#[test]
+fn open_or_create_refuses_another_geometry() {
+    let name = format!("/gomutex-unit-dict-geom-{}", std::process::id());
+    let cfg = DictConfig::new().shards(2);
+    let (a, created) = ShmDict::open_or_create(&name, 1 << 18, cfg).unwrap();
+    assert!(created);
+    let asks = [
+        (1 << 19, cfg),
+        (1 << 17, cfg),
+        (1 << 18, DictConfig::new()),
+        (1 << 18, DictConfig::new().shards(4)),
+    ];
+    for (cap, c) in asks {
+        let e = ShmDict::open_or_create(&name, cap, c)
+            .map(drop)
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e.cause(), ShmError::DictMismatch { .. }),
+            "{cap} {c:?}: {text}"
+        );
+        assert_eq!(e.object_name(), Some(name.as_str()));
+        assert!(
+            text.contains(&format!("{} bytes in 2 shards", 1 << 18))
+                && text.contains(&format!("{cap} bytes in {} shard", c.shards)),
+            "{text}"
+        );
+    }
+    let (b, created) = ShmDict::open_or_create(&name, 1 << 18, cfg).unwrap();
+    assert!(!created);
+    a.set("k", "v", None, 0).unwrap();
+    assert!(b.get("k").unwrap().is_some());
+    crate::shm::unlink(&name).unwrap();
+}
