@@ -130,6 +130,20 @@ pub enum ShmError {
         /// The region's participant slots (its `Config::participants`).
         participants: u32,
     },
+    /// [`ShmDict::open_or_create`](super::ShmDict::open_or_create) found a dictionary made
+    /// with another capacity or number of shards than it was asked for: refused rather than
+    /// opened with sizes the caller did not choose (nginx refuses a zone redeclared with
+    /// another size too).
+    DictMismatch {
+        /// The capacity asked for, in bytes.
+        capacity: usize,
+        /// The shards asked for.
+        shards: u32,
+        /// The existing dictionary's capacity ([`ShmDict::capacity`](super::ShmDict::capacity)).
+        found_capacity: usize,
+        /// Its shards.
+        found_shards: u32,
+    },
     /// A system call failed; [`ShmError::raw_os_error`] gives the `errno`.
     Io(io::Error),
     /// What went wrong with the named shared-memory object `name` (every error of the calls
@@ -242,6 +256,19 @@ impl fmt::Display for ShmError {
                 "all {participants} participant slots of the shared region are used by live \
                  processes (Config::participants)"
             ),
+            ShmError::DictMismatch {
+                capacity,
+                shards,
+                found_capacity,
+                found_shards,
+            } => write!(
+                f,
+                "a dictionary of {found_capacity} bytes in {found_shards} {} is there, one of \
+                 {capacity} bytes in {shards} {} was asked for: refused (ShmDict::open opens it \
+                 as it is; unlink it to make it anew)",
+                plural(*found_shards, "shard"),
+                plural(*shards, "shard"),
+            ),
             ShmError::Io(e) => write!(f, "shared memory: {e}"),
             ShmError::Object { name, error } => match &**error {
                 // "shared memory object "/x": shared memory: …" would say it twice.
@@ -264,6 +291,15 @@ impl fmt::Display for ShmError {
                  OpenOptions::allow_other_owner trusts it)"
             ),
         }
+    }
+}
+
+/// `word`, or its plural if `n` is not 1.
+fn plural(n: u32, word: &str) -> String {
+    if n == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
     }
 }
 

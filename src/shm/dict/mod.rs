@@ -153,7 +153,9 @@ pub const MAX_KEY: usize = 0xffff;
 ///   [`DictError::NoMemory`] and frees (and moves) nothing.
 /// * TTLs: `None` or zero never expires (lua_shared_dict's `exptime` 0); the resolution is
 ///   1 ms, a TTL under it is 1 ms.
-/// * Every operation, `get` included, takes the lock of its key's shard. Operations on the
+/// * Every operation, `get` included, takes the lock of its key's shard: one called inside
+///   [`get_with`](Self::get_with) or [`update`](Self::update) on the same shard panics (it
+///   would wait for itself). Operations on the
 ///   whole dictionary ([`keys`](Self::keys), [`flush_all`](Self::flush_all),
 ///   [`flush_expired`](Self::flush_expired), [`check`](Self::check), [`stats`](Self::stats))
 ///   take the shards' locks one after another, so with several shards they are not atomic:
@@ -382,8 +384,10 @@ impl ShmDict {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// Like every operation, [`DictError::Corrupt`] if the zone was damaged by a writer other
-    /// than this dictionary (it never reads outside the zone, nor panics).
+    /// Like every operation on a key, [`DictError::KeyTooLong`] for a key longer than
+    /// [`MAX_KEY`] (none can be stored: lua_shared_dict's "key too long"), and
+    /// [`DictError::Corrupt`] if the zone was damaged by a writer other than this dictionary
+    /// (it never reads outside the zone, nor panics).
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Item>, DictError> {
         self.get_item(key.as_ref(), false)
     }
@@ -394,6 +398,7 @@ impl ShmDict {
     }
 
     fn get_item(&self, key: &[u8], stale: bool) -> Result<Option<Item>, DictError> {
+        Self::check_key(key)?;
         self.shard(key).try_with(|z, now| {
             let Some((e, expired)) = z.get(key, stale, now) else {
                 return Ok(None);
@@ -411,8 +416,16 @@ impl ShmDict {
     }
 
     /// Run `f` on the value and flags of `key`'s live entry, borrowed from the zone under the
-    /// lock (no copy): `None` without calling `f` if there is none. `f` holds the dictionary's
-    /// lock: keep it short, and do not use the dictionary inside it (that deadlocks).
+    /// lock (no copy): `None` without calling `f` if there is none. `f` holds the lock of the
+    /// key's shard: keep it short.
+    ///
+    /// # Panics
+    ///
+    /// If `f` uses a key of the same shard of this dictionary (with one shard, any key; or
+    /// [`keys`](Self::keys), [`stats`](Self::stats)… which take every shard's lock): the
+    /// thread holds that lock already and would wait for itself for ever, so it panics and
+    /// says so instead, as std's `Mutex::lock` may for a re-entrant lock. Other dictionaries,
+    /// and other shards of this one, may be used inside `f`.
     ///
     /// ```
     /// use gomutex::shm::{ShmDict, Value};
@@ -432,6 +445,7 @@ impl ShmDict {
         f: impl FnOnce(Value<'_>, u32) -> R,
     ) -> Result<Option<R>, DictError> {
         let key = key.as_ref();
+        Self::check_key(key)?;
         self.shard(key).try_with(|z, now| {
             let Some((e, _)) = z.get(key, false, now) else {
                 return Ok(None);
@@ -451,7 +465,12 @@ impl ShmDict {
     /// So no other process updates the key between the read and the write, and a process
     /// killed in it leaves the old value or the new. Returns `f`'s result and the live entries
     /// evicted; on an error `f`'s result is dropped and nothing is written. `f` holds the lock:
-    /// keep it short, and do not use the dictionary inside it.
+    /// keep it short.
+    ///
+    /// # Panics
+    ///
+    /// If `f` uses this dictionary's shard of `key` (see [`get_with`](Self::get_with)): that
+    /// would deadlock.
     ///
     /// ```
     /// use gomutex::shm::{ShmDict, Value};
@@ -582,6 +601,7 @@ impl ShmDict {
     /// Remove `key`; whether it had a live entry.
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool, DictError> {
         let key = key.as_ref();
+        Self::check_key(key)?;
         self.shard(key).with(|z, now| z.delete(key, now))
     }
 
@@ -619,6 +639,7 @@ impl ShmDict {
     /// Time left before `key`'s entry expires (`None`: never), or [`DictError::NotFound`].
     pub fn ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, DictError> {
         let key = key.as_ref();
+        Self::check_key(key)?;
         self.shard(key).try_with(|z, now| z.ttl(key, now))
     }
 
@@ -637,6 +658,7 @@ impl ShmDict {
     /// ```
     pub fn expire(&self, key: impl AsRef<[u8]>, ttl: Option<Duration>) -> Result<(), DictError> {
         let key = key.as_ref();
+        Self::check_key(key)?;
         self.shard(key)
             .try_with(|z, now| z.expire(key, ttl::expiry(ttl, now), now))
     }

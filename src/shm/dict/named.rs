@@ -70,20 +70,53 @@ impl ShmDict {
     /// Open the named dictionary, or create it with `capacity` bytes of zones if it does not
     /// exist; `true` if this call created it. Race-free: exactly one of several concurrent
     /// callers creates.
+    ///
+    /// An existing dictionary made with another capacity or number of shards than `capacity`
+    /// and `cfg` make is refused with [`ShmError::DictMismatch`], which names both: its sizes
+    /// are the caller's choice, so opening one of other sizes would hide a changed
+    /// configuration (as nginx refuses a zone declared again with another size).
+    /// [`open`](Self::open) takes a dictionary as it is.
+    ///
+    /// ```
+    /// use gomutex::shm::{self, DictConfig, ShmDict, ShmError};
+    /// let name = format!("/gomutex-doc-dict-ooc-{}", std::process::id());
+    /// let (_a, created) = ShmDict::open_or_create(&name, 1 << 20, DictConfig::new())?;
+    /// assert!(created);
+    /// let e = ShmDict::open_or_create(&name, 2 << 20, DictConfig::new()).unwrap_err();
+    /// assert!(matches!(e.cause(), ShmError::DictMismatch { found_capacity: 1048576, .. }));
+    /// shm::unlink(&name)?;
+    /// # Ok::<(), ShmError>(())
+    /// ```
     pub fn open_or_create(
         name: &str,
         capacity: usize,
         cfg: DictConfig,
     ) -> Result<(Self, bool), ShmError> {
         let plan = plan(capacity, cfg).map_err(|e| about(name, e))?;
+        let zone = cfg.zone(capacity).map_err(|e| about(name, e))?.len;
         let mut made = None;
-        let (map, created) = Mapping::open_or_create(name, &plan, |map| {
+        let opened = Mapping::open_or_create(name, &plan, |map| {
             made = Some(Self::init_in(map, 0, capacity, cfg)?);
             Ok(())
-        })?;
-        match made {
-            Some(d) if created => Ok((d, true)),
-            _ => Ok((Self::attach_in(&map, 0).map_err(|e| about(name, e))?, false)),
+        });
+        let d = match opened {
+            Ok((_, true)) => return Ok((made.expect("init ran"), true)),
+            Ok((map, false)) => Self::attach_in(&map, 0).map_err(|e| about(name, e))?,
+            // Smaller than this geometry needs: say what it is, if it is a dictionary.
+            Err(e) if matches!(e.cause(), ShmError::TooSmall { .. }) => {
+                Self::open(name).map_err(|_| e)?
+            }
+            Err(e) => return Err(e),
+        };
+        if d.shards[0].g.len != zone || d.shards() != cfg.shards as usize {
+            let e = ShmError::DictMismatch {
+                capacity,
+                shards: cfg.shards,
+                found_capacity: d.capacity(),
+                found_shards: d.shards() as u32,
+            };
+            return Err(about(name, e));
         }
+        Ok((d, false))
     }
 }

@@ -153,7 +153,7 @@ impl Zone<'_> {
         let mut live = 0;
         let mut r = plan.r32(H_LRU_TAIL);
         // Each entry is passed at most twice: once to spare it (its used word cleared), once
-        // to evict it.
+        // to evict it (`keep` at most twice too: the walk wraps once, after sparing the head).
         for _ in 0..=2 * entries {
             if alloc::fits(&plan, size) {
                 return Ok(Room { plan, room, live });
@@ -170,6 +170,11 @@ impl Zone<'_> {
             if is_live && plan.r32(e + E_USED) != 0 {
                 lru::spare(&mut plan, e);
                 room.push(Step::Spare(e));
+                if r == 0 {
+                    // `e` was the head: the walk wraps to the tail (CLOCK), where the entries
+                    // spared are now, unmarked; `e` among them.
+                    r = plan.r32(H_LRU_TAIL);
+                }
                 continue;
             }
             if is_live {

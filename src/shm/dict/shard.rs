@@ -8,6 +8,7 @@ use super::{alloc, redo, ttl, DictError};
 use crate::shm::attach::check_not_in_use;
 use crate::shm::mapping::{overlaps, IN_USE};
 use crate::shm::{Config, Mapping, ShmError, ShmMutex, ShmMutexGuard};
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) struct Shard {
@@ -115,8 +116,16 @@ impl Shard {
 
     /// Hold the lock; if a holder died (or panicked) inside an operation, finish its committed
     /// update first.
-    pub(crate) fn locked(&self) -> ShmMutexGuard<'_, u64> {
-        match self.lock.lock() {
+    ///
+    /// # Panics
+    ///
+    /// If this thread holds the lock already (an operation called inside `get_with` or
+    /// `update` on a key of the same shard): it would wait for itself for ever.
+    pub(crate) fn locked(&self) -> Held<'_> {
+        if held_here(self.seed) {
+            reentered();
+        }
+        let guard = match self.lock.lock() {
             Ok(g) => g,
             Err(e) => {
                 let g = e.into_inner();
@@ -127,7 +136,9 @@ impl Shard {
                 g.mark_consistent();
                 g
             }
-        }
+        };
+        hold(self.seed);
+        Held { _guard: guard }
     }
 
     /// Run `f` on the zone under the lock, with the time now (ms); [`DictError::Corrupt`] if
@@ -158,6 +169,74 @@ impl Shard {
         f: impl FnOnce(&Zone<'_>, u64) -> Result<R, DictError>,
     ) -> Result<R, DictError> {
         self.with(f)?
+    }
+}
+
+/// How many nested shard locks a thread's record holds (deeper ones go unchecked).
+const NESTED: usize = 8;
+
+/// The shards whose lock a thread holds, by seed (random per shard, the same in every process
+/// and mapping of it), innermost last: what tells a re-entrant call, which would wait for
+/// itself, from a nested one on another shard or dictionary. Plain cells, no destructor: an
+/// access is a load from the thread's block.
+struct HeldShards {
+    seeds: [Cell<u64>; NESTED],
+    depth: Cell<usize>,
+}
+
+thread_local! {
+    static HELD: HeldShards = const {
+        HeldShards {
+            seeds: [const { Cell::new(0) }; NESTED],
+            depth: Cell::new(0),
+        }
+    };
+}
+
+/// Whether this thread holds the lock of the shard with `seed`.
+#[inline]
+fn held_here(seed: u64) -> bool {
+    HELD.with(|h| h.seeds[..h.depth.get()].iter().any(|s| s.get() == seed))
+}
+
+/// Record that this thread holds the shard with `seed` (past [`NESTED`] levels, counted only).
+#[inline]
+fn hold(seed: u64) {
+    HELD.with(|h| {
+        let d = h.depth.get();
+        if let Some(s) = h.seeds.get(d) {
+            s.set(seed);
+        }
+        h.depth.set(d + 1);
+    });
+}
+
+/// Record that this thread released the innermost shard it held.
+#[inline]
+fn release() {
+    HELD.with(|h| h.depth.set(h.depth.get().saturating_sub(1)));
+}
+
+#[cold]
+#[inline(never)]
+fn reentered() -> ! {
+    panic!(
+        "gomutex::shm::ShmDict: this thread already holds the lock of this key's shard (a \
+         dictionary operation called inside get_with or update on the same shard): waiting \
+         for it would deadlock"
+    )
+}
+
+/// A shard's lock, held by this thread (recorded in [`HELD`] while it lives; a thread
+/// releases its shards in the reverse order, as each is held for one call).
+pub(crate) struct Held<'a> {
+    _guard: ShmMutexGuard<'a, u64>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // Before the guard (a field) unlocks.
+        release();
     }
 }
 

@@ -859,3 +859,182 @@ fn fill_100(d: &ShmDict) -> usize {
     }
     n
 }
+
+/// A hit marks an entry used, and eviction gives a used entry a second chance, not immunity:
+/// a walk that spares the LRU head wraps to the tail, as CLOCK does, instead of ending there
+/// (issue 33: each of these writes fitted once the head went, and failed with `NoMemory`).
+#[test]
+fn a_hit_on_the_newest_entry_is_a_second_chance_not_immunity() {
+    // Two values of half the zone, the first read once.
+    let d = dict(64 << 10);
+    let n = (d.max_value_len() - 1) & !7;
+    d.set("a", &vec![0u8; n], None, 0).unwrap();
+    d.get("a").unwrap().unwrap();
+    assert_eq!(d.set("b", &vec![0u8; n], None, 0), Ok(1));
+    assert!(d.get("a").unwrap().is_none());
+    ok(&d);
+    // 12 one-page entries fill the 12 pages; the newest, read once, sits in the only block
+    // of 8 pages with 7 older ones.
+    let d = dict(64 << 10);
+    assert_eq!(d.shards[0].g.npages, 12);
+    for i in 0..12 {
+        d.set(format!("p{i}"), &[1u8; 3000][..], None, 0).unwrap();
+    }
+    assert_eq!(d.free_space(), 0);
+    d.get("p11").unwrap().unwrap();
+    assert_eq!(d.set("big", &vec![0u8; n], None, 0), Ok(12));
+    ok(&d);
+    // A key updated while the only other entry, newer, was read: it must go.
+    let d = dict(64 << 10);
+    d.set("k", &[1u8; 3 * 4096][..], None, 0).unwrap(); // pages 8-11
+    d.set("o", &[1u8; 3 * 4096][..], None, 0).unwrap(); // pages 0-3
+    d.get("o").unwrap().unwrap();
+    assert_eq!(d.set("k", &vec![2u8; n], None, 0), Ok(1));
+    assert_eq!(bytes(&d, "k"), Some(vec![2u8; n]));
+    ok(&d);
+    // incr marks its entry as a hit does: the newest, an integer, in the way of the block.
+    let d = dict(64 << 10);
+    d.set("x", &[1u8; 3 * 4096][..], None, 0).unwrap(); // pages 8-11
+    d.set("a", &[1u8; 3 * 4096][..], None, 0).unwrap(); // pages 0-3
+    d.incr("n", 1, Some(0), None).unwrap(); // a slab page at 4
+    d.incr("n", 1, None, None).unwrap();
+    assert_eq!(d.set("b", &vec![0u8; n], None, 0), Ok(3));
+    ok(&d);
+}
+
+/// Every read of a key longer than `MAX_KEY` says so, as every write does (issue 33: they
+/// answered as if the key were absent).
+#[test]
+fn reads_of_a_key_too_long_say_so() {
+    let d = dict(1 << 16);
+    let long = vec![b'k'; MAX_KEY + 1];
+    let too_long = Err(DictError::KeyTooLong { len: MAX_KEY + 1 });
+    assert_eq!(d.get(&long).map(drop), too_long);
+    assert_eq!(d.get_stale(&long).map(drop), too_long);
+    assert_eq!(d.get_with(&long, |_, _| ()).map(drop), too_long);
+    assert_eq!(d.ttl(&long).map(drop), too_long);
+    assert_eq!(d.expire(&long, None), too_long);
+    assert_eq!(d.delete(&long).map(drop), too_long);
+    assert_eq!(d.llen(&long).map(drop), too_long);
+    assert_eq!(d.lpop(&long).map(drop), too_long);
+    assert_eq!(d.incr(&long, 1, Some(0), None).map(drop), too_long);
+    let at_max = vec![b'k'; MAX_KEY];
+    assert_eq!(d.get(&at_max), Ok(None));
+    assert_eq!(d.delete(&at_max), Ok(false));
+}
+
+/// The text of a caught panic.
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    match p.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => p
+            .downcast::<&str>()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+/// Using the dictionary inside `get_with` or `update` on the same shard (whose lock the thread
+/// holds) panics and says why, instead of waiting for ever (issue 33); the thread, not the
+/// process, is what is tracked: run in a thread of its own, so that a deadlock (the defect)
+/// fails the test after a timeout instead of hanging it.
+#[test]
+fn reentrant_use_inside_get_with_or_update_panics() {
+    use std::sync::{mpsc, Arc};
+    let d = Arc::new(dict(1 << 16));
+    d.set("k", "v", None, 0).unwrap();
+    type Reentry = fn(&ShmDict);
+    let reentries: [(&str, Reentry); 3] = [
+        ("get inside get_with", |d| {
+            let _ = d.get_with("k", |_, _| d.get("k"));
+        }),
+        ("set inside update", |d| {
+            let _ = d.update("k", None, |_| (d.set("k", "w", None, 0), None::<[u8; 1]>));
+        }),
+        ("keys inside get_with", |d| {
+            let _ = d.get_with("k", |_, _| d.keys(0));
+        }),
+    ];
+    for (what, f) in reentries {
+        let (tx, rx) = mpsc::channel();
+        let d2 = Arc::clone(&d);
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&d2)));
+            let _ = tx.send(r.map_err(panic_text));
+        });
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Err(msg)) => assert!(
+                msg.contains("already holds") && msg.contains("deadlock"),
+                "{what}: {msg}"
+            ),
+            Ok(Ok(())) => panic!("{what}: no panic"),
+            Err(_) => panic!("{what}: deadlocked"),
+        }
+        // The dictionary is whole and usable, by this thread too.
+        assert_eq!(bytes(&d, "k").as_deref(), Some(&b"v"[..]), "{what}");
+        ok(&d);
+    }
+    // Another dictionary, or another shard of this one, inside: fine.
+    let e = dict(1 << 16);
+    e.set("x", "y", None, 0).unwrap();
+    assert_eq!(
+        d.get_with("k", |_, _| e.get("x").unwrap().is_some()),
+        Ok(Some(true))
+    );
+    let (cfg, _, map) = four_shards(1 << 20);
+    let s = ShmDict::init_in(&map, 0, 1 << 20, cfg).unwrap();
+    let shard_of = |k: &str| s.shard(k.as_bytes()) as *const Shard;
+    let other = (1..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| shard_of(k) != shard_of("k0"))
+        .unwrap();
+    s.set("k0", "a", None, 0).unwrap();
+    s.set(&other, "b", None, 0).unwrap();
+    assert_eq!(
+        s.get_with("k0", |_, _| s.get(&other).unwrap().is_some()),
+        Ok(Some(true))
+    );
+    assert_eq!(
+        s.update("k0", None, |_| (s.set(&other, "c", None, 0), Some(*b"z"))),
+        Ok((Ok(0), 0))
+    );
+    assert_eq!(bytes(&s, &other).as_deref(), Some(&b"c"[..]));
+}
+
+/// `open_or_create` of an existing dictionary with another capacity or shard count refuses
+/// it, naming both (issue 33: "too small" for a larger one, the old one silently for a
+/// smaller one); the same geometry opens it.
+#[test]
+fn open_or_create_refuses_another_geometry() {
+    let name = format!("/gomutex-unit-dict-geom-{}", std::process::id());
+    let cfg = DictConfig::new().shards(2);
+    let (a, created) = ShmDict::open_or_create(&name, 1 << 18, cfg).unwrap();
+    assert!(created);
+    let asks = [
+        (1 << 19, cfg),
+        (1 << 17, cfg),
+        (1 << 18, DictConfig::new()),
+        (1 << 18, DictConfig::new().shards(4)),
+    ];
+    for (cap, c) in asks {
+        let e = ShmDict::open_or_create(&name, cap, c)
+            .map(drop)
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e.cause(), ShmError::DictMismatch { .. }),
+            "{cap} {c:?}: {text}"
+        );
+        assert_eq!(e.object_name(), Some(name.as_str()));
+        assert!(
+            text.contains(&format!("{} bytes in 2 shards", 1 << 18))
+                && text.contains(&format!("{cap} bytes in {} shard", c.shards)),
+            "{text}"
+        );
+    }
+    let (b, created) = ShmDict::open_or_create(&name, 1 << 18, cfg).unwrap();
+    assert!(!created);
+    a.set("k", "v", None, 0).unwrap();
+    assert!(b.get("k").unwrap().is_some());
+    crate::shm::unlink(&name).unwrap();
+}

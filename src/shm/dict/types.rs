@@ -116,7 +116,7 @@ pub enum DictError {
     WrongType,
     /// `incr`: the sum does not fit an `i64`.
     Overflow,
-    /// The key is longer than [`MAX_KEY`].
+    /// The key is longer than [`MAX_KEY`] (every operation on a key checks it, reads too).
     KeyTooLong {
         /// Its length.
         len: usize,
