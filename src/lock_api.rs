@@ -53,7 +53,6 @@
 //! sleep), the same yield before sleeping; only the guard's shape differs (parking_lot waits on
 //! `&mut guard` and has no poisoning).
 
-use crate::park;
 use core::fmt;
 use core::ops::DerefMut;
 use std::time::{Duration, Instant};
@@ -220,7 +219,7 @@ impl Condvar {
     /// # }
     /// ```
     pub fn wait_for<G: CondvarGuard>(&self, guard: &mut G, timeout: Duration) -> WaitTimeoutResult {
-        WaitTimeoutResult(self.wait_inner(guard, park::deadline_after(timeout)))
+        WaitTimeoutResult(self.wait_inner(guard, crate::clock::deadline_after(timeout)))
     }
 
     /// Block while `condition` returns `true` for the data (checked first, and after every
@@ -274,7 +273,7 @@ impl Condvar {
         G: CondvarGuard,
         F: FnMut(&mut G::Target) -> bool,
     {
-        self.wait_while_by(guard, condition, park::deadline_after(timeout))
+        self.wait_while_by(guard, condition, crate::clock::deadline_after(timeout))
     }
 
     fn wait_while_by<G, F>(
