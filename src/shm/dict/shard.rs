@@ -142,8 +142,8 @@ impl Shard {
     }
 
     /// Run `f` on the zone under the lock, with the time now (ms); [`DictError::Corrupt`] if
-    /// the zone (or a dead holder's redo record) names memory outside it or a structure that
-    /// cannot be (`f`'s changes are then not committed).
+    /// the zone (or a dead holder's redo record) names memory outside it, a structure or a
+    /// count that cannot be (`f`'s changes are then not committed).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Zone<'_>, u64) -> R) -> Result<R, DictError> {
         layout::take_corrupt();
         let _g = self.locked();
@@ -156,9 +156,9 @@ impl Shard {
         match layout::take_corrupt() {
             None => Ok(r),
             Some(off) => Err(DictError::Corrupt(format!(
-                "a reference points outside the zone or to no entry (offset {off:#x}): the \
-                 region was written by something other than this dictionary; nothing was \
-                 changed (check() describes the damage)"
+                "a reference points outside the zone or to no entry, or a count or redo record \
+                 is impossible (offset {off:#x}): the region was written by something other \
+                 than this dictionary; nothing was changed (check() describes the damage)"
             ))),
         }
     }
