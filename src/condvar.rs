@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 /// more producers and consumers than cores, the thread that will notify is often just waiting
 /// for a CPU, and a wait that ends there saves a sleep and a wake-up (figures and the
 /// alternatives tried: docs/benchmarks.md, "Condvar"). Spurious wake-ups are possible, as with
-/// std's: wait in a loop or use [`wait_while`](Self::wait_while).
+/// std's: wait in a loop or use [`wait_while`](Self::wait_while). For `lock_api` guards
+/// (parking_lot's API), the same algorithm is `gomutex::lock_api::Condvar` (features
+/// `lock_api`, `lock_api_04`).
 ///
 /// ```
 /// use gomutex::{Condvar, Mutex};

@@ -4,7 +4,8 @@
 //! parking_lot 0.12's).
 //!
 //! A program on parking_lot's `Mutex`, `Condvar` and `RwLock` switches by its `use` line, with
-//! [`Mutex`], [`RwLock`] and their guards from here (lock_api 0.5):
+//! `Mutex`, `RwLock` and their guards from here (aliases of lock_api 0.5's types, feature
+//! `lock_api`):
 //!
 //! ```text
 //! use parking_lot::{Condvar, Mutex, RwLock};          // before

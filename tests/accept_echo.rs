@@ -30,20 +30,7 @@ fn example_binary(name: &str) -> PathBuf {
 
 #[test]
 fn echo_server_on_the_accept_lock_serves_every_client() {
-    let mut child = Command::new(example_binary("accept_echo"))
-        .args(["127.0.0.1:0", "3"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the example");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
+    let (mut child, mut out, addr) = start(&["3"], Stdio::piped());
     let clients: Vec<_> = (0..24)
         .map(|i| {
             let addr = addr.clone();
@@ -64,33 +51,25 @@ fn echo_server_on_the_accept_lock_serves_every_client() {
         c.join().expect("a client got a wrong or no echo");
     }
     drop(child.stdin.take()); // the example's signal to stop
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(10) {
-            child.kill().unwrap();
-            panic!("the example did not stop when its stdin closed");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let (status, last) = wait_exit(&mut child, &mut out);
     assert!(status.success(), "{status}");
+    assert_eq!(last.trim(), "stopping: StdinClosed");
 }
 
-/// Start the example with standard input from `/dev/null` and `extra` arguments; returns the
-/// child, its output, and the address it listens on.
-fn start_headless(
-    extra: &[&str],
+/// Start the example on an ephemeral port with `args` after the address, and `stdin`;
+/// returns the child, its output, and the address it listens on.
+fn start(
+    args: &[&str],
+    stdin: Stdio,
 ) -> (
     std::process::Child,
     BufReader<std::process::ChildStdout>,
     String,
 ) {
     let mut child = Command::new(example_binary("accept_echo"))
-        .args(["127.0.0.1:0", "2"])
-        .args(extra)
-        .stdin(Stdio::null())
+        .arg("127.0.0.1:0")
+        .args(args)
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the example");
@@ -140,7 +119,7 @@ fn wait_exit(
 /// serves, still runs after a second, and stops on `SIGTERM`.
 #[test]
 fn headless_serves_until_sigterm() {
-    let (mut child, mut out, addr) = start_headless(&[]);
+    let (mut child, mut out, addr) = start(&["2"], Stdio::null());
     echo_once(&addr);
     std::thread::sleep(Duration::from_secs(1));
     assert!(child.try_wait().unwrap().is_none(), "it stopped by itself");
@@ -156,7 +135,7 @@ fn headless_serves_until_sigterm() {
 #[test]
 fn headless_stops_after_its_seconds() {
     let t = Instant::now();
-    let (mut child, mut out, addr) = start_headless(&["--seconds", "1"]);
+    let (mut child, mut out, addr) = start(&["2", "--seconds", "1"], Stdio::null());
     echo_once(&addr);
     let (status, last) = wait_exit(&mut child, &mut out);
     assert!(status.success(), "{status}");

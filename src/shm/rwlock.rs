@@ -30,6 +30,8 @@
 //!   bump.
 //! * **Write unlock**: end the phase (clear the flags, bump the phase, wake the queued
 //!   readers), then unlock the writers' mutex.
+//! * **Downgrade**: count the writer as a reader of its process (it holds the writers' mutex
+//!   with `PENDING` set: no writer scans the counts, no reader gets in), then the write unlock.
 //!
 //! # Deaths
 //!
@@ -41,7 +43,8 @@
 //!   the mutex, or by a queued reader that finds the mutex free.
 //! * A process killed between any two steps: every step is one atomic operation on a count of
 //!   its own process or on `rw_state`, so what it left is its counts (zeroed by recovery) and
-//!   at most a `PENDING` phase of a dead writer (ended as above).
+//!   at most a `PENDING` phase of a dead writer (ended as above). A downgrader killed between
+//!   its count and its unlock is both: a dead writer and a dead reader.
 
 use super::journal::Hooks as _;
 use super::region::low;
