@@ -28,14 +28,6 @@
 //! The shared-memory pages (`shm`, `accept`) are built on Linux, as the `shm` module is (docs.rs
 //! builds the Linux documentation), and `profile` with its feature.
 
-/// Where the repository's files are, for links to files that are not part of the
-/// documentation (examples).
-macro_rules! repo_file {
-    ($path:literal) => {
-        concat!("https://github.com/gomutex/gomutex/blob/main/", $path)
-    };
-}
-
 #[cfg(target_os = "linux")]
 #[doc = "[rwlock-shm]: crate::guide::rwlock#in-shared-memory-shmshmrwlock"]
 #[doc = include_str!("../docs/shm.md")]
@@ -45,7 +37,8 @@ pub mod shm {}
 pub mod rwlock {}
 
 #[cfg(target_os = "linux")]
-#[doc = concat!("[accept_echo]: ", repo_file!("examples/accept_echo.rs"))]
+// The example is not part of the documentation: the link goes to the repository.
+#[doc = "[accept_echo]: https://github.com/gomutex/gomutex/blob/main/examples/accept_echo.rs"]
 #[doc = include_str!("../docs/accept.md")]
 pub mod accept {}
 
