@@ -108,6 +108,18 @@
 //! A worker inside its back-off (`accept_disabled > 0`) also disarms its listening sockets
 //! (nginx leaves them armed, so two workers may accept at once: trac #612). The blocking mode
 //! and the spread rule are not in nginx (both are off in [`Config::nginx`]).
+//!
+#![cfg_attr(
+    target_os = "linux",
+    doc = "The manual, [`crate::guide::accept`], has the protocol step by step, the prefork \
+           example and the measurements against nginx."
+)]
+#![cfg_attr(
+    not(target_os = "linux"),
+    doc = "The manual, `gomutex::guide::accept` (in the Linux documentation, where its \
+           shared-memory examples run), has the protocol step by step, the prefork example \
+           and the measurements against nginx."
+)]
 
 use core::fmt;
 use std::time::Duration;

@@ -38,12 +38,94 @@
 //! assert_eq!(*config.read().unwrap(), "v2");
 //! ```
 //!
+//! # Which piece for which job
+//!
+//! | you need | use | feature | platforms |
+//! |---|---|---|---|
+//! | a `std::sync::Mutex` with Go's throughput and 1 ms fairness bound | [`Mutex`] | — | all |
+//! | a condition variable for it | [`Condvar`] | — | all |
+//! | a `std::sync::RwLock` with Go's `RWMutex` (one atomic add per read, writer preference) | [`RwLock`] ([`RawRwLock`] for `lock_api`) | — (`lock_api` for the traits) | all |
+//! | a lock without data, or `lock_api::Mutex<gomutex::RawMutex, T>` (parking_lot's API) | [`RawMutex`] | `lock_api` (0.5) or `lock_api_04` (0.4) for the traits | all |
+//! | a mutex over a value shared by processes (`fork`, or unrelated processes by name), robust to owner death | [`shm::ShmMutex`][ShmMutex] | — (`derive` for `#[derive(ShmSafe)]`) | Linux |
+//! | a readers-writer lock shared by processes, robust to a reader's or a writer's death | [`shm::ShmRwLock`][ShmRwLock] | — | Linux |
+//! | a condition variable across processes (several per lock: `condvar_in`) | [`ShmCondvar`] (`m.condvar()`) | — | Linux |
+//! | several locks and lock-free shared data in one mapping (forked, or by name) | [`shm::Mapping`][Mapping] + [`MappingLayout`] | — (`derive` for `#[derive(ShmShared)]`) | Linux |
+//! | an update of shared data that a kill cannot tear | build it aside, publish with [`shm::commit_store`][commit_store] | — | Linux |
+//! | keyed state shared by worker processes (`lua_shared_dict`'s API, TTLs, LRU, lists), every key old or new after any kill | [`shm::ShmDict`][ShmDict] | — | Linux |
+//! | nginx's `limit_req` across worker processes (a leaky bucket per key in a `ShmDict`) | [`shm::RateLimiter`][RateLimiter] | — | Linux |
+//! | nginx's `accept_mutex` for prefork workers (+ a blocking mode, a spread rule) | [`accept::AcceptLock`] | — | all ([`ShmAcceptMutex`]: Linux) |
+//! | where a program waits for its locks (Go's mutex profile, read with `go tool pprof`) | [`profile`][profile-mod] | `profile` | all |
+//! | a shared lock seen from outside: contention, waits, starvation entries, owner deaths | [`ShmMutex::stats()`][stats] (prefork: `GET /status`) | — | Linux |
+//!
+//! # The guide
+//!
+//! The manuals are part of this documentation, in [`guide`]: [shared memory][guide-shm]
+//! (`ShmMutex`, its condvar, mappings, robustness), [the readers-writer lock](guide::rwlock),
+//! [the accept lock][guide-accept], [the mutex profile][guide-profile], and
+//! [the algorithm's invariants](guide::algorithm). Their examples run as doc tests.
+//!
+//! # Features
+//!
+//! None is on by default: a default build depends on `parking_lot_core` and, on Linux, `libc`.
+//!
+#![cfg_attr(feature = "document-features", doc = document_features::document_features!())]
+#![cfg_attr(
+    not(feature = "document-features"),
+    doc = "`lock_api`, `lock_api_04`, `derive`, `profile`: described in `Cargo.toml` \
+           (this list shows their descriptions when built with the `document-features` \
+           feature, as on docs.rs)."
+)]
+//!
 //! # Platforms
 //!
 //! [`Mutex`], [`MutexGuard`], [`Condvar`], [`RawMutex`], [`RwLock`] and [`RawRwLock`] need only
 //! `std` and `parking_lot_core`: they work wherever both do (Linux, macOS, Windows, the BSDs,
-//! …). The shared-memory lock (`shm`) and the shared-memory parts of [`accept`] use futexes,
-//! `mmap` and `/proc`, and are compiled on Linux only.
+//! …). The shared-memory lock ([`shm`][shm-mod]) and the shared-memory parts of [`accept`] use
+//! futexes, `mmap` and `/proc`, and are compiled on Linux only.
+//!
+// The links to what exists only on Linux or with a feature: to the item where it is compiled,
+// else to docs.rs (built for Linux with every public feature).
+#![cfg_attr(
+    target_os = "linux",
+    doc = "[ShmMutex]: shm::ShmMutex\n\
+           [ShmRwLock]: shm::ShmRwLock\n\
+           [`ShmCondvar`]: shm::ShmCondvar\n\
+           [Mapping]: shm::Mapping\n\
+           [`MappingLayout`]: shm::MappingLayout\n\
+           [commit_store]: shm::commit_store\n\
+           [ShmDict]: shm::ShmDict\n\
+           [RateLimiter]: shm::RateLimiter\n\
+           [`ShmAcceptMutex`]: accept::ShmAcceptMutex\n\
+           [stats]: shm::ShmMutex::stats\n\
+           [shm-mod]: shm\n\
+           [guide-shm]: guide::shm\n\
+           [guide-accept]: guide::accept"
+)]
+#![cfg_attr(
+    not(target_os = "linux"),
+    doc = "[ShmMutex]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmMutex.html\n\
+           [ShmRwLock]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmRwLock.html\n\
+           [`ShmCondvar`]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmCondvar.html\n\
+           [Mapping]: https://docs.rs/gomutex/latest/gomutex/shm/struct.Mapping.html\n\
+           [`MappingLayout`]: https://docs.rs/gomutex/latest/gomutex/shm/struct.MappingLayout.html\n\
+           [commit_store]: https://docs.rs/gomutex/latest/gomutex/shm/fn.commit_store.html\n\
+           [ShmDict]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmDict.html\n\
+           [RateLimiter]: https://docs.rs/gomutex/latest/gomutex/shm/struct.RateLimiter.html\n\
+           [`ShmAcceptMutex`]: https://docs.rs/gomutex/latest/gomutex/accept/struct.ShmAcceptMutex.html\n\
+           [stats]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmMutex.html#method.stats\n\
+           [shm-mod]: https://docs.rs/gomutex/latest/gomutex/shm/index.html\n\
+           [guide-shm]: https://docs.rs/gomutex/latest/gomutex/guide/shm/index.html\n\
+           [guide-accept]: https://docs.rs/gomutex/latest/gomutex/guide/accept/index.html"
+)]
+#![cfg_attr(
+    feature = "profile",
+    doc = "[profile-mod]: profile\n[guide-profile]: guide::profile"
+)]
+#![cfg_attr(
+    not(feature = "profile"),
+    doc = "[profile-mod]: https://docs.rs/gomutex/latest/gomutex/profile/index.html\n\
+           [guide-profile]: https://docs.rs/gomutex/latest/gomutex/guide/profile/index.html"
+)]
 #![deny(
     unsafe_op_in_unsafe_fn,
     missing_docs,
@@ -77,6 +159,7 @@ pub mod algo;
 #[doc(hidden)]
 pub mod clock;
 mod condvar;
+pub mod guide;
 #[cfg(any(feature = "lock_api", feature = "lock_api_04"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "lock_api", feature = "lock_api_04"))))]
 pub mod lock_api;

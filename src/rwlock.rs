@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 /// inside; when it unlocks, every reader that queued meanwhile is admitted before the next
 /// writer, so neither side starves. Writers queue on Go's mutex (normal mode, then starvation
 /// mode's hand-off after 1 ms).
+/// How, step by step, and what was measured: [`crate::guide::rwlock`].
 ///
 /// Replace `use std::sync::RwLock;` with `use gomutex::RwLock;`; results, errors and poisoning
 /// are std's own types. As with std's lock on Linux, taking a read lock twice on one thread can

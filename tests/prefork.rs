@@ -5,7 +5,8 @@
 //! The example binary is the one `cargo test` builds next to the test binaries
 //! (`target/<profile>/examples/prefork`); run `cargo test` (not only `--test prefork`) after
 //! changing the example, or `cargo build --example prefork [--release]` first.
-#![cfg(target_os = "linux")] // the example it drives is Linux only
+// The example it drives is Linux only, and needs `derive` (its `required-features`).
+#![cfg(all(target_os = "linux", feature = "derive"))]
 
 /// The example's HTTP parser, compiled here too so its unit tests run with `cargo test`
 /// (examples' own tests do not run by default).

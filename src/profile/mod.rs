@@ -73,6 +73,9 @@
 //! inlined frames need line tables (`debug = "line-tables-only"` or more in the Cargo profile
 //! of the build being profiled). The leaf of every stack is the lock's unlock, as Go's
 //! `sync.(*Mutex).Unlock`.
+//!
+//! The manual, [`crate::guide::profile`], shows the `go tool pprof` commands, what a sample
+//! means, the symbols a build needs and the measured cost.
 
 mod event;
 #[doc(hidden)] // the messages, for readers of the profile in this crate's tests; not API

@@ -18,6 +18,31 @@
 //! # Ok::<(), gomutex::shm::ShmError>(())
 //! ```
 //!
+//! # The pieces
+//!
+//! * [`ShmMutex`]: the mutex, over a value of a [`ShmSafe`] type (plain data; [`ShmBool`] for
+//!   a flag), with [`ShmMutex::stats`] ([`LockStats`]) and [`ShmMutex::diagnostics`];
+//! * [`ShmCondvar`]: std's `Condvar` across processes ([`ShmMutex::condvar`], more of them with
+//!   [`ShmMutex::condvar_in`]);
+//! * [`ShmRwLock`]: a readers-writer lock (Go's `RWMutex`), robust to a reader's death too;
+//! * [`Mapping`] and [`MappingLayout`]: several locks and lock-free [`ShmShared`] data (atomics)
+//!   in one mapping, anonymous or named; [`commit_store`] for updates a kill cannot tear;
+//! * [`ShmDict`]: a dictionary in one shared region (`lua_shared_dict`'s API: values, TTLs,
+//!   LRU eviction, lists), every key old or new after any kill ([`DictConfig`] for its
+//!   shards and zone);
+//! * [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key) on a [`ShmDict`];
+//! * the accept lock for prefork servers: [`crate::accept::ShmAcceptMutex`] puts a
+//!   [`crate::accept::AcceptLock`] over a `ShmMutex`;
+//! * with the `derive` feature, `#[derive(ShmSafe)]` and `#[derive(ShmShared)]`, checked at
+//!   compile time instead of an `unsafe impl`.
+//!
+//! The in-process locks' mutex profile (feature `profile`, `gomutex::profile`) does not
+//! sample these locks: [`ShmMutex::stats`] is their view from outside.
+//!
+//! The manual, [`crate::guide::shm`], walks through each with examples, what survives which
+//! death, and how it is tested; [`crate::guide::rwlock`] and [`crate::guide::accept`] do the
+//! same for `ShmRwLock` and the accept lock.
+//!
 //! # Where the region comes from
 //!
 //! * [`ShmMutex::anonymous`]: `mmap(MAP_SHARED | MAP_ANONYMOUS)`; create it before `fork()`

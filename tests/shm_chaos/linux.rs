@@ -6,7 +6,9 @@
 //! that the spare "guest" slot is used.
 //!
 //! A third of the respawned workers are armed with a random `gomutex::shm::__crash_at` point, so
-//! they die inside the journal and the hand-off windows that random kills rarely hit.
+//! they die inside the journal and the hand-off windows that random kills rarely hit (with the
+//! test-only `__crash-points` feature, on in this repository's builds; without it, as in a build
+//! of the published crate, only the random kills).
 //!
 //! A watchdog fails the run when no critical section completes for a while, after dumping
 //! `diagnostics()`, the raw accounting of every participant and waiter slot, and what each
@@ -35,6 +37,12 @@
 //! ```
 //!
 //! `harness = false`: the supervisor is single-threaded, so forking workers is safe.
+// Without the test-only `__crash-points` feature (a build of the published crate) the cases
+// that arm crash points are compiled out: their helpers are then unused.
+#![cfg_attr(
+    not(feature = "__crash-points"),
+    allow(dead_code, unused_imports, unused_variables, unused_mut)
+)]
 
 use gomutex::shm::{Config, ShmMutex, TryLockError};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -187,6 +195,7 @@ fn worker_thread(m: &ShmMutex<Data>, side: &Side, w: usize, t: usize) {
 fn spawn_worker(m: &ShmMutex<Data>, side: &Side, w: usize, crash: u32) -> libc::pid_t {
     // The supervisor is single-threaded, so it may fork.
     fork(|| {
+        #[cfg(feature = "__crash-points")]
         gomutex::shm::__crash_at(crash);
         std::thread::scope(|s| {
             for t in 1..threads(w) {
@@ -357,7 +366,7 @@ fn round(
                 m.force_unlock(pids[w] as u32);
             }
             // A third of the workers die at a crash point (windows too narrow for kills).
-            armed[w] = if rng.below(3) == 0 {
+            armed[w] = if cfg!(feature = "__crash-points") && rng.below(3) == 0 {
                 1 + rng.below(u64::from(CRASH_POINTS)) as u32
             } else {
                 0
@@ -466,6 +475,7 @@ fn round(
 /// it was killed there (at crash point `crash`, inside the recovery, holding the journal lock).
 /// A third process must still get the lock (told `OwnerDied`) at once; it used to find no
 /// participant slot it could use, and nobody alive could recover one.
+#[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 fn dead_guest(crash: u32) -> Result<(), String> {
     let m =
         ShmMutex::anonymous_with([0u64; 4], Config::new().participants(1).waiter_slots(4)).unwrap();
@@ -532,6 +542,7 @@ pub fn main() {
     let wanted = |name: &str| filter.as_ref().is_none_or(|f| name.contains(f.as_str()));
     let (mut passed, mut failed) = (0, 0);
     // Crash points inside the guest borrower's recovery: log committed, word changed, applied.
+    #[cfg(feature = "__crash-points")]
     if wanted("dead_guest_borrower") {
         for crash in 1..=3 {
             match dead_guest(crash) {

@@ -1,3 +1,9 @@
+// Without the test-only `__crash-points` feature (a build of the published crate) the cases
+// that arm crash points are compiled out: their helpers are then unused.
+#![cfg_attr(
+    not(feature = "__crash-points"),
+    allow(dead_code, unused_imports, unused_variables, unused_mut)
+)]
 use gomutex::shm::__dict_crash as crash;
 use gomutex::shm::{DictConfig, DictError, OwnedValue, ShmDict};
 use std::sync::atomic::Ordering::SeqCst;
@@ -331,6 +337,7 @@ fn cases() -> Vec<Case> {
 /// and shows the state before the operation if the child died before its commit, after it if
 /// it died after (completed by the next holder: `stats().replayed`). Every point an operation
 /// should reach is reached (the child dies there), and only those.
+#[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 fn crash_points_every_operation() {
     for case in cases() {
         for &(point, what) in &POINTS {
@@ -466,6 +473,7 @@ fn observe(d: &ShmDict, slot: usize, k: usize) -> Result<u64, String> {
 }
 
 fn worker(d: &ShmDict, book: &AnonShared, slot: usize, seed: u64, crash: u32) -> i32 {
+    #[cfg(feature = "__crash-points")]
     if crash != 0 {
         gomutex::shm::__crash_at(crash);
     }
@@ -638,7 +646,7 @@ fn kill_torture() {
             panic!("after death {deaths} (worker {slot}): {e}");
         }
         exact += verify_slot(&d, &book, slot).unwrap_or_else(|e| panic!("death {deaths}: {e}"));
-        let crash = if rnd() % 3 == 0 {
+        let crash = if cfg!(feature = "__crash-points") && rnd() % 3 == 0 {
             crash::ENTRY_WRITTEN + (rnd() % 6) as u32
         } else {
             0
@@ -716,6 +724,7 @@ pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let tests: &[(&str, fn())] = &[
         ("counters_of_forked_workers", counters_of_forked_workers),
+        #[cfg(feature = "__crash-points")]
         ("crash_points_every_operation", crash_points_every_operation),
         ("kill_torture", kill_torture),
         ("corruption_fuzz", crate::corrupt::corruption_fuzz),
@@ -727,6 +736,7 @@ pub fn main() {
             "limit_req_one_request_per_key_passes_across_workers",
             crate::limit_req::one_request_per_key_passes_across_workers,
         ),
+        #[cfg(feature = "__crash-points")]
         (
             "limit_req_worker_killed_while_updating_its_bucket",
             crate::limit_req::worker_killed_while_updating_its_bucket,

@@ -37,6 +37,7 @@ const JLOCK_OFFSET: usize = 128;
 /// its waiter registration) must not hold up anybody's deadline. A queued `try_lock_for(300 ms)`
 /// and a fresh `try_lock_for(20 ms)` return on time, and everything they gave up is settled
 /// once the stopped process continues.
+#[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 fn stopped_journal_holder_keeps_deadlines() {
     let m = ShmMutex::anonymous(0u64).unwrap();
     let g = ok(m.lock());
@@ -510,6 +511,7 @@ fn cleared_word_under_guard_does_not_abort() {
 pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let tests: &[(&str, fn())] = &[
+        #[cfg(feature = "__crash-points")]
         (
             "stopped_journal_holder_keeps_deadlines",
             stopped_journal_holder_keeps_deadlines,

@@ -162,6 +162,7 @@ fn after_death(f: &Fixture, reported: bool, deaths: u64, expect: u64, what: &str
 /// for departing readers: no waiter is stuck, the counts are exact afterwards, the next writer
 /// and reader get in, and `OwnerDied` is reported exactly when the dead process held the
 /// writers' mutex.
+#[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 pub fn killed_at_rw_crash_points() {
     // 8, with a writer waiting: a reader dies counted, before it looked at `rw_state`. The
     // waiting writer must find the dead count and get in.
@@ -482,6 +483,7 @@ fn all_try_calls_give_up(l: &ShmRwLock<V>, what: &str) {
 /// stopped in; the timed calls give up at their deadlines and leave nothing behind, including
 /// a timed writer that gives up with readers queued behind it; releases racing the deadlines
 /// let the waiter in.
+#[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 pub fn try_calls_never_block_and_deadlines() {
     let f = Fixture::new(Config::default());
     let l = &f.l;
@@ -794,6 +796,7 @@ fn cpu_ticks(pid: libc::pid_t) -> u64 {
 /// the writer stopped at `PENDING`; then the reader's CPU time is sampled over a hold. A
 /// sleeping reader wakes once per 10 ms tick and uses next to nothing; the check's margin
 /// (a 25th of the hold) only bounds how much a spinning reader escapes detection.
+#[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 pub fn queued_reader_sleeps_while_writer_waits() {
     let f = Fixture::new(Config::default());
     let l = &f.l;
