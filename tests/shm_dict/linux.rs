@@ -276,9 +276,40 @@ fn cases() -> Vec<Case> {
             op: |d| {
                 assert_eq!(d.lpop("k").unwrap().as_deref(), Some(&b"a"[..]));
             },
-            reaches: ALL,
+            // In place: the list's bounds, one word (it is the LRU head already).
+            reaches: ONE_WORD,
             before: |d| d.llen("k") == Ok(2),
             after: |d| d.llen("k") == Ok(1),
+        },
+        Case {
+            name: "lpop (a list at the size limit, in a full zone: in place)",
+            setup: |d| {
+                // The first item alone takes 16 pages, then both the 32-page block; then the
+                // rest of the zone is filled.
+                let a = 16 * 4096 - 72;
+                d.rpush("k", vec![1u8; a]).unwrap();
+                d.rpush("k", vec![2u8; d.max_value_len() - 8 - 16 - a])
+                    .unwrap();
+                let mut n = 0;
+                while d
+                    .safe_add(format!("o{n:03}"), &[3u8; 1000][..], None, 0)
+                    .is_ok()
+                {
+                    n += 1;
+                }
+                assert_eq!(d.free_space(), 0);
+            },
+            op: |d| {
+                assert_eq!(d.lpop("k").unwrap(), Some(vec![1u8; 16 * 4096 - 72]));
+            },
+            // The bounds and the move to the LRU head, one transaction; nothing allocated.
+            reaches: NO_ENTRY,
+            before: |d| d.llen("k") == Ok(2) && d.stats().evicted == 0,
+            after: |d| {
+                d.llen("k") == Ok(1)
+                    && d.stats().evicted == 0
+                    && d.keys(0).unwrap().first() == Some(&b"k".to_vec())
+            },
         },
         Case {
             name: "rpop (the last item: the key goes)",

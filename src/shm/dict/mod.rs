@@ -143,7 +143,8 @@ pub const MAX_KEY: usize = 0xffff;
 ///   class (at most 25 % more above 64 bytes), and about 4 bytes of buckets per 256 bytes of
 ///   zone; 3 % of the zone for page descriptors and buckets.
 /// * An update of an existing key needs room for the new entry beside the old one (it is never
-///   written over it); the old entry is not evicted to make that room.
+///   written over it); the old entry is not evicted to make that room. A list's pop is the
+///   exception: it shrinks the list in place, needing no memory.
 /// * Eviction (per shard): every write frees up to 2 expired entries at the LRU tail; one that
 ///   does not fit then frees the expired entries within 1024 of the tail, then evicts live
 ///   ones from the tail, at most 64; `safe_*` free only expired ones. A hit marks its entry
