@@ -355,6 +355,31 @@ fn cases() -> Vec<Case> {
                     && bytes(d, "f-new0").is_none()
             },
         },
+        Case {
+            name: "set (emptying a page of another size class)",
+            setup: |d| {
+                // Every page holds 32 of the oldest entries and 32 new ones: the 64 evictions
+                // from the LRU tail would free no page.
+                let mut n = 0;
+                while d.safe_add(format!("k{n:05}"), 7i64, None, 0).is_ok() {
+                    n += 1;
+                }
+                for i in (1..n).step_by(2) {
+                    d.delete(format!("k{i:05}")).unwrap();
+                }
+                for j in 0..n / 2 {
+                    d.safe_add(format!("n{j:05}"), 7i64, None, 0).unwrap();
+                }
+                assert_eq!(d.free_space(), 0);
+            },
+            op: |d| {
+                assert_eq!(d.set("big", &[2u8; 200][..], None, 0).unwrap(), 64);
+            },
+            reaches: MULTI_STORE,
+            // The first transaction frees the tail's page's first entry, "k00000" (or all 64).
+            before: |d| live(d, "k00000").is_some() && bytes(d, "big").is_none(),
+            after: |d| live(d, "k00000").is_none() && bytes(d, "big").is_none(),
+        },
     ]
 }
 

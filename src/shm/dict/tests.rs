@@ -1066,3 +1066,38 @@ fn pops_of_a_list_at_the_size_limit_need_no_memory() {
     assert_eq!(d.lpop("m"), Ok(Some(b"y".to_vec())));
     ok(&d);
 }
+
+/// A zone full of entries of one size class takes a write of another once their LRU order no
+/// longer follows their pages: here every page holds 32 of the oldest entries and 32 new ones,
+/// so the 64 evictions from the LRU tail free no page; the write then empties the page of the
+/// tail entry (64 live entries, within the bound) instead of failing for good (issue 33:
+/// `NoMemory` on every try).
+#[test]
+fn a_write_of_another_size_class_empties_a_page() {
+    let d = dict(128 << 10);
+    let n = fill_small(&d);
+    assert!(n >= 4 * 64 && n % 64 == 0, "{n}");
+    for i in (1..n).step_by(2) {
+        assert!(d.delete(format!("k{i:05}")).unwrap());
+    }
+    for j in 0..n / 2 {
+        d.safe_add(format!("n{j:05}"), 7i64, None, 0).unwrap();
+    }
+    assert_eq!(d.free_space(), 0);
+    let before = ok(&d);
+    // An entry of the 256-byte class: it needs a free page.
+    assert_eq!(d.set("big", &[1u8; 200][..], None, 0), Ok(64));
+    assert!(
+        d.get("k00000").unwrap().is_none(),
+        "the LRU tail's page went"
+    );
+    let after = ok(&d);
+    assert_eq!(after.entries, before.entries - 64 + 1);
+    // A value of 4 pages needs 256 entries gone from an aligned run: more than a write may
+    // evict, so it fails, and changes nothing.
+    assert_eq!(
+        d.set("huge", &[1u8; 12_000][..], None, 0),
+        Err(DictError::NoMemory)
+    );
+    assert_eq!(ok(&d), after);
+}
