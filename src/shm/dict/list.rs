@@ -71,6 +71,13 @@ fn split(b: &[u8], front: bool) -> Option<(&[u8], usize, usize)> {
     }
 }
 
+/// A key's live list: its entry, its live items (encoded) and their offset in the value.
+struct Found<'m> {
+    e: usize,
+    items: &'m [u8],
+    start: usize,
+}
+
 /// Which end of a list.
 #[derive(Clone, Copy)]
 enum End {
@@ -80,8 +87,8 @@ enum End {
 
 impl Zone<'_> {
     /// The live list of `key`: `Ok(None)` if the key has no live entry, `WrongType` if it holds
-    /// a scalar; `(entry, its live items, encoded, and their offset in the value)`.
-    fn list(&self, key: &[u8], now: u64) -> Result<Option<(usize, &[u8], usize)>, DictError> {
+    /// a scalar.
+    fn list(&self, key: &[u8], now: u64) -> Result<Option<Found<'_>>, DictError> {
         // Found without moving it in the LRU order: the store that follows does (a push or pop
         // is one transaction, or a delete).
         let tx = Tx::new(self.m);
@@ -97,7 +104,7 @@ impl Zone<'_> {
         }
         match self.value_of(e).0 {
             Value::Bytes(b) => match live(b) {
-                Some((start, items)) => Ok(Some((e, items, start))),
+                Some((start, items)) => Ok(Some(Found { e, items, start })),
                 None => Err(DictError::Corrupt(format!(
                     "entry at {e:#x}: a list whose header is not within it"
                 ))),
@@ -134,7 +141,7 @@ impl Zone<'_> {
 
     fn push(&self, key: &[u8], item: &[u8], end: End, max: usize, now: u64) -> PushResult {
         let (old, bytes) = match self.list(key, now)? {
-            Some((e, b, _)) => (Some(e), b),
+            Some(f) => (Some(f.e), f.items),
             None => (None, &[][..]),
         };
         let len = HEADER + bytes.len() + LEN + item.len();
@@ -163,7 +170,12 @@ impl Zone<'_> {
     }
 
     fn pop(&self, key: &[u8], end: End, now: u64) -> Result<Option<Vec<u8>>, DictError> {
-        let Some((e, bytes, base)) = self.list(key, now)? else {
+        let Some(Found {
+            e,
+            items: bytes,
+            start: base,
+        }) = self.list(key, now)?
+        else {
             return Ok(None);
         };
         let Some((item, start, stop)) = split(bytes, matches!(end, End::Left)) else {
@@ -257,7 +269,7 @@ impl ShmDict {
         Self::check_key(key)?;
         self.shard(key).try_with(|z, now| {
             Ok(match z.list(key, now)? {
-                Some((_, b, _)) => count(b).unwrap_or(0),
+                Some(f) => count(f.items).unwrap_or(0),
                 None => 0,
             })
         })

@@ -1076,7 +1076,7 @@ fn pops_of_a_list_at_the_size_limit_need_no_memory() {
 fn a_write_of_another_size_class_empties_a_page() {
     let d = dict(128 << 10);
     let n = fill_small(&d);
-    assert!(n >= 4 * 64 && n % 64 == 0, "{n}");
+    assert!(n >= 4 * 64 && n.is_multiple_of(64), "{n}");
     for i in (1..n).step_by(2) {
         assert!(d.delete(format!("k{i:05}")).unwrap());
     }
