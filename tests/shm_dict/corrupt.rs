@@ -219,7 +219,7 @@ impl Fill {
         let mut count = 0;
         for (i, z) in pristine.iter().enumerate() {
             assert_eq!(&z[..8], b"GoMuDict", "shard {i}: the layout moved");
-            assert_eq!(u32_at(z, H_VERSION), 1, "shard {i}: the layout changed");
+            assert_eq!(u32_at(z, H_VERSION), 2, "shard {i}: the layout changed");
             assert_eq!(u64_at(z, H_LEN), zone_len as u64);
             assert_eq!(u32_at(z, H_SHARD), i as u32);
             let npages = u32_at(z, H_NPAGES) as usize;

@@ -282,9 +282,40 @@ fn cases() -> Vec<Case> {
             op: |d| {
                 assert_eq!(d.lpop("k").unwrap().as_deref(), Some(&b"a"[..]));
             },
-            reaches: ALL,
+            // In place: the list's bounds, one word (it is the LRU head already).
+            reaches: ONE_WORD,
             before: |d| d.llen("k") == Ok(2),
             after: |d| d.llen("k") == Ok(1),
+        },
+        Case {
+            name: "lpop (a list at the size limit, in a full zone: in place)",
+            setup: |d| {
+                // The first item alone takes 16 pages, then both the 32-page block; then the
+                // rest of the zone is filled.
+                let a = 16 * 4096 - 72;
+                d.rpush("k", vec![1u8; a]).unwrap();
+                d.rpush("k", vec![2u8; d.max_value_len() - 8 - 16 - a])
+                    .unwrap();
+                let mut n = 0;
+                while d
+                    .safe_add(format!("o{n:03}"), &[3u8; 1000][..], None, 0)
+                    .is_ok()
+                {
+                    n += 1;
+                }
+                assert_eq!(d.free_space(), 0);
+            },
+            op: |d| {
+                assert_eq!(d.lpop("k").unwrap(), Some(vec![1u8; 16 * 4096 - 72]));
+            },
+            // The bounds and the move to the LRU head, one transaction; nothing allocated.
+            reaches: NO_ENTRY,
+            before: |d| d.llen("k") == Ok(2) && d.stats().evicted == 0,
+            after: |d| {
+                d.llen("k") == Ok(1)
+                    && d.stats().evicted == 0
+                    && d.keys(0).unwrap().first() == Some(&b"k".to_vec())
+            },
         },
         Case {
             name: "rpop (the last item: the key goes)",
@@ -329,6 +360,31 @@ fn cases() -> Vec<Case> {
                 d.keys(0).unwrap().first() == Some(&b"f00000".to_vec())
                     && bytes(d, "f-new0").is_none()
             },
+        },
+        Case {
+            name: "set (emptying a page of another size class)",
+            setup: |d| {
+                // Every page holds 32 of the oldest entries and 32 new ones: the 64 evictions
+                // from the LRU tail would free no page.
+                let mut n = 0;
+                while d.safe_add(format!("k{n:05}"), 7i64, None, 0).is_ok() {
+                    n += 1;
+                }
+                for i in (1..n).step_by(2) {
+                    d.delete(format!("k{i:05}")).unwrap();
+                }
+                for j in 0..n / 2 {
+                    d.safe_add(format!("n{j:05}"), 7i64, None, 0).unwrap();
+                }
+                assert_eq!(d.free_space(), 0);
+            },
+            op: |d| {
+                assert_eq!(d.set("big", &[2u8; 200][..], None, 0).unwrap(), 64);
+            },
+            reaches: MULTI_STORE,
+            // The first transaction frees the tail's page's first entry, "k00000" (or all 64).
+            before: |d| live(d, "k00000").is_some() && bytes(d, "big").is_none(),
+            after: |d| live(d, "k00000").is_none() && bytes(d, "big").is_none(),
         },
     ]
 }

@@ -21,8 +21,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// "GoMuDict", little-endian: the first 8 bytes of an initialised dictionary region.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"GoMuDict");
-/// Bumped whenever the layout below changes.
-pub(crate) const VERSION: u32 = 1;
+/// Bumped whenever the layout below changes (2: a list's value starts with its live bounds).
+pub(crate) const VERSION: u32 = 2;
 /// Bytes of a page (the unit of the buddy allocator and of a slab).
 pub(crate) const PAGE: usize = 4096;
 /// Bytes before the page descriptors: header and redo record.
@@ -130,8 +130,9 @@ pub(crate) const E_VALUE: usize = 48;
 pub(crate) const VALUE_BYTES: u32 = 0;
 /// A 64-bit signed integer (`incr`), 8 bytes little-endian.
 pub(crate) const VALUE_INT: u32 = 1;
-/// A list of byte strings (`lpush`…): each a u32 length, little-endian, then its bytes, back
-/// to back, first to last.
+/// A list of byte strings (`lpush`…): a header of two u32s (where the live items start and
+/// end, offsets in the value; a pop moves them), then items, each a u32 length, then its
+/// bytes, back to back, first to last; all little-endian.
 pub(crate) const VALUE_LIST: u32 = 2;
 
 /// `vlen` rounded up to 8, saturating (a length read from a damaged zone may be anything).

@@ -143,14 +143,23 @@ pub const MAX_KEY: usize = 0xffff;
 ///   class (at most 25 % more above 64 bytes), and about 4 bytes of buckets per 256 bytes of
 ///   zone; 3 % of the zone for page descriptors and buckets.
 /// * An update of an existing key needs room for the new entry beside the old one (it is never
-///   written over it); the old entry is not evicted to make that room.
+///   written over it); the old entry is not evicted to make that room. A list's pop is the
+///   exception: it shrinks the list in place, needing no memory.
 /// * Eviction (per shard): every write frees up to 2 expired entries at the LRU tail; one that
 ///   does not fit then frees the expired entries within 1024 of the tail, then evicts live
 ///   ones from the tail, at most 64; `safe_*` free only expired ones. A hit marks its entry
 ///   used rather than moving it: eviction gives a used entry at the tail a second chance (to
-///   the head, unmarked: the CLOCK approximation of LRU). The room is planned before anything
-///   is changed: a write that cannot fit within these bounds fails with
-///   [`DictError::NoMemory`] and frees (and moves) nothing.
+///   the head, unmarked: the CLOCK approximation of LRU).
+/// * When that makes no room of the size a write needs (the entries evicted share their pages
+///   with newer ones: a zone full of one size class, a write of another), the write empties
+///   instead the aligned run of pages it needs (one page for an entry up to 4 KiB, 2^k for a
+///   block of 2^k pages) that holds an entry as near the LRU tail as possible (within 1024),
+///   at most 64 live entries and not the key's own. A page holds at most 64 entries, so an
+///   entry up to 4 KiB always finds room when one such page is reached; a larger one fails
+///   for good when every aligned run of its pages holds more than 64 live entries (a 12 KB
+///   value, 4 pages, in a zone full of entries up to 64 bytes: 256 per run).
+/// * The room is planned before anything is changed: a write that cannot fit within these
+///   bounds fails with [`DictError::NoMemory`] and frees (and moves) nothing.
 /// * TTLs: `None` or zero never expires (lua_shared_dict's `exptime` 0); the resolution is
 ///   1 ms, a TTL under it is 1 ms.
 /// * Every operation, `get` included, takes the lock of its key's shard: one called inside

@@ -1,9 +1,10 @@
 //! The operations, on a [`Zone`]: the region seen by the holder of its lock. Each is one or
 //! more transactions ([`Tx`]). A write that must free room first plans the whole of it on an
-//! overlay (nothing changes if it cannot succeed), then frees the entries planned in one
-//! transaction (or, when that would overflow the redo record, one entry per transaction) and
-//! stores in another: a death between two leaves a dictionary with some entries freed and the
-//! rest as they were, every one whole.
+//! overlay (nothing changes if it cannot succeed): from the LRU tail, or, if that frees no
+//! room of its size, by emptying a run of pages near the tail. Then it frees the entries
+//! planned in one transaction (or, when that would overflow the redo record, one entry per
+//! transaction) and stores in another: a death between two leaves a dictionary with some
+//! entries freed and the rest as they were, every one whole.
 
 use super::alloc::{self, Size};
 use super::crash;
@@ -185,7 +186,124 @@ impl Zone<'_> {
             }
             free(&mut plan, &mut room, e, is_live)?;
         }
-        Err(DictError::NoMemory)
+        if safe {
+            return Err(DictError::NoMemory);
+        }
+        self.plan_pages(size, keep, now)?.ok_or(DictError::NoMemory)
+    }
+
+    /// Plan room for `size` by emptying the aligned run of pages it needs (one page for a slab
+    /// chunk, 2^k for a block) around an entry near the LRU tail: for when evicting from the
+    /// tail frees no such run, because the entries it reaches are spread over pages they share
+    /// with newer ones (a zone full of entries of one size class, a write of another). The
+    /// first run, going up from the tail over [`EXPIRED_SCAN`] entries, that holds neither
+    /// `keep` nor more than [`MAX_EVICT`] live entries is emptied; `None` if there is none. On
+    /// an overlay of its own, like [`plan_room`](Self::plan_room).
+    fn plan_pages(
+        &self,
+        size: Size,
+        keep: Option<usize>,
+        now: u64,
+    ) -> Result<Option<Room<'_>>, DictError> {
+        let run = match size {
+            Size::Class(_) => 1,
+            Size::Order(k) => 1u32.checked_shl(k).unwrap_or(u32::MAX),
+        };
+        if run > self.g.npages {
+            return Ok(None);
+        }
+        let mut plan = Tx::plan(self.m);
+        let entries = plan.r64(H_COUNT).min(self.g.max_entries()) as usize;
+        let mut tried = std::collections::HashSet::new();
+        let mut r = plan.r32(H_LRU_TAIL);
+        for _ in 0..EXPIRED_SCAN.min(entries) {
+            if r == 0 {
+                break;
+            }
+            let e = index::off(r);
+            r = plan.r32(e + E_PREV);
+            if Some(e) == keep {
+                continue;
+            }
+            let first = self.g.page_of(e) & !(run - 1);
+            let victims = match alloc::size_at(&plan, &self.g, e) {
+                // A block at least as large as the run: it alone makes the room.
+                Some(Size::Order(k))
+                    if 1u64.checked_shl(k).is_some_and(|b| b >= u64::from(run)) =>
+                {
+                    vec![e]
+                }
+                _ if first + run > self.g.npages || !tried.insert(first) => continue,
+                _ => match self.entries_in(&plan, first, run, keep) {
+                    Some(v) => v,
+                    None => continue,
+                },
+            };
+            let live = victims
+                .iter()
+                .filter(|&&v| !ttl::expired(&plan, v, now))
+                .count();
+            if live > MAX_EVICT {
+                continue;
+            }
+            let mut room = Vec::with_capacity(victims.len());
+            for v in victims {
+                let is_live = !ttl::expired(&plan, v, now);
+                room.push(Step::Free {
+                    e: v,
+                    live: is_live,
+                });
+                self.remove_found(&mut plan, v, is_live)?;
+            }
+            if !alloc::fits(&plan, size) {
+                // Only a corrupt zone gets here (a freed run merges into a free block).
+                return Ok(None);
+            }
+            return Ok(Some(Room {
+                plan,
+                room,
+                live: live as u32,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// The entries in pages `first .. first + run` (a run aligned to its size), by their
+    /// page descriptors; `None` if `keep` is among them, if they are more than a write may
+    /// evict with the expired ones beside, or if a descriptor is not a block's start.
+    fn entries_in(
+        &self,
+        tx: &Tx<'_>,
+        first: u32,
+        run: u32,
+        keep: Option<usize>,
+    ) -> Option<Vec<usize>> {
+        let mut out = Vec::new();
+        let mut p = first;
+        while p < first + run {
+            let d = Geometry::desc(p);
+            let arg = tx.r32(d + D_ARG);
+            let span = match tx.r32(d + D_KIND) {
+                KIND_FREE => 1u32.checked_shl(arg)?,
+                KIND_LARGE => {
+                    out.push(self.g.page(p));
+                    1u32.checked_shl(arg)?
+                }
+                KIND_SLAB => {
+                    let chunk = *alloc::CLASSES.get(arg as usize)? as usize;
+                    let bm = tx.r64(d + D_BITMAP);
+                    let used = (0..alloc::chunks(arg)).filter(|i| bm & 1 << i != 0);
+                    out.extend(used.map(|i| self.g.page(p) + i as usize * chunk));
+                    1
+                }
+                _ => return None,
+            };
+            if out.len() > 4 * MAX_EVICT || keep.is_some_and(|k| out.contains(&k)) {
+                return None;
+            }
+            p = p.checked_add(span)?;
+        }
+        Some(out)
     }
 
     /// Free what [`plan_room`](Self::plan_room) planned: in one transaction if it fits the

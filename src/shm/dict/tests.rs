@@ -832,7 +832,8 @@ fn lists_push_pop_and_types() {
         d.rpush("b", vec![0u8; max]),
         Err(DictError::ValueTooLarge { .. })
     ));
-    assert_eq!(d.rpush("b", vec![0u8; max - 4]), Ok(1));
+    // 8 bytes of list header and 4 of item length.
+    assert_eq!(d.rpush("b", vec![0u8; max - 12]), Ok(1));
     assert!(matches!(
         d.rpush("b", b""),
         Err(DictError::ValueTooLarge { .. })
@@ -1037,4 +1038,91 @@ fn open_or_create_refuses_another_geometry() {
     a.set("k", "v", None, 0).unwrap();
     assert!(b.get("k").unwrap().is_some());
     crate::shm::unlink(&name).unwrap();
+}
+
+/// A pop of a list at the size limit, in a full zone, succeeds and evicts nothing: it shrinks
+/// the list in place (issue 33: `NoMemory`, the shorter list being written beside the old one,
+/// for which a full zone has no room).
+#[test]
+fn pops_of_a_list_at_the_size_limit_need_no_memory() {
+    let d = dict(64 << 10);
+    let max = d.max_value_len_for(1);
+    // Two items filling the largest block (pages 0-7 of 12; the first one alone took 8-11),
+    // then the rest of the zone.
+    let (a, b) = (4 * 4096 - 72, max - 16 - (4 * 4096 - 72));
+    assert_eq!(d.rpush("l", vec![0u8; a]), Ok(1));
+    assert_eq!(d.rpush("l", vec![2u8; b]), Ok(2));
+    let mut others = 0;
+    while d
+        .safe_add(format!("o{others}"), &[5u8; 1000][..], None, 0)
+        .is_ok()
+    {
+        others += 1;
+    }
+    assert!(others > 0 && d.free_space() == 0, "{others}");
+    let before = d.stats();
+    assert_eq!(d.lpop("l"), Ok(Some(vec![0u8; a])));
+    assert_eq!(d.llen("l"), Ok(1));
+    d.lpush("l", b"x").unwrap_err(); // no room beside it: a push copies
+    assert_eq!(d.rpop("l"), Ok(Some(vec![2u8; b])));
+    assert_eq!(d.llen("l"), Ok(0));
+    ok(&d);
+    assert_eq!(d.stats().evicted, before.evicted);
+    for i in 0..others {
+        assert!(d.get(format!("o{i}")).unwrap().is_some(), "{i}");
+    }
+    // The last item took the list's memory with it.
+    assert_eq!(d.get_stale("l"), Ok(None));
+    assert_eq!(d.free_space(), 8 * 4096);
+    // A push after pops stores the list compacted.
+    let (c, others) = (1000, d.stats().used_bytes);
+    for i in 0..3u8 {
+        d.rpush("m", vec![i; c]).unwrap();
+    }
+    assert_eq!(d.lpop("m"), Ok(Some(vec![0u8; c])));
+    assert_eq!(d.rpop("m"), Ok(Some(vec![2u8; c])));
+    assert_eq!(d.rpush("m", b"y"), Ok(2));
+    assert_eq!(
+        d.stats().used_bytes - others,
+        1280,
+        "a page before; 1017 bytes now"
+    );
+    assert_eq!(d.lpop("m"), Ok(Some(vec![1u8; c])));
+    assert_eq!(d.lpop("m"), Ok(Some(b"y".to_vec())));
+    ok(&d);
+}
+
+/// A zone full of entries of one size class takes a write of another once their LRU order no
+/// longer follows their pages: here every page holds 32 of the oldest entries and 32 new ones,
+/// so the 64 evictions from the LRU tail free no page; the write then empties the page of the
+/// tail entry (64 live entries, within the bound) instead of failing for good (issue 33:
+/// `NoMemory` on every try).
+#[test]
+fn a_write_of_another_size_class_empties_a_page() {
+    let d = dict(128 << 10);
+    let n = fill_small(&d);
+    assert!(n >= 4 * 64 && n.is_multiple_of(64), "{n}");
+    for i in (1..n).step_by(2) {
+        assert!(d.delete(format!("k{i:05}")).unwrap());
+    }
+    for j in 0..n / 2 {
+        d.safe_add(format!("n{j:05}"), 7i64, None, 0).unwrap();
+    }
+    assert_eq!(d.free_space(), 0);
+    let before = ok(&d);
+    // An entry of the 256-byte class: it needs a free page.
+    assert_eq!(d.set("big", &[1u8; 200][..], None, 0), Ok(64));
+    assert!(
+        d.get("k00000").unwrap().is_none(),
+        "the LRU tail's page went"
+    );
+    let after = ok(&d);
+    assert_eq!(after.entries, before.entries - 64 + 1);
+    // A value of 4 pages needs 256 entries gone from an aligned run: more than a write may
+    // evict, so it fails, and changes nothing.
+    assert_eq!(
+        d.set("huge", &[1u8; 12_000][..], None, 0),
+        Err(DictError::NoMemory)
+    );
+    assert_eq!(ok(&d), after);
 }
