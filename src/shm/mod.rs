@@ -324,6 +324,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         let ctx = self.participant_of(generation);
         let w = ctx.acquire_fast();
         if w == 0 {
+            sys::crash_point(sys::crash::CONTENDED);
             // No deadline: the slow path returns only holding the lock. The statistics take
             // its wait from the starvation rule's clock reads: no read of their own.
             if let Some(waited) = algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, None) {
@@ -601,8 +602,8 @@ fn repaired<'a, T: ShmSafe>(
 
 /// Testing only: make this process SIGKILL itself the next time it reaches `point` inside the
 /// lock's slow paths (1 = journal committed, 2 = state word changed, 3 = journal applied,
-/// 4 = a normal-mode wake-up owed, 5 = a hand-off owed, 6 = a waiter picked up its token;
-/// 0 disarms). Lets tests kill a process in windows too narrow for random kills to hit.
+/// 4 = a normal-mode wake-up owed, 5 = a hand-off owed, 6 = a waiter picked up its token,
+/// 12 = `lock`'s fast path failed; 0 disarms). Lets tests kill a process in windows too narrow for random kills to hit.
 /// Costs one relaxed load on slow paths. Exists only with the test-only `__crash-points`
 /// feature (this crate's tests enable it); without it the crash points compile to nothing.
 #[cfg(feature = "__crash-points")]

@@ -135,6 +135,8 @@ pub(crate) mod crash {
     pub const RW_PENDING: u32 = 10;
     /// `ShmRwLock` write unlock: the phase ended, the writers' mutex not unlocked yet.
     pub const RW_UNLOCKING: u32 = 11;
+    /// `ShmMutex::lock`: the fast path failed, Go's slow path not begun.
+    pub const CONTENDED: u32 = 12;
 }
 
 /// A crash point armed in this process (0 = none); see `shm::__crash_at`.
