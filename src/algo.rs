@@ -234,6 +234,18 @@ pub enum Waited {
 
 /// [`lock_slow`], telling how it waited (`None`: it gave up at `deadline`). Reads the clock
 /// no more than `lock_slow` does: a lock's statistics take the wait from here.
+///
+/// ```
+/// use gomutex::algo::{self, Waited, LOCKED, WAITER};
+/// use gomutex::{clock::Monotonic, sema::ParkSema};
+/// use std::sync::atomic::AtomicU32;
+///
+/// // Free in normal mode, a waiter counted: the slow path takes it at once, asleep never.
+/// let (word, queue) = (AtomicU32::new(WAITER), ParkSema::new());
+/// let waited = algo::lock_slow_waited::<_, _, Monotonic>(&word, &queue, None);
+/// assert_eq!(waited, Some(Waited::Awake));
+/// assert_eq!(word.into_inner(), WAITER | LOCKED);
+/// ```
 #[cold]
 pub fn lock_slow_waited<W: StateWord, Q: WaitQueue, C: Clock>(
     word: &W,

@@ -479,6 +479,7 @@ fn status_page_counts_connections_requests_and_the_lock() {
         second.text
     );
     assert!(lock2["contended"] <= lock2["acquisitions"]);
+    assert!(lock2["slept"] <= lock2["contended"]);
     assert!(lock2["worst_wait_ns"] <= lock2["total_wait_ns"]);
     assert_eq!(lock2["owner_deaths"], 0, "{}", second.text);
     assert!(

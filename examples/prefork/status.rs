@@ -9,7 +9,7 @@
 //!  14 14 37
 //! worker 0 pid 4242 accepted 8 requests 20 active 1
 //! worker 1 pid 4243 accepted 6 requests 17 active 1
-//! accept_lock acquisitions 120 contended 3 total_wait_ns 51200 worst_wait_ns 20480 starvation_entries 0 owner_deaths 0 owner_died_reported 0 recoveries 0
+//! accept_lock acquisitions 120 contended 3 slept 2 total_wait_ns 51200 worst_wait_ns 20480 starvation_entries 0 owner_deaths 0 owner_died_reported 0 recoveries 0
 //! limit_req passed 30 rejected 7
 //! ```
 //!
@@ -59,10 +59,11 @@ pub fn render(region: &Region, lock: Option<LockStats>, limited: bool) -> String
     if let Some(s) = lock {
         let _ = writeln!(
             out,
-            "accept_lock acquisitions {} contended {} total_wait_ns {} worst_wait_ns {} \
+            "accept_lock acquisitions {} contended {} slept {} total_wait_ns {} worst_wait_ns {} \
              starvation_entries {} owner_deaths {} owner_died_reported {} recoveries {}",
             s.acquisitions,
             s.contended,
+            s.slept,
             s.total_wait_ns,
             s.worst_wait_ns,
             s.starvation_entries,

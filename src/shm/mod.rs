@@ -252,7 +252,6 @@ pub use gomutex_derive::{ShmSafe, ShmShared};
 
 use self::attach::unmap;
 use self::journal::Hooks as _;
-use self::layout::StatsRow;
 use self::region::{low, Participant, Region};
 /// Which process this is to memory it may have inherited across `fork()` (no system call):
 /// what guards and handles compare against.
@@ -307,14 +306,15 @@ impl<T: ShmSafe> ShmMutex<T> {
         &self,
         generation: u32,
         ctx: Participant<'_>,
-        row: &StatsRow,
         word: u64,
     ) -> LockResult<ShmMutexGuard<'_, T>> {
         let h = self.region.hdr();
         let died = h.owner_died.load(Acquire) != 0;
         // Counted by the holder, in its own row (`stats`): a plain add on a line no other
         // process writes. Before the guard is made, so that it is built in place (a store
-        // in between has it built on the stack and copied).
+        // in between has it built on the stack and copied). The row's address is worked out
+        // here, where it is used (docs/benchmarks.md, "The lock statistics' cost").
+        let row = ctx.stats();
         stats::bump(&row.acquisitions);
         if died {
             stats::bump(&row.owner_died_reported);
@@ -349,18 +349,16 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
         let generation = sys::fork_generation();
         let ctx = self.participant_of(generation);
-        // The row's address is worked out before the lock's CAS, off the critical path: after
-        // it, the count is one add to a line in this core's cache.
-        let row = ctx.stats();
         let w = ctx.acquire_fast();
         if w == 0 {
+            sys::crash_point(sys::crash::CONTENDED);
             // No deadline: the slow path returns only holding the lock. The statistics take
             // its wait from the starvation rule's clock reads: no read of their own.
             if let Some(waited) = algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, None) {
-                row.record_contended(waited);
+                ctx.stats().record_contended(waited);
             }
         }
-        self.guard(generation, ctx, row, w)
+        self.guard(generation, ctx, w)
     }
 
     /// [`lock`](Self::lock), handling the owner-died path: if a previous owner died (or
@@ -419,10 +417,9 @@ impl<T: ShmSafe> ShmMutex<T> {
             return Err(TryLockError::WouldBlock);
         };
         // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
-        let row = ctx.stats();
         let w = ctx.acquire_fast();
         if w != 0 {
-            return Ok(self.guard(sys::fork_generation(), ctx, row, w)?);
+            return Ok(self.guard(sys::fork_generation(), ctx, w)?);
         }
         // The probe never waits for the journal lock here.
         ctx.until(Some(Instant::now())).probe();
@@ -454,15 +451,14 @@ impl<T: ShmSafe> ShmMutex<T> {
             return Err(TryLockError::WouldBlock);
         };
         let ctx = ctx.until(deadline);
-        let row = ctx.stats();
         let w = ctx.acquire_fast();
         if w != 0 {
-            return Ok(self.guard(sys::fork_generation(), ctx, row, w)?);
+            return Ok(self.guard(sys::fork_generation(), ctx, w)?);
         }
         match algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, deadline) {
             Some(waited) => {
-                row.record_contended(waited);
-                Ok(self.guard(sys::fork_generation(), ctx, row, w)?)
+                ctx.stats().record_contended(waited);
+                Ok(self.guard(sys::fork_generation(), ctx, w)?)
             }
             None => Err(TryLockError::WouldBlock),
         }
@@ -633,8 +629,8 @@ fn repaired<'a, T: ShmSafe>(
 
 /// Testing only: make this process SIGKILL itself the next time it reaches `point` inside the
 /// lock's slow paths (1 = journal committed, 2 = state word changed, 3 = journal applied,
-/// 4 = a normal-mode wake-up owed, 5 = a hand-off owed, 6 = a waiter picked up its token;
-/// 0 disarms). Lets tests kill a process in windows too narrow for random kills to hit.
+/// 4 = a normal-mode wake-up owed, 5 = a hand-off owed, 6 = a waiter picked up its token,
+/// 12 = `lock`'s fast path failed; 0 disarms). Lets tests kill a process in windows too narrow for random kills to hit.
 /// Costs one relaxed load on slow paths. Exists only with the test-only `__crash-points`
 /// feature (this crate's tests enable it); without it the crash points compile to nothing.
 #[cfg(feature = "__crash-points")]

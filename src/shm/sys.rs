@@ -138,6 +138,8 @@ pub(crate) mod crash {
     /// `ShmRwLock` downgrade: the read count raised, the write phase not ended yet (the writers'
     /// mutex held, `PENDING` set).
     pub const RW_DOWNGRADING: u32 = 12;
+    /// `ShmMutex::lock`: the fast path failed, Go's slow path not begun.
+    pub const CONTENDED: u32 = 13;
 }
 
 /// A crash point armed in this process (0 = none); see `shm::__crash_at`.

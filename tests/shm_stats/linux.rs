@@ -86,6 +86,29 @@ fn contended_across_processes() {
     assert_eq!(*m.lock().unwrap(), 1);
 }
 
+/// A contended acquisition that never sleeps is counted, not timed (no clock is read for it):
+/// the child stops between its failed fast path and Go's slow path, the parent unlocks, and
+/// the continued child finds the lock free at its slow path's first look.
+fn contended_without_sleeping_is_counted_not_timed() {
+    /// `lock`'s fast path failed, the slow path not begun (`shm::sys::crash::CONTENDED`).
+    const CONTENDED: u32 = 13;
+    let m = ShmMutex::anonymous(0u64).unwrap();
+    let g = m.lock().unwrap();
+    let child = fork(|| {
+        gomutex::shm::__stop_at(CONTENDED);
+        lock_once(&m);
+        0
+    });
+    wait_stopped(child);
+    drop(g);
+    signal(child, libc::SIGCONT);
+    assert_eq!(wait_limit(child, LIMIT, "contended child"), 0);
+    let s = m.stats();
+    assert_eq!((s.acquisitions, s.contended, s.slept), (2, 1, 0), "{s:?}");
+    assert_eq!((s.total_wait_ns, s.worst_wait_ns), (0, 0), "{s:?}");
+    assert_eq!(*m.lock().unwrap(), 1);
+}
+
 /// Go's fairness scenario: a waiter that waited over 1 ms is woken, but the unlocker takes the
 /// lock back before the waiter runs (made certain by stopping the waiter across the unlock and
 /// the re-lock); the waiter, finding the lock held, switches it to starvation mode, and the
@@ -233,6 +256,10 @@ pub fn main() {
     let tests: &[(&str, fn())] = &[
         ("uncontended_acquisitions", uncontended_acquisitions),
         ("contended_across_processes", contended_across_processes),
+        (
+            "contended_without_sleeping_is_counted_not_timed",
+            contended_without_sleeping_is_counted_not_timed,
+        ),
         (
             "starvation_entry_in_the_fairness_scenario",
             starvation_entry_in_the_fairness_scenario,
