@@ -1,8 +1,8 @@
 //! Child processes for the multi-process tests (`harness = false` binaries that fork from a
 //! single-threaded main): fork a closure, wait for it with or without a limit, signal it, and
-//! run a list of named cases with a substring filter.
+//! run a list of named cases under libtest's command line.
 
-use std::panic::{catch_unwind, AssertUnwindSafe, UnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 /// Fork; the child runs `f` and exits with its code (101 if it panicked).
@@ -83,34 +83,29 @@ pub fn kill9(pid: libc::pid_t) {
     signal(pid, libc::SIGKILL);
 }
 
-/// Run the named cases one after another on this (single) thread, those whose name contains
-/// the first non-flag argument if there is one; print libtest-like lines and a closing
-/// `BINARY: N passed, N failed, N skipped`; exit 1 if any failed.
-pub fn run_cases<F: Fn() + UnwindSafe + Copy>(binary: &str, args: &[String], cases: &[(&str, F)]) {
-    let filter = args.iter().find(|a| !a.starts_with('-'));
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for &(name, f) in cases {
-        if filter.is_some_and(|p| !name.contains(p.as_str())) {
-            skipped += 1;
-            continue;
-        }
-        let t = Instant::now();
-        println!("test {name} ...");
-        match catch_unwind(f) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.2?})", t.elapsed());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED ({:.2?})", t.elapsed());
-            }
-        }
+/// Run the named cases under libtest's command line and output (libtest-mimic: `--list`,
+/// filters, `--exact`, `--skip`, `--ignored`, cargo-nextest's protocol), then exit with its
+/// verdict (101 if a case failed). The cases run one after another on the main thread whatever
+/// `--test-threads` asks: they fork, which is safe only while the process is single-threaded,
+/// and a case that kills or measures processes must not share the machine with another.
+pub fn run_cases(binary: &str, args: &[String], cases: &[(&str, fn())]) -> ! {
+    let mut opts = libtest_mimic::Arguments::from_iter(
+        std::iter::once(binary).chain(args.iter().map(|a| a.as_str())),
+    );
+    if opts.test_threads.is_some_and(|n| n != 1) {
+        eprintln!("{binary}: cases fork, so they run one at a time (--test-threads ignored)");
     }
-    println!("\n{binary}: {passed} passed, {failed} failed, {skipped} skipped");
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    opts.test_threads = Some(1);
+    let trials = cases
+        .iter()
+        .map(|&(name, f)| {
+            libtest_mimic::Trial::test(name, move || {
+                f();
+                Ok(())
+            })
+        })
+        .collect();
+    libtest_mimic::run(&opts, trials).exit()
 }
 
 /// `CLOCK_MONOTONIC` in ns (the clock the lock's own timestamps use), for the tortures' stall

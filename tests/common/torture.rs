@@ -10,19 +10,13 @@ const STALL: Duration = Duration::from_secs(5);
 /// The workers must leave within this of being told to stop.
 const STOP_LIMIT: Duration = Duration::from_secs(10);
 
-/// The torture's duration (`GOMUTEX_TORTURE_SECS`, default 20 s), or `None` (after printing the
-/// harness's skip line) if the command line's filter does not select `test`.
-pub fn duration_or_skip(binary: &str, test: &str) -> Option<Duration> {
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    if filter.is_some_and(|f| !test.contains(f.as_str())) {
-        println!("{binary}: 0 passed, 0 failed, 1 skipped");
-        return None;
-    }
+/// The torture's duration: `GOMUTEX_TORTURE_SECS`, default 20 s.
+pub fn duration() -> Duration {
     let secs = std::env::var("GOMUTEX_TORTURE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
-    Some(Duration::from_secs(secs))
+    Duration::from_secs(secs)
 }
 
 /// SIGKILL every worker.

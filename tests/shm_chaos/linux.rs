@@ -538,57 +538,49 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 pub fn main() {
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let wanted = |name: &str| filter.as_ref().is_none_or(|f| name.contains(f.as_str()));
-    let (mut passed, mut failed) = (0, 0);
-    // Crash points inside the guest borrower's recovery: log committed, word changed, applied.
-    #[cfg(feature = "__crash-points")]
-    if wanted("dead_guest_borrower") {
-        for crash in 1..=3 {
-            match dead_guest(crash) {
-                Ok(()) => {
-                    println!("test dead_guest_borrower (crash point {crash}) ... ok");
-                    passed += 1;
-                }
-                Err(e) => {
-                    println!("test dead_guest_borrower (crash point {crash}) ... FAILED: {e}");
-                    failed += 1;
-                }
-            }
-        }
-    }
-    if !wanted("kill_chaos") {
-        println!("\nshm_chaos: {passed} passed, {failed} failed");
-        if failed != 0 {
-            std::process::exit(1);
-        }
-        return;
-    }
-    if failed != 0 {
-        println!("\nshm_chaos: {passed} passed, {failed} failed");
-        std::process::exit(1);
-    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tests: &[(&str, fn())] = &[
+        #[cfg(feature = "__crash-points")]
+        ("dead_guest_borrower_crash_point_1", || {
+            dead_guest_borrower(1)
+        }),
+        #[cfg(feature = "__crash-points")]
+        ("dead_guest_borrower_crash_point_2", || {
+            dead_guest_borrower(2)
+        }),
+        #[cfg(feature = "__crash-points")]
+        ("dead_guest_borrower_crash_point_3", || {
+            dead_guest_borrower(3)
+        }),
+        ("kill_chaos", kill_chaos),
+    ];
+    common::procs::run_cases("shm_chaos", &args, tests);
+}
+
+#[cfg(feature = "__crash-points")]
+/// [`dead_guest`] with a crash point inside the guest borrower's recovery: 1 log committed,
+/// 2 word changed, 3 applied.
+fn dead_guest_borrower(crash: u32) {
+    dead_guest(crash).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn kill_chaos() {
     let secs = env_u64("GOMUTEX_CHAOS_SECS").unwrap_or(2);
     let rounds = env_u64("GOMUTEX_CHAOS_ROUNDS").unwrap_or(3);
     let stall = Duration::from_secs(env_u64("GOMUTEX_CHAOS_STALL_SECS").unwrap_or(3));
     let seed =
         env_u64("GOMUTEX_CHAOS_SEED").unwrap_or_else(|| mono_ns() ^ u64::from(std::process::id()));
-    println!(
-        "test kill_chaos ({rounds} rounds of {secs} s, {WORKERS} workers, {CFG:?}, first seed \
-         {seed:#x}) ..."
-    );
+    println!("\n    {rounds} rounds of {secs} s, {WORKERS} workers, {CFG:?}, first seed {seed:#x}");
     let mut tot = Totals::default();
     for i in 0..rounds {
         let s = seed.wrapping_add(i);
         if let Err(why) = round(s, secs, stall, i % 3, &mut tot) {
-            println!("test kill_chaos ... FAILED: {why}");
             println!(
                 "    reproduce: GOMUTEX_CHAOS_SEED={s:#x} GOMUTEX_CHAOS_ROUNDS=1 (force_unlock \
                  policy {} = round index mod 3)",
                 i % 3
             );
-            println!("\nshm_chaos: {passed} passed, 1 failed");
-            std::process::exit(1);
+            panic!("{why}");
         }
     }
     println!(
@@ -601,6 +593,4 @@ pub fn main() {
         tot.reports,
         Duration::from_nanos(tot.rec_max_ns)
     );
-    println!("test kill_chaos ... ok");
-    println!("\nshm_chaos: {} passed, 0 failed", passed + 1);
 }

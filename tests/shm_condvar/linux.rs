@@ -2,7 +2,7 @@
 //!
 //! `harness = false`, like `shm_process`: the tests run one after another on the main thread,
 //! so the process is single-threaded whenever it forks. Run one with
-//! `cargo test --test shm_condvar -- <name substring>`. The kill test runs for
+//! `cargo test --test shm_condvar -- <name> --exact`. The kill test runs for
 //! `GOMUTEX_CONDVAR_KILL_SECS` seconds (default 3).
 
 use gomutex::shm::{

@@ -4,7 +4,7 @@
 //!
 //! `harness = false`, like `shm_process`: the tests run one after another on the main thread,
 //! so the process is single-threaded whenever it forks. Run one with
-//! `cargo test --test shm_peers -- <name substring>`.
+//! `cargo test --test shm_peers -- <name> --exact`.
 
 use gomutex::shm::{Config, ShmError, ShmMutex, TryLockError};
 use std::sync::atomic::Ordering::SeqCst;

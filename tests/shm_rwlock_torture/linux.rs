@@ -204,7 +204,6 @@ fn spawn_worker(l: &ShmRwLock<Data>, side: &AnonShared, w: usize) -> libc::pid_t
 }
 
 fn dump(l: &ShmRwLock<Data>, side: &AnonShared, why: &str) -> ! {
-    eprintln!("FAILED: {why}");
     eprintln!("diagnostics: {:?}", l.diagnostics());
     eprintln!(
         "done {} reads {} violations {}",
@@ -212,16 +211,18 @@ fn dump(l: &ShmRwLock<Data>, side: &AnonShared, why: &str) -> ! {
         reads_sum(side),
         side.at(VIOLATIONS).load(SeqCst)
     );
-    println!("test rwlock_kill_torture ... FAILED");
-    std::process::exit(1);
+    panic!("{why}");
 }
 
 pub fn main() {
-    let Some(duration) = torture::duration_or_skip("shm_rwlock_torture", "rwlock_kill_torture")
-    else {
-        return;
-    };
-    println!("test rwlock_kill_torture ({duration:?}, {WORKERS} workers) ...");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tests: &[(&str, fn())] = &[("rwlock_kill_torture", rwlock_kill_torture)];
+    common::procs::run_cases("shm_rwlock_torture", &args, tests);
+}
+
+fn rwlock_kill_torture() {
+    let duration = torture::duration();
+    println!("\n    {duration:?}, {WORKERS} workers");
     // Fewer waiter slots than the 12 worker threads: writers wait without a slot too.
     let cfg = Config::new().participants(32).waiter_slots(4);
     let l = ShmRwLock::anonymous_with([0u64; 4], cfg).unwrap();
@@ -351,15 +352,8 @@ pub fn main() {
     if done == 0 || reads == 0 || kills == 0 {
         fails.push("no writes, no reads or no kills".into());
     }
-    if fails.is_empty() {
-        println!("test rwlock_kill_torture ... ok");
-        println!("\nshm_rwlock_torture: 1 passed, 0 failed");
-    } else {
-        for f in &fails {
-            println!("    FAIL: {f}");
-        }
-        println!("test rwlock_kill_torture ... FAILED");
-        println!("\nshm_rwlock_torture: 0 passed, 1 failed");
-        std::process::exit(1);
+    for f in &fails {
+        println!("    FAIL: {f}");
     }
+    assert!(fails.is_empty(), "{}", fails.join("; "));
 }

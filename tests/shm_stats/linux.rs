@@ -3,7 +3,7 @@
 //! again), with exact expected counts.
 //!
 //! `harness = false`: the tests run one after another on the main thread, so the process is
-//! single-threaded whenever it forks. Run one with `cargo test --test shm_stats -- <name>`.
+//! single-threaded whenever it forks. Run one with `cargo test --test shm_stats -- <name> --exact`.
 
 use gomutex::shm::{Config, LockError, LockStats, ShmMutex, ShmMutexGuard};
 use std::time::Duration;

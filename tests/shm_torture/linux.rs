@@ -140,7 +140,6 @@ fn spawn_worker(m: &ShmMutex<Data>, side: &AnonShared, w: usize) -> libc::pid_t 
 }
 
 fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
-    eprintln!("FAILED: {why}");
     eprintln!("diagnostics: {:?}", m.diagnostics());
     eprintln!(
         "done {} reports {} violations {}",
@@ -148,14 +147,18 @@ fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
         side.at(REPORTS).load(SeqCst),
         side.at(VIOLATIONS).load(SeqCst)
     );
-    std::process::exit(1);
+    panic!("{why}");
 }
 
 pub fn main() {
-    let Some(duration) = torture::duration_or_skip("shm_torture", "kill_torture") else {
-        return;
-    };
-    println!("test kill_torture ({duration:?}, {WORKERS} workers) ...");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tests: &[(&str, fn())] = &[("kill_torture", kill_torture)];
+    common::procs::run_cases("shm_torture", &args, tests);
+}
+
+fn kill_torture() {
+    let duration = torture::duration();
+    println!("\n    {duration:?}, {WORKERS} workers");
     // Fewer waiter slots than the 9 worker threads: slot exhaustion happens too.
     let cfg = Config::new().participants(32).waiter_slots(8);
     let m = ShmMutex::anonymous_with([0u64; 4], cfg).unwrap();
@@ -299,15 +302,8 @@ pub fn main() {
     if done == 0 || kills == 0 {
         fails.push("no work or no kills".into());
     }
-    if fails.is_empty() {
-        println!("test kill_torture ... ok");
-        println!("\nshm_torture: 1 passed, 0 failed");
-    } else {
-        for f in &fails {
-            println!("    FAIL: {f}");
-        }
-        println!("test kill_torture ... FAILED");
-        println!("\nshm_torture: 0 passed, 1 failed");
-        std::process::exit(1);
+    for f in &fails {
+        println!("    FAIL: {f}");
     }
+    assert!(fails.is_empty(), "{}", fails.join("; "));
 }
