@@ -196,7 +196,10 @@ thread_local! {
 /// Whether this thread holds the lock of the shard with `seed`.
 #[inline]
 fn held_here(seed: u64) -> bool {
-    HELD.with(|h| h.seeds[..h.depth.get()].iter().any(|s| s.get() == seed))
+    HELD.with(|h| {
+        let d = h.depth.get().min(NESTED);
+        h.seeds[..d].iter().any(|s| s.get() == seed)
+    })
 }
 
 /// Record that this thread holds the shard with `seed` (past [`NESTED`] levels, counted only).

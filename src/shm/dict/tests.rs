@@ -1000,6 +1000,19 @@ fn reentrant_use_inside_get_with_or_update_panics() {
         Ok((Ok(0), 0))
     );
     assert_eq!(bytes(&s, &other).as_deref(), Some(&b"c"[..]));
+    // Deeper than the record's 8 levels: unchecked there, and no harm done.
+    fn nest(ds: &[ShmDict]) -> usize {
+        match ds {
+            [] => 0,
+            [d, rest @ ..] => d.get_with("k", |_, _| 1 + nest(rest)).unwrap().unwrap(),
+        }
+    }
+    let ds: Vec<ShmDict> = (0..12).map(|_| dict(1 << 16)).collect();
+    for d in &ds {
+        d.set("k", "v", None, 0).unwrap();
+    }
+    assert_eq!(nest(&ds), 12);
+    assert_eq!(bytes(&ds[0], "k").as_deref(), Some(&b"v"[..]));
 }
 
 /// `open_or_create` of an existing dictionary with another capacity or shard count refuses
