@@ -46,6 +46,7 @@
 //! | a condition variable for it | [`Condvar`] | — | all |
 //! | a `std::sync::RwLock` with Go's `RWMutex` (one atomic add per read, writer preference) | [`RwLock`] ([`RawRwLock`] for `lock_api`) | — (`lock_api` for the traits) | all |
 //! | a lock without data, or `lock_api::Mutex<gomutex::RawMutex, T>` (parking_lot's API) | [`RawMutex`] | `lock_api` (0.5) or `lock_api_04` (0.4) for the traits | all |
+//! | parking_lot's `Mutex` + `Condvar` + `RwLock`, switched by the `use` line | `gomutex::lock_api::{Mutex, Condvar, RwLock}` | `lock_api` (`lock_api_04`: `Condvar` for 0.4's guards) | all |
 //! | a mutex over a value shared by processes (`fork`, or unrelated processes by name), robust to owner death | [`shm::ShmMutex`][ShmMutex] | — (`derive` for `#[derive(ShmSafe)]`) | Linux |
 //! | a readers-writer lock shared by processes, robust to a reader's or a writer's death | [`shm::ShmRwLock`][ShmRwLock] | — | Linux |
 //! | a condition variable across processes (several per lock: `condvar_in`) | [`ShmCondvar`] (`m.condvar()`) | — | Linux |
