@@ -185,6 +185,12 @@ pub mod shm;
 mod spin;
 mod sync;
 
+/// Under loom only: let sleepers with a deadline time out at arbitrary points of this
+/// execution (loom has no time; a model opts in).
+#[cfg(gomutex_loom)]
+#[doc(hidden)]
+pub use park::let_deadlines_pass;
+
 pub use condvar::{Condvar, WaitTimeoutResult};
 pub use mutex::{MappedMutexGuard, Mutex, MutexGuard};
 pub use raw::RawMutex;

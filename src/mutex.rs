@@ -1,6 +1,6 @@
 //! [`Mutex`] and [`MutexGuard`]: `std::sync::Mutex`'s API on Go's lock.
 
-use crate::poison;
+use crate::poison::{self, Poison};
 use crate::raw::RawMutex;
 use core::cell::UnsafeCell;
 use core::fmt;

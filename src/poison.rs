@@ -24,10 +24,21 @@ impl Flag {
             failed: AtomicBool::new(false),
         }
     }
+}
+
+/// Where a lock keeps its poison flag: a [`Flag`] of its own, or a bit of a lock word
+/// ([`crate::RawRwLock`]'s, so that `RwLock<()>` stays 16 bytes).
+pub(crate) trait Poison {
+    /// Whether poisoned.
+    fn get(&self) -> bool;
+    /// Mark poisoned.
+    fn set(&self);
+    /// Clear the mark.
+    fn clear(&self);
 
     /// Called right after locking: `Ok` unless poisoned.
     #[inline]
-    pub(crate) fn guard(&self) -> LockResult<Guard> {
+    fn guard(&self) -> LockResult<Guard> {
         let g = Guard {
             panicking: thread::panicking(),
         };
@@ -40,19 +51,24 @@ impl Flag {
 
     /// Called right before unlocking.
     #[inline]
-    pub(crate) fn done(&self, guard: &Guard) {
+    fn done(&self, guard: &Guard) {
         if !guard.panicking && thread::panicking() {
-            self.failed.store(true, Relaxed);
+            self.set();
         }
     }
+}
 
+impl Poison for Flag {
     #[inline]
-    pub(crate) fn get(&self) -> bool {
+    fn get(&self) -> bool {
         self.failed.load(Relaxed)
     }
-
     #[inline]
-    pub(crate) fn clear(&self) {
+    fn set(&self) {
+        self.failed.store(true, Relaxed);
+    }
+    #[inline]
+    fn clear(&self) {
         self.failed.store(false, Relaxed);
     }
 }

@@ -2,11 +2,9 @@
 
 use crate::algo::{StateWord, LOCKED, STARVING};
 use crate::clock::Monotonic;
-use crate::poison;
-use crate::rwalgo::{self, Counter, RwParts};
-use crate::rwword::RwWord;
-use crate::sema::{ParkSema, Sema};
-use crate::sync::AtomicI32;
+use crate::rwalgo::{self, RwParts};
+use crate::rwword::{readers, RwState, RwWord, PHASE, POISON};
+use crate::sema::ParkSema;
 use std::time::{Duration, Instant};
 
 /// Go's `sync.RWMutex` as a raw lock: no data, no guards, no poisoning.
@@ -14,14 +12,13 @@ use std::time::{Duration, Instant};
 /// Any number of readers or one writer. A writer that arrives excludes new readers at once
 /// (writer preference) and waits only for the readers already inside; when it unlocks, the
 /// readers that queued meanwhile are all admitted before the next writer. Writers queue on
-/// Go's mutex. A read lock is one atomic add that never retries.
+/// Go's mutex. A read lock is one atomic add.
 ///
-/// 32 bytes: the writers' mutex state and the reader count in one 64-bit word (so that an
-/// uncontended write lock and unlock are one compare-and-swap each), the writers' wait queue
-/// (8), the count of departing readers and two semaphores (4 each; the sleepers live in
-/// `parking_lot_core`'s table), and the byte [`RwLock`](crate::RwLock) keeps its poison flag
-/// in (padding otherwise). Like Go's lock it has no owner: one thread may lock and another unlock. Recursive read locking can
-/// deadlock (a writer waiting in between excludes the second read), as in Go and std.
+/// 16 bytes: one 64-bit word with the writers' mutex state, the write phase, the waiting bits,
+/// the reader count and [`RwLock`](crate::RwLock)'s poison flag, and the writers' wait queue
+/// (8; sleepers live in `parking_lot_core`'s table). Like Go's lock it has no owner: one thread
+/// may lock and another unlock. Recursive read locking can deadlock (a writer waiting in
+/// between excludes the second read), as in Go and std.
 ///
 /// ```
 /// use gomutex::RawRwLock;
@@ -40,51 +37,27 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Debug)]
 pub struct RawRwLock {
-    /// The writers' mutex state and `readerCount`.
+    /// Everything but the writers' sleepers (`crate::rwword`).
     word: RwWord,
     /// The writers' mutex wait queue.
     queue: ParkSema,
-    reader_wait: AtomicI32,
-    writer_sem: Sema,
-    reader_sem: Sema,
-    /// [`RwLock`](crate::RwLock)'s poison flag (not used by the raw lock itself).
-    pub(crate) poison: poison::Flag,
 }
 
 impl RwParts for RawRwLock {
     type Word = RwWord;
     type Queue = ParkSema;
     type Clock = Monotonic;
-    /// `readerCount` is a half of [`RwWord`], `readerWait` an `AtomicI32`.
-    type Count = dyn Counter + 'static;
-    type Sema = Sema;
     #[inline]
-    fn w(&self) -> (&RwWord, &ParkSema) {
-        (&self.word, &self.queue)
-    }
-    #[inline]
-    fn reader_count(&self) -> &Self::Count {
+    fn word(&self) -> &RwWord {
         &self.word
     }
     #[inline]
-    fn reader_wait(&self) -> &Self::Count {
-        &self.reader_wait
+    fn queue(&self) -> &ParkSema {
+        &self.queue
     }
     #[inline]
-    fn lock_fast(&self) -> bool {
-        self.word.lock_fast()
-    }
-    #[inline]
-    fn unlock_fast(&self) -> bool {
-        self.word.unlock_fast()
-    }
-    #[inline]
-    fn writer_sem(&self) -> &Sema {
-        &self.writer_sem
-    }
-    #[inline]
-    fn reader_sem(&self) -> &Sema {
-        &self.reader_sem
+    fn key(&self) -> usize {
+        &self.word as *const RwWord as usize
     }
 }
 
@@ -95,10 +68,6 @@ impl RawRwLock {
             Self {
                 word: RwWord::new(),
                 queue: ParkSema::new(),
-                reader_wait: AtomicI32::new(0),
-                writer_sem: Sema::new(),
-                reader_sem: Sema::new(),
-                poison: poison::Flag::new(),
             }
         }
     }
@@ -106,14 +75,14 @@ impl RawRwLock {
     /// Acquire a read lock, blocking while a writer holds the lock or waits for it.
     #[inline]
     pub fn read(&self) {
-        rwalgo::rlock(self);
+        rwalgo::read(self);
     }
 
     /// Acquire a read lock if no writer holds the lock or waits for it (Go's `TryRLock`); never
     /// blocks.
     #[inline]
     pub fn try_read(&self) -> bool {
-        rwalgo::try_rlock(self)
+        rwalgo::try_read(self)
     }
 
     /// Acquire a read lock, giving up after `timeout`. Returns whether it was acquired.
@@ -131,13 +100,13 @@ impl RawRwLock {
     /// ```
     #[inline]
     pub fn try_read_for(&self, timeout: Duration) -> bool {
-        rwalgo::rlock_until(self, crate::clock::deadline_after(timeout))
+        rwalgo::read_until(self, crate::clock::deadline_after(timeout))
     }
 
     /// Acquire a read lock, giving up at `deadline`. Returns whether it was acquired.
     #[inline]
     pub fn try_read_until(&self, deadline: Instant) -> bool {
-        rwalgo::rlock_until(self, Some(deadline))
+        rwalgo::read_until(self, Some(deadline))
     }
 
     /// Release a read lock.
@@ -149,20 +118,20 @@ impl RawRwLock {
     /// `fatal error: sync: RUnlock of unlocked RWMutex` and aborts).
     #[inline]
     pub unsafe fn unlock_read(&self) {
-        rwalgo::runlock(self);
+        rwalgo::read_unlock(self);
     }
 
     /// Acquire the write lock, blocking until no reader and no other writer holds it.
     #[inline]
     pub fn write(&self) {
-        rwalgo::lock(self);
+        rwalgo::write(self);
     }
 
     /// Acquire the write lock if it is free right now (Go's `TryLock`); never blocks, never
     /// waits for departing readers.
     #[inline]
     pub fn try_write(&self) -> bool {
-        rwalgo::try_lock(self)
+        rwalgo::try_write(self)
     }
 
     /// Acquire the write lock, giving up after `timeout`. Returns whether it was acquired.
@@ -183,13 +152,13 @@ impl RawRwLock {
     /// ```
     #[inline]
     pub fn try_write_for(&self, timeout: Duration) -> bool {
-        rwalgo::lock_until(self, crate::clock::deadline_after(timeout))
+        rwalgo::write_until(self, crate::clock::deadline_after(timeout))
     }
 
     /// Acquire the write lock, giving up at `deadline`. Returns whether it was acquired.
     #[inline]
     pub fn try_write_until(&self, deadline: Instant) -> bool {
-        rwalgo::lock_until(self, Some(deadline))
+        rwalgo::write_until(self, Some(deadline))
     }
 
     /// Release the write lock.
@@ -201,7 +170,7 @@ impl RawRwLock {
     /// RWMutex`).
     #[inline]
     pub unsafe fn unlock_write(&self) {
-        rwalgo::unlock(self);
+        rwalgo::write_unlock(self);
     }
 
     /// Turn the write lock into a read lock, atomically: no writer can come in between, and
@@ -232,35 +201,70 @@ impl RawRwLock {
     /// snapshot).
     #[inline]
     pub fn is_locked(&self) -> bool {
-        Counter::load(&self.word) != 0 || StateWord::load(&self.word) & (LOCKED | STARVING) != 0
+        let v = self.word.load_all();
+        readers(v) != 0 || v as u32 & (LOCKED | STARVING) != 0
     }
 
     /// Whether a writer holds the lock or waits for the readers inside to leave, right now (a
     /// snapshot; from the moment a writer announces itself, new readers wait).
     #[inline]
     pub fn is_locked_exclusive(&self) -> bool {
-        Counter::load(&self.word) < 0
+        self.word.load_all() & PHASE != 0
     }
 
-    /// The reader count (biased by `-2^30` during a write phase), the count of departing
-    /// readers, the writers' mutex state, and the two semaphores' counts (writer, reader):
-    /// for tests and models. A snapshot only.
+    /// The state word without the poison flag (`crate::rwword`'s layout): for tests and
+    /// models. A snapshot only.
     #[doc(hidden)] // for tests and models; not part of the API
-    pub fn state(&self) -> (i32, i32, u32, i32, i32) {
-        (
-            Counter::load(&self.word),
-            Counter::load(&self.reader_wait),
-            StateWord::load(&self.word),
-            self.writer_sem.count(),
-            self.reader_sem.count(),
-        )
+    pub fn state(&self) -> u64 {
+        self.word.load_all() & !POISON
     }
 
-    /// Threads parked on this lock right now, writers' mutex and both semaphores (for tests
-    /// and models: a snapshot).
+    /// Readers inside, right now (a snapshot, for tests and models).
+    #[doc(hidden)] // for tests and models; not part of the API
+    pub fn readers(&self) -> u64 {
+        readers(self.word.load_all())
+    }
+
+    /// The writers' mutex state (`crate::algo`'s word): for tests and models. A snapshot only.
+    #[doc(hidden)] // for tests and models; not part of the API
+    pub fn writers(&self) -> u32 {
+        StateWord::load(&self.word)
+    }
+
+    /// Threads parked on this lock right now: writers waiting for the writers' mutex, for
+    /// readers, and readers waiting for a write phase to end (for tests and models: a
+    /// snapshot).
     #[doc(hidden)] // for tests and models; not part of the API
     pub fn parked(&self) -> usize {
-        self.queue.parked() + self.writer_sem.parked() + self.reader_sem.parked()
+        self.queue.parked() + rwalgo::parked_writer(self) + rwalgo::parked_readers(self)
+    }
+
+    /// Readers parked waiting for a write phase to end (for tests and models: a snapshot).
+    #[doc(hidden)] // for tests and models; not part of the API
+    pub fn parked_readers(&self) -> usize {
+        rwalgo::parked_readers(self)
+    }
+
+    /// Wake-up tokens of the writers' mutex kept while nobody slept (0 when quiescent).
+    #[doc(hidden)] // for tests and models; not part of the API
+    pub fn stored_tokens(&self) -> u32 {
+        self.queue.stored_tokens()
+    }
+}
+
+/// [`RwLock`](crate::RwLock)'s poison flag, a bit of the word.
+impl crate::poison::Poison for RawRwLock {
+    #[inline]
+    fn get(&self) -> bool {
+        self.word.load_all() & POISON != 0
+    }
+    #[inline]
+    fn set(&self) {
+        self.word.or_all(POISON);
+    }
+    #[inline]
+    fn clear(&self) {
+        self.word.clear_all(POISON);
     }
 }
 

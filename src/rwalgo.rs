@@ -1,261 +1,403 @@
-//! Go's `sync.RWMutex` algorithm, written once.
+//! The readers-writer lock's algorithm, written once: Go's `sync.RWMutex` policy on one state
+//! word, with waiters parked in `parking_lot_core`.
 //!
-//! A port of `RLock`, `TryRLock`, `RUnlock`, `rUnlockSlow`, `Lock`, `TryLock` and `Unlock` from
-//! Go 1.19's `src/sync/rwmutex.go`, generic over its parts ([`RwParts`]): the writers' mutex
-//! (Go's own mutex algorithm, [`crate::algo`], on a [`StateWord`] and a [`WaitQueue`]), the two
-//! counters ([`Counter`]) and the two semaphores ([`Semaphore`]), and the clock of the
-//! writers' mutex. [`crate::RawRwLock`] instantiates it for threads of one process.
+//! Generic over its parts ([`RwParts`]): the state word ([`RwState`], in process
+//! [`RwWord`](crate::rwword::RwWord)), the writers' wait queue and the clock of the writers'
+//! mutex. [`crate::RawRwLock`] instantiates it for threads of one process.
 //!
-//! # Go's algorithm
+//! # Go's policy
 //!
-//! * Writers serialise on the mutex `w`, held for the whole write phase, so writer-to-writer
-//!   order is the mutex's (normal mode, starvation mode after 1 ms).
-//! * `readerCount` counts readers; a writer that holds `w` subtracts [`MAX_READERS`] from it,
-//!   so every later `RLock` sees a negative count and sleeps on `readerSem` (writer
-//!   preference). The writer then waits on `writerSem` for the `r` readers that were inside:
-//!   it adds `r` to `readerWait`, and each of them, leaving (its `RUnlock` sees a negative
-//!   count), subtracts one; the one that reaches 0 wakes the writer.
-//! * `Unlock` adds [`MAX_READERS`] back, wakes every reader that queued meanwhile (one
-//!   `readerSem` token each), and only then unlocks `w`: the batch of readers that queued
-//!   behind a writer is admitted before the next writer.
+//! Kept from Go 1.19's `src/sync/rwmutex.go`:
+//!
+//! * writers serialise on a mutex `w` held for the whole write phase, with Go's own mutex
+//!   algorithm ([`crate::algo`], on the word's low half and the writers' queue), so writer to
+//!   writer order has its normal and starvation modes and its 1 ms bound;
+//! * the writer holding `w` announces itself ([`PHASE`]): from then on new readers wait
+//!   (writer preference), and the writer waits for the readers inside;
+//! * the write phase ends before `w` is released, and ending it admits every reader that
+//!   queued behind the writer: that batch goes before the next writer.
+//!
+//! # The mechanics (not Go's)
+//!
+//! Go counts readers in `readerCount` (biased during a write phase), the readers the writer
+//! waits for in `readerWait`, and hands off through two semaphores: one `writerSem` release
+//! per write phase, one `readerSem` release per queued reader. Here everything is one word
+//! ([`crate::rwword`]): the reader count, [`PHASE`], and the waiting bits, and the waiters park
+//! in `parking_lot_core`:
+//!
+//! * a reader is one atomic add when no writer is announced; if one is, it takes the add back
+//!   (an unlock) and sleeps on the lock's address + 2 with [`READERS_PARKED`] set;
+//! * the writer waiting for the readers inside sleeps on address + 1 with [`WRITER_PARKED`]
+//!   set; the reader whose exit brings the count to 0 with that bit set wakes it;
+//! * the end of a write phase clears [`PHASE`] and, if readers sleep, wakes all of them with
+//!   one `unpark` whose callback, run while their queue is locked, counts them all in the same
+//!   atomic step: the hand-off, which no writer can come in between.
+//!
+//! No lost wake-up: a sleeper's `validate` runs under its queue's lock and checks the bit it
+//! set is still set (and, for the writer, that readers are still inside); whoever changes the
+//! state it waits for takes the same queue lock afterwards to wake it. A woken writer always
+//! looks again (a stale wake-up can reach it), a woken reader never needs to (it was counted).
 //!
 //! # Beyond Go: deadlines and downgrade
 //!
-//! A timed-out waiter has been counted (a reader in `readerCount`, a writer through
-//! `readerWait`), and exactly one `release` is on its way for it; its count cannot be taken
-//! back without knowing which write phase it is in. So it leaves a *debt* in its semaphore
-//! instead ([`Semaphore`]): the release meant for it pays the debt, and the releaser finishes
-//! the waiter's part at once:
-//!
-//! * a timed-out reader becomes a *ghost reader*: the writer's `Unlock` whose `readerSem` token
-//!   it absorbs also does its `RUnlock` (before unlocking `w`, so no new writer sees it);
-//! * a timed-out writer becomes a *ghost writer*: the last departing reader, whose `writerSem`
-//!   token it absorbs, does its `Unlock`. Until then the lock behaves as if that writer were
-//!   still waiting: readers that arrived after it wait for the readers before it to leave.
-//!
-//! A writer whose deadline passes while it waits for `w` simply fails (the mutex's deadline).
-//! Parts that keep `w`'s state and `readerCount` in one word may offer
-//! [`RwParts::lock_fast`] and [`RwParts::unlock_fast`]: Go's two steps in one when nobody else
-//! is counted; whenever they fail, Go's code runs as written.
-//! `downgrade` is `Unlock` with the writer counted as a reader in the same atomic add.
+//! A reader that gives up leaves nothing behind (it was never counted). A writer whose deadline
+//! passes while it waits for `w` fails (the mutex's deadline); one whose deadline passes while
+//! it waits for the readers inside becomes a *ghost* ([`GHOST`], set under its queue's lock):
+//! the last of those readers to leave ends the write phase and releases `w` on its behalf. So
+//! the lock behaves as if that writer had taken the lock when they left and released it at
+//! once: readers that arrived after it wait until then. `downgrade` is the end of a write
+//! phase that counts the writer in as a reader with the readers it admits.
 
-use crate::algo::{self, StateWord};
+use crate::algo;
 use crate::clock::Clock;
-use crate::sema::{Semaphore, WaitQueue};
-use crate::sync::{fatal, AtomicI32, Ordering::SeqCst};
+use crate::park::{self, FilterOp, ParkResult};
+pub use crate::rwword::{
+    readers, RwState, GHOST, MAX_READERS, ONE_READER, PHASE, READERS_PARKED, WRITER_PARKED,
+    WRITE_LOCKED,
+};
+use crate::sema::WaitQueue;
+use crate::spin;
+use crate::sync::fatal;
+use std::cell::Cell;
 use std::time::Instant;
 
-/// Go's `rwmutexMaxReaders`: the bias a writer subtracts from the reader count. At most
-/// `MAX_READERS - 1` readers at once.
-pub const MAX_READERS: i32 = 1 << 30;
-
-/// One of Go's two `int32` counters (`readerCount`, `readerWait`). Every operation is
-/// sequentially consistent (Go's atomics are). A shared-memory lock may implement the reader
-/// count on a word that also records, per participant, how many reads it holds.
-pub trait Counter {
-    /// Add `delta`, returning the *new* value (Go's `atomic.AddInt32`).
-    fn add(&self, delta: i32) -> i32;
-    /// The current value (feeds a compare-and-swap).
-    fn load(&self) -> i32;
-    /// Compare-and-swap (`Err` carries the current value).
-    fn cas(&self, old: i32, new: i32) -> Result<i32, i32>;
-}
-
-impl Counter for AtomicI32 {
-    #[inline]
-    fn add(&self, delta: i32) -> i32 {
-        self.fetch_add(delta, SeqCst).wrapping_add(delta)
-    }
-    #[inline]
-    fn load(&self) -> i32 {
-        AtomicI32::load(self, SeqCst)
-    }
-    #[inline]
-    fn cas(&self, old: i32, new: i32) -> Result<i32, i32> {
-        self.compare_exchange(old, new, SeqCst, SeqCst)
-    }
-}
-
-/// The parts of a readers-writer lock the algorithm runs on (Go's `RWMutex` fields).
+/// The parts of a readers-writer lock the algorithm runs on.
 pub trait RwParts {
-    /// The writers' mutex state word.
-    type Word: StateWord;
+    /// The state word.
+    type Word: RwState;
     /// The writers' mutex wait queue.
     type Queue: WaitQueue;
     /// The writers' mutex clock (the 1 ms starvation rule).
     type Clock: Clock;
-    /// `readerCount` and `readerWait` (unsized, e.g. `dyn Counter`, if the two are different
-    /// types: the in-process lock keeps `readerCount` in its [`RwWord`](crate::rwword::RwWord)).
-    type Count: Counter + ?Sized;
-    /// `writerSem` and `readerSem`.
-    type Sema: Semaphore;
-    /// `w`: the writers' mutex.
-    fn w(&self) -> (&Self::Word, &Self::Queue);
-    /// `readerCount`: readers in or waiting, biased by `-MAX_READERS` during a write phase.
-    fn reader_count(&self) -> &Self::Count;
-    /// `readerWait`: readers a pending writer still waits for.
-    fn reader_wait(&self) -> &Self::Count;
-    /// `writerSem`: where the pending writer sleeps.
-    fn writer_sem(&self) -> &Self::Sema;
-    /// `readerSem`: where readers that arrived during a write phase sleep.
-    fn reader_sem(&self) -> &Self::Sema;
-    /// Optional: `Lock` of a lock nobody holds, wants or reads, in one atomic step (the writers'
-    /// mutex from 0 to locked and `readerCount` from 0 to `-MAX_READERS` together); `false`
-    /// otherwise, and then Go's `Lock` runs unchanged. For parts that keep both in one word;
-    /// the default offers no fast path.
-    #[inline]
-    fn lock_fast(&self) -> bool {
-        false
-    }
-    /// Optional: `Unlock`, in one atomic step, of a write phase during which nothing happened
-    /// (no reader queued, no writer waiting), the reverse of [`lock_fast`](Self::lock_fast);
-    /// `false` otherwise, and then Go's `Unlock` runs unchanged. The default offers none.
-    #[inline]
-    fn unlock_fast(&self) -> bool {
-        false
-    }
+    /// The state word.
+    fn word(&self) -> &Self::Word;
+    /// The writers' mutex wait queue.
+    fn queue(&self) -> &Self::Queue;
+    /// The parking key of this lock: the writer waiting for readers parks on `key() + 1`,
+    /// readers waiting for a write phase to end on `key() + 2`. Neither may be used by
+    /// anything else (the word's own address fits, the word being wider than 2 bytes).
+    fn key(&self) -> usize;
 }
 
-/// Go's `RLock`: one atomic add; sleep if a writer is pending or active.
+/// Writers asleep waiting for the readers inside to leave (0 or 1): for tests and models, a
+/// snapshot.
+pub fn parked_writer<P: RwParts>(p: &P) -> usize {
+    park::parked(p.key() + 1)
+}
+
+/// Readers asleep waiting for the write phase to end: for tests and models, a snapshot.
+pub fn parked_readers<P: RwParts>(p: &P) -> usize {
+    park::parked(p.key() + 2)
+}
+
+/// Token the end of a write phase passes to the readers it admits.
+const ADMITTED: usize = 1;
+
+/// Acquire a read lock, blocking while a writer is announced.
 #[inline]
-pub fn rlock<P: RwParts>(p: &P) {
-    if p.reader_count().add(1) < 0 {
-        // A writer is pending: wait for it.
-        p.reader_sem().acquire(None);
+pub fn read<P: RwParts>(p: &P) {
+    if !read_fast(p) {
+        read_slow(p, None);
     }
 }
 
-/// [`rlock`] giving up at `deadline`; `true` if read-locked. A reader that gives up while
-/// queued stays counted as a ghost until the writer's unlock takes it back (module docs).
+/// [`read`] giving up at `deadline`; `true` if read-locked.
 #[inline]
-pub fn rlock_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
-    p.reader_count().add(1) >= 0 || p.reader_sem().acquire(deadline)
+pub fn read_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+    read_fast(p) || read_slow(p, deadline)
 }
 
-/// Go's `TryRLock`: fails as soon as a writer is pending or active; never blocks. (The
-/// compare-and-swap loop retries only while other readers change the count.)
+/// One atomic add; taken back (an unlock) if a writer is announced.
 #[inline]
-pub fn try_rlock<P: RwParts>(p: &P) -> bool {
-    let mut c = p.reader_count().load();
+fn read_fast<P: RwParts>(p: &P) -> bool {
+    let prev = p.word().add_all(ONE_READER);
+    if prev & PHASE == 0 {
+        if readers(prev) == MAX_READERS {
+            fatal("sync: too many readers of RWMutex");
+        }
+        return true;
+    }
+    read_unlock(p);
+    false
+}
+
+/// Wait for the write phase to end: spin a few rounds, then sleep until its end admits us.
+#[cold]
+fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+    let w = p.word();
+    let mut iter = 0;
     loop {
-        if c < 0 {
+        let v = w.load_all();
+        if v & PHASE == 0 {
+            if read_fast(p) {
+                return true;
+            }
+            continue;
+        }
+        if spin::can_spin(iter, false) {
+            spin::spin_round(true);
+            iter += 1;
+            continue;
+        }
+        if v & READERS_PARKED == 0 && w.cas_all(v, v | READERS_PARKED).is_err() {
+            continue;
+        }
+        let validate = || w.load_all() & (PHASE | READERS_PARKED) == PHASE | READERS_PARKED;
+        match park_stamped(p.key() + 2, validate, || {}, deadline) {
+            // The end of the write phase counted us in.
+            ParkResult::Unparked(_) => return true,
+            ParkResult::Invalid => {}
+            ParkResult::TimedOut => return false,
+        }
+    }
+}
+
+/// Acquire a read lock if no writer is announced; never blocks.
+#[inline]
+pub fn try_read<P: RwParts>(p: &P) -> bool {
+    let w = p.word();
+    let mut v = w.load_all();
+    loop {
+        if v & PHASE != 0 {
             return false;
         }
-        match p.reader_count().cas(c, c + 1) {
+        if readers(v) == MAX_READERS {
+            fatal("sync: too many readers of RWMutex");
+        }
+        match w.cas_all(v, v + ONE_READER) {
             Ok(_) => return true,
-            Err(cur) => c = cur,
+            Err(cur) => v = cur,
         }
     }
 }
 
-/// Go's `RUnlock`. Unlocking a lock not read-locked aborts (Go's fatal error), if detected.
+/// Release a read lock; the reader that leaves last wakes the writer waiting for it.
+/// Unlocking a lock not read-locked aborts (Go's fatal error).
 #[inline]
-pub fn runlock<P: RwParts>(p: &P) {
-    let r = p.reader_count().add(-1);
-    if r < 0 {
-        runlock_slow(p, r);
-    }
-}
-
-/// Go's `rUnlockSlow`: a writer is pending; the last reader it waits for wakes it (or, if it
-/// gave up, unlocks on its behalf).
-#[cold]
-pub fn runlock_slow<P: RwParts>(p: &P, r: i32) {
-    if r + 1 == 0 || r + 1 == -MAX_READERS {
+pub fn read_unlock<P: RwParts>(p: &P) {
+    let prev = p.word().sub_all(ONE_READER);
+    if readers(prev) == 0 {
         fatal("sync: RUnlock of unlocked RWMutex");
     }
-    if p.reader_wait().add(-1) == 0 && !p.writer_sem().release() {
-        // The writer gave up waiting for us (a ghost writer): finish its write phase.
-        unlock_write(p, 0);
+    if readers(prev) == 1 && prev & WRITER_PARKED != 0 {
+        wake_writer(p);
     }
 }
 
-/// Go's `Lock`.
+/// The readers' count reached 0 with the writer asleep: wake it, or, if it gave up (a ghost),
+/// end its write phase. Runs once per such exit; a stale call (the count moved again, or the
+/// writer already woke) finds nothing to do.
+#[cold]
+fn wake_writer<P: RwParts>(p: &P) {
+    let w = p.word();
+    let ghost = Cell::new(false);
+    let filter = |_| {
+        let v = w.load_all();
+        if readers(v) == 0 && v & WRITER_PARKED != 0 {
+            FilterOp::Unpark
+        } else {
+            FilterOp::Stop
+        }
+    };
+    let callback = |r: park::UnparkResult| {
+        let v = w.load_all();
+        if r.unparked_threads != 0 {
+            // It looks again; a bit left set would only make a later reader wake it again.
+            w.clear_all(WRITER_PARKED);
+        } else if v & GHOST != 0 && readers(v) == 0 {
+            w.clear_all(WRITER_PARKED | GHOST);
+            ghost.set(true);
+        }
+        0
+    };
+    unpark_charged(p.key() + 1, filter, callback);
+    if ghost.get() {
+        // The writer gave up waiting for us: finish its write phase.
+        end_phase(p, 0);
+        algo::unlock(p.word(), p.queue());
+    }
+}
+
+/// Acquire the write lock.
 #[inline]
-pub fn lock<P: RwParts>(p: &P) {
-    if p.lock_fast() {
-        return;
+pub fn write<P: RwParts>(p: &P) {
+    if !write_fast(p) {
+        algo::lock::<_, _, P::Clock>(p.word(), p.queue());
+        announce_and_wait(p, None);
     }
-    let (word, queue) = p.w();
-    // First, resolve competition with other writers.
-    algo::lock::<_, _, P::Clock>(word, queue);
-    announce_and_wait(p, None);
 }
 
-/// [`lock`] giving up at `deadline`; `true` if write-locked. A writer that gives up while
+/// [`write`] giving up at `deadline`; `true` if write-locked. A writer that gives up while
 /// waiting for `w` leaves no trace; one that gives up while waiting for the readers inside
 /// stays as a ghost until the last of them leaves (module docs).
 #[inline]
-pub fn lock_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
-    if p.lock_fast() {
-        return true;
-    }
-    let (word, queue) = p.w();
-    algo::lock_until::<_, _, P::Clock>(word, queue, deadline) && announce_and_wait(p, deadline)
+pub fn write_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+    write_fast(p)
+        || (algo::lock_until::<_, _, P::Clock>(p.word(), p.queue(), deadline)
+            && announce_and_wait(p, deadline))
 }
 
-/// `Lock` after `w.Lock()`: announce the writer to readers, then wait for the active ones.
+/// A lock nobody holds, wants or reads: `w` locked and the phase announced in one step.
+#[inline]
+fn write_fast<P: RwParts>(p: &P) -> bool {
+    p.word().cas_all(0, WRITE_LOCKED).is_ok()
+}
+
+/// After taking `w`: announce the write phase, then wait for the readers inside.
 #[inline]
 fn announce_and_wait<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
-    let r = p.reader_count().add(-MAX_READERS).wrapping_add(MAX_READERS);
-    // Wait for active readers.
-    r == 0 || p.reader_wait().add(r) == 0 || p.writer_sem().acquire(deadline)
+    let prev = p.word().or_all(PHASE);
+    if prev & PHASE != 0 {
+        fatal("sync: inconsistent RWMutex state");
+    }
+    readers(prev) == 0 || wait_for_readers(p, deadline)
 }
 
-/// Go's `TryLock`: the writers' mutex's `try_lock`, then the reader count from 0 to biased in
-/// one compare-and-swap; never waits for departing readers.
-#[inline]
-pub fn try_lock<P: RwParts>(p: &P) -> bool {
-    if p.lock_fast() {
-        return true;
-    }
-    let (word, queue) = p.w();
-    if !algo::try_lock(word) {
-        return false;
-    }
-    if p.reader_count().cas(0, -MAX_READERS).is_err() {
-        algo::unlock(word, queue);
-        return false;
-    }
-    true
-}
-
-/// Go's `Unlock`.
-#[inline]
-pub fn unlock<P: RwParts>(p: &P) {
-    if !p.unlock_fast() {
-        unlock_write(p, 0);
-    }
-}
-
-/// Turn the write lock into a read lock (not in Go; std's `RwLockWriteGuard::downgrade`):
-/// `Unlock` with the writer counted as a reader in the same atomic add, so no writer can come
-/// in between, and the readers that queued during the write phase are admitted with it.
-#[inline]
-pub fn downgrade<P: RwParts>(p: &P) {
-    unlock_write(p, 1);
-}
-
-/// Go's `Unlock`, keeping `readers` read locks (0, or 1 for a downgrade). Also run by the last
-/// departing reader on behalf of a ghost writer.
-fn unlock_write<P: RwParts>(p: &P, readers: i32) {
-    // Announce to readers there is no active writer.
-    let r = p.reader_count().add(MAX_READERS + readers) - readers;
-    if r >= MAX_READERS {
-        fatal("sync: Unlock of unlocked RWMutex");
-    }
-    // Unblock the readers that queued meanwhile; a token a ghost reader absorbs is its
-    // withdrawal, and we do its `RUnlock` (no writer can bias the count: we still hold `w`).
-    let mut ghosts = 0;
-    for _ in 0..r {
-        if !p.reader_sem().release() {
-            ghosts += 1;
+/// Wait for the readers inside to leave: spin a few rounds, then sleep until the last wakes
+/// us. `false` if the deadline passed first (we are a ghost now).
+#[cold]
+fn wait_for_readers<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+    let w = p.word();
+    let mut iter = 0;
+    loop {
+        let v = w.load_all();
+        if readers(v) == 0 {
+            if v & WRITER_PARKED != 0 {
+                // Set before a sleep that did not happen: spare the next exit a wake-up call.
+                w.clear_all(WRITER_PARKED);
+            }
+            return true;
+        }
+        if spin::can_spin(iter, false) {
+            spin::spin_round(true);
+            iter += 1;
+            continue;
+        }
+        if v & WRITER_PARKED == 0 && w.cas_all(v, v | WRITER_PARKED).is_err() {
+            continue;
+        }
+        let validate = || {
+            let v = w.load_all();
+            v & WRITER_PARKED != 0 && readers(v) != 0
+        };
+        // Under the queue's lock, no wake-up picked us: the readers' last one (still to come,
+        // or waiting for this lock) will end the phase for us.
+        let timed_out = || {
+            w.or_all(GHOST);
+        };
+        match park_stamped(p.key() + 1, validate, timed_out, deadline) {
+            ParkResult::Unparked(_) | ParkResult::Invalid => {}
+            ParkResult::TimedOut => return false,
         }
     }
-    if ghosts != 0 {
-        p.reader_count().add(-ghosts);
+}
+
+/// Acquire the write lock if nobody holds or reads it right now; never blocks. Fails exactly
+/// when the writers' mutex is held or starving (then it belongs to its queue), or a reader is
+/// inside.
+#[inline]
+pub fn try_write<P: RwParts>(p: &P) -> bool {
+    let w = p.word();
+    let mut v = w.load_all();
+    loop {
+        if v as u32 & (algo::LOCKED | algo::STARVING) != 0 || readers(v) != 0 {
+            return false;
+        }
+        match w.cas_all(v, v | algo::LOCKED as u64 | PHASE) {
+            Ok(_) => return true,
+            Err(cur) => v = cur,
+        }
     }
-    // Allow other writers to proceed.
-    let (word, queue) = p.w();
-    algo::unlock(word, queue);
+}
+
+/// Release the write lock: end the write phase (admitting the readers queued behind it), then
+/// release `w`.
+#[inline]
+pub fn write_unlock<P: RwParts>(p: &P) {
+    if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
+        end_phase(p, 0);
+        algo::unlock(p.word(), p.queue());
+    }
+}
+
+/// Turn the write lock into a read lock: the end of the write phase counts the writer in with
+/// the readers it admits, so no writer can come in between.
+#[inline]
+pub fn downgrade<P: RwParts>(p: &P) {
+    if p.word().cas_all(WRITE_LOCKED, ONE_READER).is_err() {
+        end_phase(p, 1);
+        algo::unlock(p.word(), p.queue());
+    }
+}
+
+/// End the write phase, counting in `keep` readers (the writer itself for a downgrade) and
+/// every reader asleep behind the phase, which are woken.
+#[cold]
+fn end_phase<P: RwParts>(p: &P, keep: u64) {
+    let w = p.word();
+    let ended = |v: u64, admitted: u64| {
+        (v & !(PHASE | WRITER_PARKED | GHOST | READERS_PARKED)) + (admitted + keep) * ONE_READER
+    };
+    let mut v = w.load_all();
+    loop {
+        if v & PHASE == 0 {
+            fatal("sync: Unlock of unlocked RWMutex");
+        }
+        if v & READERS_PARKED != 0 {
+            break;
+        }
+        match w.cas_all(v, ended(v, 0)) {
+            Ok(_) => return,
+            Err(cur) => v = cur,
+        }
+    }
+    // Readers sleep: wake them all, and count them in while their queue is locked (a reader
+    // about to sleep then finds the phase over and does not).
+    let callback = |r: park::UnparkResult| {
+        let mut v = w.load_all();
+        while let Err(cur) = w.cas_all(v, ended(v, r.unparked_threads as u64)) {
+            v = cur;
+        }
+        ADMITTED
+    };
+    unpark_charged(p.key() + 2, |_| FilterOp::Unpark, callback);
+}
+
+/// `park::park` on one of this lock's keys, stamped for the mutex profile (Go profiles its
+/// `RWMutex` waits too).
+#[inline]
+fn park_stamped(
+    key: usize,
+    validate: impl FnOnce() -> bool,
+    timed_out: impl FnOnce(),
+    deadline: Option<Instant>,
+) -> ParkResult {
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    let waiter = crate::profile::Waiter::new();
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    let token = waiter.token();
+    #[cfg(not(all(feature = "profile", not(gomutex_loom))))]
+    let token = 0;
+    // SAFETY: callers pass a key of their lock's own (`RwParts::key`) and closures that only
+    // touch its word, never panic and never call back into the parking module.
+    unsafe { park::park(key, validate, timed_out, token, deadline) }
+}
+
+/// `park::unpark_filter` on one of this lock's keys, charged to the mutex profile.
+#[inline]
+fn unpark_charged(
+    key: usize,
+    filter: impl FnMut(usize) -> FilterOp,
+    callback: impl FnOnce(park::UnparkResult) -> usize,
+) {
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    let mut charge = crate::profile::Charge::default();
+    // SAFETY: sleepers on this lock's keys park with their `Waiter`'s token or 0
+    // (`park_stamped`).
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    let filter = unsafe { charge.watch(filter, 0) };
+    // SAFETY: as in `park_stamped`.
+    unsafe { park::unpark_filter(key, filter, callback) };
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    charge.finish();
 }

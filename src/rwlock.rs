@@ -1,6 +1,6 @@
 //! [`RwLock`] and its guards: `std::sync::RwLock`'s API on Go's `RWMutex`.
 
-use crate::poison;
+use crate::poison::{self, Poison};
 use crate::raw_rwlock::RawRwLock;
 use core::cell::UnsafeCell;
 use core::fmt;
@@ -13,7 +13,7 @@ use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 use std::time::{Duration, Instant};
 
 /// A readers-writer lock: `std::sync::RwLock`'s API and poisoning, Go's `sync.RWMutex`
-/// algorithm underneath.
+/// policy underneath.
 ///
 /// Any number of readers, or one writer. A read lock is one atomic add. A writer that arrives
 /// keeps new readers out at once (writer preference) and waits only for the readers already
@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 /// assert_eq!(*config.read().unwrap(), "v2");
 /// ```
 pub struct RwLock<T: ?Sized> {
-    /// The lock, and the poison flag (`raw.poison`, in the raw lock's spare byte).
+    /// The lock, and the poison flag (a bit of the raw lock's word).
     raw: RawRwLock,
     data: UnsafeCell<T>,
 }
@@ -120,7 +120,7 @@ impl<T> RwLock<T> {
     /// assert_eq!(l.into_inner().unwrap(), 7);
     /// ```
     pub fn into_inner(self) -> LockResult<T> {
-        let poisoned = self.raw.poison.get();
+        let poisoned = Poison::get(&self.raw);
         poison::map_result(poisoned, self.data.into_inner())
     }
 }
@@ -273,7 +273,7 @@ impl<T: ?Sized> RwLock<T> {
     /// Whether a writer panicked while holding the lock (a panicking reader does not poison).
     #[inline]
     pub fn is_poisoned(&self) -> bool {
-        self.raw.poison.get()
+        Poison::get(&self.raw)
     }
 
     /// Clear the poisoned state (after the data has been made consistent again).
@@ -293,12 +293,12 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn clear_poison(&self) {
-        self.raw.poison.clear();
+        Poison::clear(&self.raw);
     }
 
     /// A mutable reference to the data; no locking needed since we have `&mut self`.
     pub fn get_mut(&mut self) -> LockResult<&mut T> {
-        let poisoned = self.raw.poison.get();
+        let poisoned = Poison::get(&self.raw);
         poison::map_result(poisoned, self.data.get_mut())
     }
 
@@ -335,7 +335,7 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
                 d.field("data", &format_args!("<locked>"));
             }
         }
-        d.field("poisoned", &self.raw.poison.get());
+        d.field("poisoned", &Poison::get(&self.raw));
         d.finish_non_exhaustive()
     }
 }
@@ -350,7 +350,7 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
             raw: &lock.raw,
             _not_send: PhantomData,
         };
-        poison::map_result(lock.raw.poison.get(), guard)
+        poison::map_result(Poison::get(&lock.raw), guard)
     }
 
     /// Make a guard for a part of the read-locked data, e.g. one field (beyond std: std's
@@ -409,7 +409,7 @@ impl<'a, T: ?Sized> RwLockWriteGuard<'a, T> {
     /// # Safety
     /// `lock.raw` must be write-held by the caller, who hands that ownership to the guard.
     unsafe fn new(lock: &'a RwLock<T>) -> LockResult<Self> {
-        match lock.raw.poison.guard() {
+        match Poison::guard(&lock.raw) {
             Ok(poison) => Ok(Self {
                 lock,
                 poison,
@@ -544,7 +544,7 @@ impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
 impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.lock.raw.poison.done(&self.poison);
+        Poison::done(&self.lock.raw, &self.poison);
         // SAFETY: the guard write-holds the lock.
         unsafe { self.lock.raw.unlock_write() }
     }
@@ -631,7 +631,7 @@ pub struct MappedRwLockWriteGuard<'a, T: ?Sized + 'a> {
     /// Points into the lock's data; valid and exclusive while the write lock is held.
     data: NonNull<T>,
     raw: &'a RawRwLock,
-    poison_flag: &'a poison::Flag,
+    poison_flag: &'a RawRwLock,
     poison: poison::Guard,
     /// Invariant in `T`, as `&'a mut T` (std's choice: the guard hands out `&mut T`).
     _variance: PhantomData<&'a mut T>,
@@ -649,7 +649,7 @@ impl<'a, T: ?Sized> MappedRwLockWriteGuard<'a, T> {
         Self {
             data,
             raw: &lock.raw,
-            poison_flag: &lock.raw.poison,
+            poison_flag: &lock.raw,
             poison: orig.poison,
             _variance: PhantomData,
             _not_send: PhantomData,

@@ -1,73 +1,84 @@
-//! [`RwWord`]: the in-process readers-writer lock's writers' mutex state and `readerCount` in
-//! one 64-bit word, so that an uncontended `Lock` and `Unlock` are one compare-and-swap each
-//! ([`RwParts::lock_fast`](crate::rwalgo::RwParts::lock_fast)) instead of Go's two atomic
-//! operations each (the mutex, then the count).
+//! [`RwWord`]: the in-process readers-writer lock's whole state in one 64-bit word: the
+//! writers' mutex, the write phase, the waiting bits, the poison flag and the reader count.
 //!
 //! | bits | meaning |
 //! |---|---|
-//! | 0..32 | the writers' mutex state ([`crate::algo`]'s word) |
-//! | 32..64 | `readerCount` (an `i32`) |
+//! | 0..32 | the writers' mutex state ([`crate::algo`]'s word: `LOCKED`, `WOKEN`, `STARVING`, waiters) |
+//! | 32 [`PHASE`] | a writer holds the writers' mutex and has announced itself: new readers wait |
+//! | 33 [`WRITER_PARKED`] | that writer sleeps until the readers inside have left |
+//! | 34 [`GHOST`] | that writer gave up at its deadline: the last reader to leave ends its phase |
+//! | 35 [`READERS_PARKED`] | readers sleep until the write phase ends |
+//! | 36 [`POISON`] | [`RwLock`](crate::RwLock)'s poison flag (not used by the raw lock itself) |
+//! | 37..64 | readers inside, in units of [`ONE_READER`] |
 //!
-//! Each half behaves as its own 32-bit atomic: an operation on one half never changes the
-//! other (the count sits in the high half, where its additions wrap without carrying into
-//! anything; the state's additions never cross 0 or 2^32 in the low half, see
-//! [`StateWord::fetch_add`]), and a compare-and-swap of one half retries while only the other
-//! half moved. The orderings are those of `impl StateWord for AtomicU32` and
-//! `impl Counter for AtomicI32`, except that the plain loads are `SeqCst` (free on x86, where
-//! any load is one `mov`): readers' adds land in this word too, and a `Relaxed` load that may
-//! read any of them multiplies loom's executions (`rw_writer_excludes_everyone` did not finish
-//! in 25 minutes; with `SeqCst` loads 434 538 executions). They only feed a compare-and-swap,
-//! which a stale value just makes fail.
+//! The low half behaves as one 32-bit atomic ([`StateWord`]): an operation on it never changes
+//! the high half (the algorithm's additions there stay within `0..2^32`, see
+//! [`StateWord::fetch_add`]), and its compare-and-swap retries while only the high half moved.
+//! The reader count sits at the top, where its additions wrap without carrying into anything.
 
 use crate::algo::{CasError, StateWord, LOCKED};
-use crate::rwalgo::{Counter, MAX_READERS};
 use crate::sync::{AtomicU64, Ordering};
 
-/// The writers' mutex state (low 32 bits) and `readerCount` (high 32 bits) in one atomic word.
-#[derive(Debug)]
-pub struct RwWord(AtomicU64);
+/// A writer holds the writers' mutex and has announced itself: new readers wait.
+pub const PHASE: u64 = 1 << 32;
+/// The phase's writer sleeps (on the lock's address + 1) until the readers inside have left.
+pub const WRITER_PARKED: u64 = 1 << 33;
+/// The phase's writer gave up waiting for the readers inside: the last of them to leave ends
+/// the write phase on its behalf.
+pub const GHOST: u64 = 1 << 34;
+/// Readers sleep (on the lock's address + 2) until the write phase ends.
+pub const READERS_PARKED: u64 = 1 << 35;
+/// [`RwLock`](crate::RwLock)'s poison flag.
+pub const POISON: u64 = 1 << 36;
+/// One reader inside.
+pub const ONE_READER: u64 = 1 << 37;
+/// The most readers inside at once.
+pub const MAX_READERS: u64 = (1 << 27) - 1;
+/// Write-locked, nobody else counted: the writers' mutex `LOCKED` with no waiter, the phase
+/// announced, no reader inside or waiting.
+pub const WRITE_LOCKED: u64 = PHASE | LOCKED as u64;
 
-/// Free: no writer holds or wants the writers' mutex, no reader is counted.
-const FREE: u64 = 0;
-/// Write-locked, nobody else counted: the mutex `LOCKED` with no waiter, `readerCount` at
-/// `-MAX_READERS` (no reader queued behind the writer).
-const WRITE_LOCKED: u64 = ((MAX_READERS.wrapping_neg() as u32 as u64) << 32) | LOCKED as u64;
+/// Readers inside, in the state `v`.
+#[inline]
+pub const fn readers(v: u64) -> u64 {
+    v >> 37
+}
 
 #[inline]
 fn lo(v: u64) -> u32 {
     v as u32
 }
 
-#[inline]
-fn hi(v: u64) -> i32 {
-    (v >> 32) as i32
+/// The operations the readers-writer algorithm ([`crate::rwalgo`]) makes on the whole word,
+/// beside the writers' mutex's own on the low half ([`StateWord`]). Read-modify-writes are
+/// `AcqRel` (a reader's entry acquires the last write phase, its exit releases its reads to
+/// the next writer), loads `Acquire`, unless an implementation for a negative control says
+/// otherwise.
+pub trait RwState: StateWord {
+    /// The whole word.
+    fn load_all(&self) -> u64;
+    /// Compare-and-swap of the whole word (`Err` carries the current value).
+    fn cas_all(&self, old: u64, new: u64) -> Result<u64, u64>;
+    /// Add (wrapping), returning the previous value: a reader entering.
+    fn add_all(&self, delta: u64) -> u64;
+    /// Subtract (wrapping), returning the previous value: a reader leaving.
+    fn sub_all(&self, delta: u64) -> u64;
+    /// Set `bits`, returning the previous value.
+    fn or_all(&self, bits: u64) -> u64;
+    /// Clear `bits`, returning the previous value.
+    fn clear_all(&self, bits: u64) -> u64;
 }
+
+/// The in-process readers-writer lock's state word.
+#[derive(Debug)]
+pub struct RwWord(AtomicU64);
 
 impl RwWord {
     const_new! {
-        /// Both halves 0: unlocked.
+        /// All zero: unlocked, not poisoned.
         pub fn new() -> Self {
-            Self(AtomicU64::new(FREE))
+            Self(AtomicU64::new(0))
         }
-    }
-
-    /// `Lock` of a free lock in one step: the mutex from 0 to `LOCKED` and the count from 0 to
-    /// `-MAX_READERS` (Go's `w.Lock()` and `readerCount.Add(-rwmutexMaxReaders)` with nobody
-    /// in between, and no reader to wait for). `false` if anything is counted.
-    #[inline]
-    pub fn lock_fast(&self) -> bool {
-        self.0
-            .compare_exchange(FREE, WRITE_LOCKED, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    /// `Unlock` in one step when nothing happened during the write phase: no reader queued
-    /// (so none to wake) and no writer waiting (so no `unlockSlow`). `false` otherwise.
-    #[inline]
-    pub fn unlock_fast(&self) -> bool {
-        self.0
-            .compare_exchange(WRITE_LOCKED, FREE, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
     }
 }
 
@@ -77,7 +88,38 @@ impl Default for RwWord {
     }
 }
 
-/// The low half, as `impl StateWord for AtomicU32`.
+impl RwState for RwWord {
+    #[inline]
+    fn load_all(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn cas_all(&self, old: u64, new: u64) -> Result<u64, u64> {
+        self.0
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+    #[inline]
+    fn add_all(&self, delta: u64) -> u64 {
+        self.0.fetch_add(delta, Ordering::AcqRel)
+    }
+    #[inline]
+    fn sub_all(&self, delta: u64) -> u64 {
+        self.0.fetch_sub(delta, Ordering::AcqRel)
+    }
+    #[inline]
+    fn or_all(&self, bits: u64) -> u64 {
+        self.0.fetch_or(bits, Ordering::AcqRel)
+    }
+    #[inline]
+    fn clear_all(&self, bits: u64) -> u64 {
+        self.0.fetch_and(!bits, Ordering::AcqRel)
+    }
+}
+
+/// The low half, as `impl StateWord for AtomicU32`. The plain load is `SeqCst` (one `mov` on
+/// x86, like any load): readers' additions land in this word too, and a `Relaxed` load that
+/// may read any of them multiplies loom's executions. It only feeds a compare-and-swap, which
+/// a stale value just makes fail.
 impl StateWord for RwWord {
     #[inline]
     fn load(&self) -> u32 {
@@ -125,40 +167,10 @@ impl StateWord for RwWord {
             .fetch_add(delta as i32 as i64 as u64, Ordering::SeqCst))
     }
     /// An unlock of an unlocked mutex (whose low half may be 0, and then borrows from the
-    /// count) is a fatal error anyway: `unlock_slow` sees bit 0 set and aborts.
+    /// high half) is a fatal error anyway: `unlock_slow` sees bit 0 set and aborts.
     #[inline]
     fn release_locked(&self) -> u32 {
         lo(self.0.fetch_sub(LOCKED as u64, Ordering::Release)).wrapping_sub(LOCKED)
-    }
-}
-
-/// The high half, as `impl Counter for AtomicI32`.
-impl Counter for RwWord {
-    #[inline]
-    fn add(&self, delta: i32) -> i32 {
-        let prev = self
-            .0
-            .fetch_add((delta as u32 as u64) << 32, Ordering::SeqCst);
-        hi(prev).wrapping_add(delta)
-    }
-    #[inline]
-    fn load(&self) -> i32 {
-        hi(self.0.load(Ordering::SeqCst))
-    }
-    #[inline]
-    fn cas(&self, old: i32, new: i32) -> Result<i32, i32> {
-        let mut v = self.0.load(Ordering::SeqCst);
-        while hi(v) == old {
-            let next = (v & u32::MAX as u64) | (new as u32 as u64) << 32;
-            match self
-                .0
-                .compare_exchange(v, next, Ordering::SeqCst, Ordering::SeqCst)
-            {
-                Ok(_) => return Ok(old),
-                Err(cur) => v = cur,
-            }
-        }
-        Err(hi(v))
     }
 }
 
@@ -169,7 +181,8 @@ mod tests {
     #[test]
     fn halves_do_not_touch_each_other() {
         let w = RwWord::new();
-        assert_eq!(Counter::add(&w, -MAX_READERS), -MAX_READERS);
+        w.or_all(PHASE | POISON);
+        w.add_all(3 * ONE_READER);
         assert_eq!(StateWord::load(&w), 0);
         assert!(w.try_acquire_fast());
         // Unlocked with one waiter, which then takes the lock as the hand-off receiver does:
@@ -177,31 +190,26 @@ mod tests {
         assert_eq!(StateWord::cas(&w, LOCKED, 8), Ok(LOCKED));
         assert_eq!(StateWord::fetch_add(&w, LOCKED.wrapping_sub(8)), 8);
         assert_eq!(StateWord::load(&w), LOCKED);
-        assert_eq!(Counter::load(&w), -MAX_READERS);
-        assert_eq!(Counter::add(&w, MAX_READERS + 3), 3);
-        assert_eq!(Counter::cas(&w, 3, 2), Ok(3));
-        assert_eq!(Counter::cas(&w, 3, 2), Err(2));
         assert_eq!(w.release_locked(), 0);
-        assert_eq!(Counter::load(&w), 2);
-        assert_eq!(StateWord::cas(&w, LOCKED, 0), Err(CasError::Moved(0)));
+        let v = w.load_all();
+        assert_eq!(
+            (readers(v), v & !(u32::MAX as u64)),
+            (3, (3 * ONE_READER) | PHASE | POISON)
+        );
     }
 
     #[test]
-    fn fast_paths_need_everything_quiet() {
+    fn the_reader_count_wraps_alone() {
         let w = RwWord::new();
-        assert!(w.lock_fast());
-        assert!(!w.lock_fast());
+        w.or_all(WRITER_PARKED);
+        assert_eq!(readers(w.sub_all(ONE_READER)), 0);
+        // A misuse wraps the count to its maximum, touching nothing below it.
+        let v = w.load_all();
         assert_eq!(
-            (Counter::load(&w), StateWord::load(&w)),
-            (-MAX_READERS, LOCKED)
+            (readers(v), v & (ONE_READER - 1)),
+            ((1 << 27) - 1, WRITER_PARKED)
         );
-        // A reader queued behind the writer: the fast unlock must leave it to the slow path.
-        Counter::add(&w, 1);
-        assert!(!w.unlock_fast());
-        Counter::add(&w, -1);
-        assert!(w.unlock_fast());
-        assert_eq!(w.0.load(Ordering::Relaxed), FREE);
-        Counter::add(&w, 1);
-        assert!(!w.lock_fast(), "a reader is inside");
+        assert_eq!(readers(w.add_all(ONE_READER)), MAX_READERS);
+        assert_eq!(w.load_all(), WRITER_PARKED);
     }
 }

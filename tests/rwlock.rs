@@ -1,6 +1,6 @@
 //! `RwLock`/`RawRwLock`: Go's `rwmutex_test.go` ported (TestParallelReaders, TestRWMutex's
 //! try-lock truth table and HammerRWMutex), Go's policy (writer preference, the batch order),
-//! the deadlines (ghost readers and writers), and the lock_api traits. std parity:
+//! the deadlines (readers that give up, ghost writers), and the lock_api traits. std parity:
 //! `tests/rwlock_std_api.rs`.
 
 mod common;
@@ -13,7 +13,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(60);
-const MAX_READERS: i32 = 1 << 30;
 
 /// Wait (yielding) until `pred` holds, failing instead of hanging.
 fn wait_for(what: &str, pred: impl Fn() -> bool) {
@@ -24,14 +23,11 @@ fn wait_for(what: &str, pred: impl Fn() -> bool) {
     }
 }
 
-/// Every count back at zero, no token or debt kept, nobody parked.
+/// The word back at zero (no reader, no writer, no waiting bit), no token kept, nobody parked.
 fn assert_quiescent(l: &RawRwLock) {
     wait_for("quiescence (nobody parked)", || l.parked() == 0);
-    assert_eq!(
-        l.state(),
-        (0, 0, 0, 0, 0),
-        "(readerCount, readerWait, w, writerSem, readerSem)"
-    );
+    assert_eq!(l.state(), 0, "state word (rwword's layout)");
+    assert_eq!(l.stored_tokens(), 0, "writers' mutex tokens");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -97,7 +93,7 @@ enum Mode {
     /// Go's: `read`/`write`.
     Blocking,
     /// `try_read_for`/`try_write_for` with deadlines short enough to expire under contention,
-    /// so ghost readers and writers are made and taken back all the time.
+    /// so readers give up and ghost writers are made and finished all the time.
     Timed,
 }
 
@@ -177,7 +173,7 @@ fn go_hammer_rwmutex() {
 }
 
 /// The hammer with deadlines: the exclusion checks hold, every lock call either succeeds or
-/// times out, and the lock ends quiescent (every ghost taken back, no token or debt left).
+/// times out, and the lock ends quiescent (every ghost writer's phase ended, no token left).
 #[test]
 fn hammer_with_deadlines_leaves_no_ghost() {
     let n = if cfg!(miri) { 20 } else { 2000 };
@@ -211,9 +207,7 @@ fn a_waiting_writer_keeps_new_readers_out() {
         let l = l.clone();
         thread::spawn(move || *l.read().unwrap())
     };
-    wait_for("the new reader to queue", || {
-        l.raw().state().0 == -MAX_READERS + 2
-    });
+    wait_for("the new reader to queue", || l.raw().parked_readers() == 1);
     assert!(!w.is_finished() && !r1.is_finished());
     drop(r0);
     join_within(LIMIT, vec![w]);
@@ -250,12 +244,10 @@ fn readers_queued_behind_a_writer_go_before_the_next_writer() {
         .into_iter()
         .map(|n| spawn(n, false))
         .collect();
-    wait_for("three readers to queue", || {
-        l.raw().state().0 == -MAX_READERS + 4
-    });
+    wait_for("three readers to queue", || l.raw().parked_readers() == 3);
     let w2 = spawn("w2", true);
     // w2 is registered as a waiter on the writers' mutex (waiter count at bit 3).
-    wait_for("w2 to queue", || l.raw().state().2 >> 3 == 1);
+    wait_for("w2 to queue", || l.raw().writers() >> 3 == 1);
     drop(r0);
     let mut all = readers;
     all.push(w1);
@@ -308,12 +300,12 @@ fn try_read_for_times_out_behind_a_writer_and_leaves_no_trace() {
     let t0 = Instant::now();
     assert!(!l.try_read_for(Duration::from_millis(20)));
     assert!(t0.elapsed() >= Duration::from_millis(20));
-    // The ghost reader is still counted and owes its token...
-    assert_eq!(l.state().0, -MAX_READERS + 1);
-    assert_eq!(l.state().4, -1);
+    // The reader that gave up left nothing: not counted, not parked...
+    assert_eq!((l.readers(), l.parked()), (0, 0));
+    assert!(l.is_locked_exclusive());
     // SAFETY: the lock is held in this mode (taken above).
     unsafe { l.unlock_write() };
-    // ...and the unlock took it back.
+    // ...and the unlock leaves the lock quiescent.
     assert_quiescent(&l);
     assert!(l.try_write());
     // SAFETY: the lock is held in this mode (taken above).
@@ -337,9 +329,7 @@ fn try_write_for_times_out_behind_readers_then_finishes_as_a_ghost() {
         let l = l.clone();
         thread::spawn(move || *l.read().unwrap())
     };
-    wait_for("the new reader to queue", || {
-        l.raw().state().0 == -MAX_READERS + 2
-    });
+    wait_for("the new reader to queue", || l.raw().parked_readers() == 1);
     drop(r0); // the last departing reader finishes the ghost's write phase
     assert_eq!(join_within(LIMIT, vec![r1]), [0]);
     assert_quiescent(l.raw());
@@ -365,9 +355,7 @@ fn timed_calls_succeed_when_released_in_time() {
         let l = l.clone();
         thread::spawn(move || *l.try_read_for(Duration::from_secs(30)).unwrap())
     };
-    wait_for("the reader to queue", || {
-        l.raw().state().0 == -MAX_READERS + 1
-    });
+    wait_for("the reader to queue", || l.raw().parked_readers() == 1);
     let mut w = w;
     *w = 5;
     drop(w);
@@ -379,7 +367,7 @@ fn timed_calls_succeed_when_released_in_time() {
         thread::spawn(move || *l.try_write_until(Instant::now() + LIMIT).unwrap() += 1)
     };
     wait_for("the writer to wait for the reader", || {
-        l.raw().state().1 == 1
+        l.raw().parked() == 1
     });
     drop(r);
     join_within(LIMIT, vec![writer]);
@@ -387,8 +375,8 @@ fn timed_calls_succeed_when_released_in_time() {
     assert_quiescent(l.raw());
 }
 
-/// Several ghost readers behind one writer, with a blocking reader among them: the unlock wakes
-/// the live one and takes every ghost back.
+/// Several readers give up behind one writer, with a blocking reader among them: they leave
+/// nothing behind, and the unlock wakes the live one.
 #[test]
 fn many_ghost_readers_and_a_live_one() {
     let l = Arc::new(RawRwLock::new());
@@ -410,7 +398,8 @@ fn many_ghost_readers_and_a_live_one() {
         })
         .collect();
     assert_eq!(join_within(LIMIT, ghosts), [false; 3]);
-    assert_eq!(l.state().4, -3, "three debts");
+    wait_for("the live reader to queue", || l.parked_readers() == 1);
+    assert_eq!(l.readers(), 0, "a reader that gave up is not counted");
     assert!(!done.load(SeqCst));
     // SAFETY: the lock is held in this mode (taken above).
     unsafe { l.unlock_write() };
@@ -419,8 +408,8 @@ fn many_ghost_readers_and_a_live_one() {
     assert_quiescent(&l);
 }
 
-/// A downgrade admits the readers that queued during the write phase, keeps writers out, and
-/// takes ghost readers back like an unlock.
+/// A downgrade admits the readers that queued during the write phase and keeps writers out,
+/// also after a reader gave up.
 #[test]
 fn downgrade_admits_queued_readers_and_keeps_writers_out() {
     let l = Arc::new(RwLock::new(0));
@@ -429,10 +418,8 @@ fn downgrade_admits_queued_readers_and_keeps_writers_out() {
         let l = l.clone();
         thread::spawn(move || *l.read().unwrap())
     };
-    wait_for("the reader to queue", || {
-        l.raw().state().0 == -MAX_READERS + 1
-    });
-    assert!(l.try_read_for(Duration::from_millis(2)).is_err()); // a ghost
+    wait_for("the reader to queue", || l.raw().parked_readers() == 1);
+    assert!(l.try_read_for(Duration::from_millis(2)).is_err()); // gives up
     *w = 3;
     let r = gomutex::RwLockWriteGuard::downgrade(w);
     assert_eq!(join_within(LIMIT, vec![reader]), [3]);

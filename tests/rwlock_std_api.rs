@@ -385,5 +385,6 @@ fn size_is_small() {
         std::mem::size_of::<gomutex::RawRwLock>(),
         std::mem::size_of::<std::sync::RwLock<()>>()
     );
-    assert!(ours <= 32, "RwLock<()> grew to {ours} bytes");
+    // Issue 35: std's size class (std 12, parking_lot 8; it was 32 on Go's mechanics).
+    assert!(ours <= 16, "RwLock<()> grew to {ours} bytes");
 }

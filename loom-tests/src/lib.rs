@@ -32,8 +32,9 @@ compile_error!(
 
 use gomutex::algo::{self, waiters, CasError, StateWord, LOCKED, STARVING, WAITER, WOKEN};
 use gomutex::clock::Clock;
-use gomutex::rwalgo::{Counter, RwParts};
-use gomutex::sema::{ParkSema, Semaphore, WaitQueue};
+use gomutex::rwalgo::{RwParts, RwState, PHASE, WRITER_PARKED};
+use gomutex::sema::{ParkSema, WaitQueue};
+use loom::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed as LoomRelaxed, Release, SeqCst};
 use loom::sync::atomic::{AtomicBool, AtomicU32};
 use loom::thread::ThreadId;
 use std::collections::HashMap;
@@ -1304,165 +1305,121 @@ impl<Q: WaitQueue + Introspect> Harness<Q> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Readers-writer lock: a timed semaphore and a harness over `gomutex::rwalgo`
+// Readers-writer lock: a state word that can be broken, and parts over it
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Default)]
-struct TsInner {
-    /// Tokens kept (positive) or debts owed (negative), as `gomutex::sema::Sema`.
-    count: i32,
-    /// Arrival order.
-    sleepers: Vec<TqSleeper>,
-}
-
-impl Sleepers for TsInner {
-    fn sleepers(&mut self) -> &mut Vec<TqSleeper> {
-        &mut self.sleepers
-    }
-}
-
-/// How a [`TimedSema`] is broken, for the negative controls.
+/// How a [`ModelWord`] is broken, for the negative controls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SemaFault {
-    /// None: the `Semaphore` contract.
+pub enum RwFault {
+    /// None: the orderings of gomutex's `RwWord`.
     Sound,
-    /// A release with nobody asleep is dropped (no kept token): lost wake-ups.
-    Lossy,
-    /// A timed-out acquire leaves without a debt, so the release meant for it is kept as a
-    /// token nobody is owed.
-    NoDebt,
+    /// A reader's exit (`sub_all`) is `Relaxed`: its reads no longer happen before the writer
+    /// it lets in.
+    RelaxedExit,
+    /// A reader's exit does not see `WRITER_PARKED` (as if it never looked): the last reader
+    /// leaves a sleeping writer asleep.
+    ExitIgnoresParkedWriter,
+    /// A reader's entry (`add_all`) does not see `PHASE`: it walks in during a write phase.
+    EntryIgnoresPhase,
 }
 
-/// A test-only [`Semaphore`] implementing its documented contract (kept tokens, FIFO
-/// sleepers, a timed-out acquire leaves a debt that the next release pays) whose *timed*
-/// `acquire` may time out: as in [`TimedQueue`], loom's spurious wake-up of a timed sleeper is
-/// its deadline passing, at an arbitrary point, decided under the semaphore's lock against any
-/// `release` that picked it first.
-pub struct TimedSema {
-    inner: loom::sync::Mutex<TsInner>,
-    fault: SemaFault,
+/// A readers-writer state word with gomutex's `RwWord` layout and orderings (`AcqRel`
+/// read-modify-writes, `Acquire` loads; the low half as `impl StateWord for AtomicU32`), or
+/// broken one way ([`RwFault`]).
+pub struct ModelWord {
+    a: loom::sync::atomic::AtomicU64,
+    fault: RwFault,
 }
 
-impl TimedSema {
-    pub fn new() -> Self {
-        Self::with(SemaFault::Sound)
-    }
-    pub fn with(fault: SemaFault) -> Self {
+impl ModelWord {
+    pub fn new(fault: RwFault) -> Self {
         Self {
-            inner: loom::sync::Mutex::new(TsInner::default()),
+            a: loom::sync::atomic::AtomicU64::new(0),
             fault,
         }
     }
-    /// Tokens kept (positive) or debts owed (negative).
-    pub fn count(&self) -> i32 {
-        self.inner.lock().unwrap().count
+}
+
+impl RwState for ModelWord {
+    fn load_all(&self) -> u64 {
+        self.a.load(Acquire)
     }
-    pub fn sleeping(&self) -> usize {
-        self.inner.lock().unwrap().sleepers.len()
+    fn cas_all(&self, old: u64, new: u64) -> Result<u64, u64> {
+        self.a.compare_exchange(old, new, AcqRel, Acquire)
+    }
+    fn add_all(&self, delta: u64) -> u64 {
+        let prev = self.a.fetch_add(delta, AcqRel);
+        if self.fault == RwFault::EntryIgnoresPhase {
+            prev & !PHASE
+        } else {
+            prev
+        }
+    }
+    fn sub_all(&self, delta: u64) -> u64 {
+        match self.fault {
+            RwFault::RelaxedExit => self.a.fetch_sub(delta, LoomRelaxed),
+            RwFault::ExitIgnoresParkedWriter => self.a.fetch_sub(delta, AcqRel) & !WRITER_PARKED,
+            _ => self.a.fetch_sub(delta, AcqRel),
+        }
+    }
+    fn or_all(&self, bits: u64) -> u64 {
+        self.a.fetch_or(bits, AcqRel)
+    }
+    fn clear_all(&self, bits: u64) -> u64 {
+        self.a.fetch_and(!bits, AcqRel)
     }
 }
 
-impl Default for TimedSema {
-    fn default() -> Self {
-        Self::new()
+impl StateWord for ModelWord {
+    fn load(&self) -> u32 {
+        self.a.load(SeqCst) as u32
     }
-}
-
-impl Semaphore for TimedSema {
-    fn acquire(&self, deadline: Option<Instant>) -> bool {
-        let mut q = self.inner.lock().unwrap();
-        if q.count > 0 {
-            q.count -= 1;
-            return true;
-        }
-        let owe = self.fault != SemaFault::NoDebt;
-        let leave = |q: &mut TsInner| q.count -= i32::from(owe);
-        match sleep(&self.inner, q, false, deadline.is_some(), leave) {
-            Woke::Picked | Woke::PickedAtDeadline => true,
-            Woke::TimedOut => false,
-        }
-    }
-
-    fn release(&self) -> bool {
-        let mut q = self.inner.lock().unwrap();
-        if q.count < 0 {
-            q.count += 1;
-            return false;
-        }
-        if q.sleepers.is_empty() {
-            if self.fault != SemaFault::Lossy {
-                q.count += 1;
+    fn try_acquire_fast(&self) -> bool {
+        let mut v = self.a.load(SeqCst);
+        while v as u32 == 0 {
+            match self
+                .a
+                .compare_exchange(v, v | LOCKED as u64, Acquire, LoomRelaxed)
+            {
+                Ok(_) => return true,
+                Err(cur) => v = cur,
             }
-            return true;
         }
-        wake(q, 0);
-        true
+        false
+    }
+    fn cas(&self, old: u32, new: u32) -> Result<u32, CasError> {
+        let mut v = self.a.load(SeqCst);
+        while v as u32 == old {
+            let next = (v & !(u32::MAX as u64)) | new as u64;
+            match self.a.compare_exchange(v, next, SeqCst, LoomRelaxed) {
+                Ok(_) => return Ok(old),
+                Err(cur) => v = cur,
+            }
+        }
+        Err(CasError::Moved(v as u32))
+    }
+    fn fetch_add(&self, delta: u32) -> u32 {
+        self.a.fetch_add(delta as i32 as i64 as u64, SeqCst) as u32
+    }
+    fn release_locked(&self) -> u32 {
+        (self.a.fetch_sub(LOCKED as u64, Release) as u32).wrapping_sub(LOCKED)
     }
 }
 
-/// `readerCount`/`readerWait` with every operation `Relaxed`: the negative control for the
-/// orderings of [`gomutex::rwalgo`]'s counters.
-pub struct RelaxedCounter(pub loom::sync::atomic::AtomicI32);
-
-impl Counter for RelaxedCounter {
-    fn add(&self, delta: i32) -> i32 {
-        self.0
-            .fetch_add(delta, loom::sync::atomic::Ordering::Relaxed)
-            + delta
-    }
-    fn load(&self) -> i32 {
-        self.0.load(loom::sync::atomic::Ordering::Relaxed)
-    }
-    fn cas(&self, old: i32, new: i32) -> Result<i32, i32> {
-        self.0.compare_exchange(
-            old,
-            new,
-            loom::sync::atomic::Ordering::Relaxed,
-            loom::sync::atomic::Ordering::Relaxed,
-        )
-    }
-}
-
-/// Go's `RWMutex` fields for a model of [`gomutex::rwalgo`]: the writers' mutex on gomutex's
-/// own `AtomicU32` state word and a [`TimedQueue`], the counters `C` (gomutex's
-/// `impl Counter for AtomicI32` unless a negative control swaps it), two [`TimedSema`]s, and a
-/// loom `UnsafeCell` that readers read and writers write (loom reports any write not ordered
-/// with every other access: readers-writer exclusion and happens-before on every path).
-pub struct RwHarness<C = loom::sync::atomic::AtomicI32> {
-    pub word: AtomicU32,
-    pub queue: TimedQueue,
-    pub reader_count: C,
-    pub reader_wait: C,
-    pub writer_sem: TimedSema,
-    pub reader_sem: TimedSema,
+/// The parts of `gomutex::RawRwLock` (a state word, the writers' `ParkSema`, parking mocked)
+/// over a [`ModelWord`], with a loom `UnsafeCell` that readers read and writers write (loom
+/// reports any write not ordered with every other access).
+pub struct RwHarness {
+    pub word: ModelWord,
+    pub queue: ParkSema,
     pub cell: loom::cell::UnsafeCell<u64>,
 }
 
 impl RwHarness {
-    pub fn new() -> Self {
-        Self::with(
-            loom::sync::atomic::AtomicI32::new(0),
-            loom::sync::atomic::AtomicI32::new(0),
-            SemaFault::Sound,
-        )
-    }
-}
-
-impl Default for RwHarness {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<C: Counter> RwHarness<C> {
-    pub fn with(reader_count: C, reader_wait: C, fault: SemaFault) -> Self {
+    pub fn new(fault: RwFault) -> Self {
         Self {
-            word: AtomicU32::new(0),
-            queue: TimedQueue::new(),
-            reader_count,
-            reader_wait,
-            writer_sem: TimedSema::with(fault),
-            reader_sem: TimedSema::with(fault),
+            word: ModelWord::new(fault),
+            queue: ParkSema::new(),
             cell: loom::cell::UnsafeCell::new(0),
         }
     }
@@ -1480,66 +1437,29 @@ impl<C: Counter> RwHarness<C> {
         self.cell.with_mut(|p| unsafe { *p += 1 });
     }
 
-    /// Steer a model: yield until `pred(readerCount, readerWait, writers' mutex state)` holds.
-    pub fn wait_until(&self, pred: impl Fn(i32, i32, u32) -> bool) {
-        let mut spins = 0u32;
-        while !pred(
-            self.reader_count.load(),
-            self.reader_wait.load(),
-            StateWord::load(&self.word),
-        ) {
-            spins += 1;
-            assert!(spins < 200, "wait_until spins");
-            loom::thread::yield_now();
-        }
-    }
-
-    /// After all threads joined: every count 0, no token or debt kept (every ghost taken
-    /// back), nobody asleep, and `writes` write critical sections.
+    /// After all threads joined: the word 0, nobody asleep, `writes` write sections.
     pub fn assert_quiescent(&self, writes: u64) {
+        assert_eq!(self.word.load_all(), 0, "state word not 0 at the end");
         assert_eq!(
-            (self.reader_count.load(), self.reader_wait.load()),
-            (0, 0),
-            "(readerCount, readerWait) not 0 at the end"
-        );
-        assert_eq!(StateWord::load(&self.word), 0, "writers' mutex not free");
-        assert_eq!(
-            (self.writer_sem.count(), self.reader_sem.count()),
-            (0, 0),
-            "semaphore count (tokens or debts) left at the end"
-        );
-        assert_eq!(
-            (
-                self.writer_sem.sleeping(),
-                self.reader_sem.sleeping(),
-                self.queue.sleeping()
-            ),
-            (0, 0, 0),
-            "threads still asleep"
+            self.queue.stored_tokens(),
+            0,
+            "writers' tokens left at the end"
         );
         assert_eq!(self.read_cs(), writes, "write critical sections lost");
     }
 }
 
-impl<C: Counter> RwParts for RwHarness<C> {
-    type Word = AtomicU32;
-    type Queue = TimedQueue;
+impl RwParts for RwHarness {
+    type Word = ModelWord;
+    type Queue = ParkSema;
     type Clock = NeverStarving;
-    type Count = C;
-    type Sema = TimedSema;
-    fn w(&self) -> (&AtomicU32, &TimedQueue) {
-        (&self.word, &self.queue)
+    fn word(&self) -> &ModelWord {
+        &self.word
     }
-    fn reader_count(&self) -> &C {
-        &self.reader_count
+    fn queue(&self) -> &ParkSema {
+        &self.queue
     }
-    fn reader_wait(&self) -> &C {
-        &self.reader_wait
-    }
-    fn writer_sem(&self) -> &TimedSema {
-        &self.writer_sem
-    }
-    fn reader_sem(&self) -> &TimedSema {
-        &self.reader_sem
+    fn key(&self) -> usize {
+        &self.word as *const ModelWord as usize
     }
 }

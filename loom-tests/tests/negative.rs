@@ -8,15 +8,11 @@
 //! do nothing unless `GOMUTEX_LOOM_NEGATIVE_BODY` is set, so `--include-ignored` is harmless.
 
 use gomutex::algo::{self, StateWord};
-use gomutex::rwalgo::{self, Counter, RwParts, MAX_READERS};
-use gomutex::rwword::RwWord;
-use gomutex::sema::{ParkSema, Sema};
+use gomutex::rwalgo;
+use gomutex::sema::ParkSema;
 use gomutex_loom_tests::{
-    far_deadline, model, Harness, LossyQueue, NeverStarving, RelaxedCounter, RwHarness, SemaFault,
-    Stats, TimedQueue,
+    far_deadline, model, Harness, LossyQueue, NeverStarving, RwFault, RwHarness, Stats, TimedQueue,
 };
-use loom::cell::UnsafeCell;
-use loom::sync::atomic::AtomicI32 as LoomI32;
 use loom::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
@@ -193,223 +189,121 @@ fn baseline_of_negative_controls_passes() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Readers-writer lock (`gomutex::rwalgo`): one shape, a writer and a reader behind it, broken
-// three ways.
+// Readers-writer lock (`gomutex::rwalgo` on a `ModelWord`): two shapes, broken three ways.
 
-/// The shape: the main thread write-locks, a reader (timed if `timed`) arrives behind it, the
-/// main thread writes and unlocks; the reader reads if it got in. Ends with the quiescence
-/// check (counts 0, no token or debt, nobody asleep).
-fn rw_shape<C: Counter + Send + Sync + 'static>(h: RwHarness<C>, timed: bool) {
-    let h = Arc::new(h);
-    rwalgo::lock(&*h);
+/// A writer behind a reader: the main thread read-locks, a writer arrives (and, if `asleep`,
+/// the main thread waits until it sleeps waiting for the reader), the main thread reads and
+/// leaves. Ends quiescent. (A writer woken from its sleep is ordered after the reader by the
+/// parking queue's lock too, so only the writer that sees the count at 0 without sleeping
+/// depends on the reader's exit ordering alone.)
+fn rw_writer_behind_reader(fault: RwFault, asleep: bool) {
+    let h = Arc::new(RwHarness::new(fault));
+    rwalgo::read(&*h);
     let h1 = h.clone();
-    let r = thread::spawn(move || {
-        let ok = if timed {
-            rwalgo::rlock_until(&*h1, far_deadline())
-        } else {
-            rwalgo::rlock(&*h1);
-            true
-        };
-        if ok {
-            h1.read_cs();
-            rwalgo::runlock(&*h1);
-        }
+    let w = thread::spawn(move || {
+        rwalgo::write(&*h1);
+        h1.write_cs();
+        rwalgo::write_unlock(&*h1);
     });
-    h.write_cs();
-    rwalgo::unlock(&*h);
-    r.join().unwrap();
+    // Leave once the writer sleeps: the exit must wake it.
+    while asleep && rwalgo::parked_writer(&*h) == 0 {
+        thread::yield_now();
+    }
+    h.read_cs();
+    rwalgo::read_unlock(&*h);
+    w.join().unwrap();
     h.assert_quiescent(1);
 }
 
-fn sound_counters() -> (LoomI32, LoomI32) {
-    (LoomI32::new(0), LoomI32::new(0))
-}
-
-/// A reader semaphore that drops a release nobody sleeps for: the writer's unlock can run
-/// between the reader's count increment and its sleep, and the reader sleeps forever.
-#[test]
-fn negative_rw_lossy_semaphore_deadlocks() {
-    expect_rejected("body_rw_lossy_semaphore", &["deadlock"]);
-}
-
-#[test]
-#[ignore = "negative-control body, run by negative_rw_lossy_semaphore_deadlocks in a child process"]
-fn body_rw_lossy_semaphore() {
-    if !body_enabled() {
-        return;
-    }
-    model("body_rw_lossy_semaphore", 2, || {
-        let (rc, rw) = sound_counters();
-        rw_shape(RwHarness::with(rc, rw, SemaFault::Lossy), false);
-    });
-}
-
-/// `readerCount` with `Relaxed` operations: a reader whose add sees the writer's unlock no
-/// longer synchronizes with it, so its read races the writer's write.
-#[test]
-fn negative_rw_relaxed_reader_count_races() {
-    expect_rejected("body_rw_relaxed_reader_count", &["Causality violation"]);
-}
-
-#[test]
-#[ignore = "negative-control body, run by negative_rw_relaxed_reader_count_races in a child process"]
-fn body_rw_relaxed_reader_count() {
-    if !body_enabled() {
-        return;
-    }
-    model("body_rw_relaxed_reader_count", 2, || {
-        let rc = RelaxedCounter(LoomI32::new(0));
-        let rw = RelaxedCounter(LoomI32::new(0));
-        rw_shape(RwHarness::with(rc, rw, SemaFault::Sound), false);
-    });
-}
-
-/// A timed-out reader that leaves its semaphore without a debt: the unlock's release for it is
-/// kept as a token nobody is owed and the reader stays counted, so the lock does not come back
-/// to quiescence (and the token would admit a later reader during a write).
-#[test]
-fn negative_rw_timeout_without_debt() {
-    expect_rejected("body_rw_timeout_without_debt", &["at the end"]);
-}
-
-#[test]
-#[ignore = "negative-control body, run by negative_rw_timeout_without_debt in a child process"]
-fn body_rw_timeout_without_debt() {
-    if !body_enabled() {
-        return;
-    }
-    model("body_rw_timeout_without_debt", 2, || {
-        let (rc, rw) = sound_counters();
-        rw_shape(RwHarness::with(rc, rw, SemaFault::NoDebt), true);
-    });
-}
-
-/// The readers-writer controls' baseline: the same shape, untimed and timed, with the sound
-/// semaphore and gomutex's own counters, passes.
-#[test]
-fn baseline_of_rw_negative_controls_passes() {
-    model("baseline_rw_shape", 2, || {
-        let (rc, rw) = sound_counters();
-        rw_shape(RwHarness::with(rc, rw, SemaFault::Sound), false);
-    });
-    model("baseline_rw_timed_shape", 2, || {
-        let (rc, rw) = sound_counters();
-        rw_shape(RwHarness::with(rc, rw, SemaFault::Sound), true);
-    });
-}
-
-// ---------------------------------------------------------------------------------------------
-// The one-word fast path (`RwParts::lock_fast`, in-process `RwWord`).
-
-/// The in-process lock's parts (`RwWord`, `ParkSema`, `Sema`s, as `RawRwLock`), with the fast
-/// write lock sound (`RwWord::lock_fast`: the whole word 0) or broken (only the mutex half
-/// checked, then the count biased: the readers inside are not waited for).
-struct FastParts {
-    word: RwWord,
-    queue: ParkSema,
-    reader_wait: LoomI32,
-    writer_sem: Sema,
-    reader_sem: Sema,
-    broken: bool,
-    cell: UnsafeCell<u64>,
-}
-
-impl FastParts {
-    fn new(broken: bool) -> Self {
-        Self {
-            word: RwWord::new(),
-            queue: ParkSema::new(),
-            reader_wait: LoomI32::new(0),
-            writer_sem: Sema::new(),
-            reader_sem: Sema::new(),
-            broken,
-            cell: UnsafeCell::new(0),
-        }
-    }
-}
-
-impl RwParts for FastParts {
-    type Word = RwWord;
-    type Queue = ParkSema;
-    type Clock = NeverStarving;
-    type Count = dyn Counter + 'static;
-    type Sema = Sema;
-    fn w(&self) -> (&RwWord, &ParkSema) {
-        (&self.word, &self.queue)
-    }
-    fn reader_count(&self) -> &Self::Count {
-        &self.word
-    }
-    fn reader_wait(&self) -> &Self::Count {
-        &self.reader_wait
-    }
-    fn writer_sem(&self) -> &Sema {
-        &self.writer_sem
-    }
-    fn reader_sem(&self) -> &Sema {
-        &self.reader_sem
-    }
-    fn lock_fast(&self) -> bool {
-        if !self.broken {
-            return self.word.lock_fast();
-        }
-        self.word.try_acquire_fast() && {
-            Counter::add(&self.word, -MAX_READERS);
-            true
-        }
-    }
-    fn unlock_fast(&self) -> bool {
-        self.word.unlock_fast()
-    }
-}
-
-/// A reader inside, a writer arriving: the writer must wait for the reader (loom checks the
-/// cell), and everything ends quiescent.
-fn rw_fast_shape(p: FastParts) {
-    let p = Arc::new(p);
-    let p1 = p.clone();
+/// A reader behind a writer: the main thread write-locks, a reader arrives and sleeps (or,
+/// broken, walks in), the main thread writes and unlocks. Ends quiescent.
+fn rw_reader_behind_writer(fault: RwFault) {
+    let h = Arc::new(RwHarness::new(fault));
+    rwalgo::write(&*h);
+    let inside = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+    let (h1, in1) = (h.clone(), inside.clone());
     let r = thread::spawn(move || {
-        rwalgo::rlock(&*p1);
-        // SAFETY: a loom UnsafeCell: loom checks this access against every other.
-        p1.cell.with(|c| unsafe { *c });
-        rwalgo::runlock(&*p1);
+        rwalgo::read(&*h1);
+        in1.store(true, SeqCst);
+        let v = h1.read_cs();
+        rwalgo::read_unlock(&*h1);
+        v
     });
-    rwalgo::lock(&*p);
-    // SAFETY: as above.
-    p.cell.with_mut(|c| unsafe { *c += 1 });
-    rwalgo::unlock(&*p);
-    r.join().unwrap();
-    assert_eq!(StateWord::load(&p.word), 0);
-    assert_eq!(Counter::load(&p.word), 0);
-    assert_eq!(Counter::load(&p.reader_wait), 0);
-    assert_eq!((p.writer_sem.count(), p.reader_sem.count()), (0, 0));
+    // Write once the reader sleeps (or, broken, is inside).
+    while rwalgo::parked_readers(&*h) == 0 && !inside.load(SeqCst) {
+        thread::yield_now();
+    }
+    h.write_cs();
+    rwalgo::write_unlock(&*h);
+    assert_eq!(r.join().unwrap(), 1);
+    h.assert_quiescent(1);
 }
 
-/// A fast write lock that checks only the writers' mutex half of the word (not the reader
-/// count beside it) takes the lock with a reader inside: loom reports the race on the data.
+/// The last reader's exit does not look at `WRITER_PARKED`: a writer that went to sleep
+/// waiting for it is never woken. Loom must report the deadlock.
 #[test]
-fn negative_rw_fast_lock_ignores_readers() {
+fn negative_rw_exit_ignores_parked_writer_deadlocks() {
+    expect_rejected("body_rw_exit_ignores_parked_writer", &["deadlock"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_exit_ignores_parked_writer_deadlocks in a child process"]
+fn body_rw_exit_ignores_parked_writer() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_exit_ignores_parked_writer", 2, || {
+        rw_writer_behind_reader(RwFault::ExitIgnoresParkedWriter, true)
+    });
+}
+
+/// A reader's exit with `Relaxed` ordering: its read no longer happens before the write of the
+/// writer it lets in.
+#[test]
+fn negative_rw_relaxed_reader_exit_races() {
+    expect_rejected("body_rw_relaxed_reader_exit", &["Causality violation"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_relaxed_reader_exit_races in a child process"]
+fn body_rw_relaxed_reader_exit() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_relaxed_reader_exit", 2, || {
+        rw_writer_behind_reader(RwFault::RelaxedExit, false)
+    });
+}
+
+/// A reader's entry that does not look at `PHASE` walks in during a write: loom reports the
+/// race on the data.
+#[test]
+fn negative_rw_entry_ignores_phase_races() {
     expect_rejected(
-        "body_rw_fast_lock_ignores_readers",
-        &["Causality violation"],
+        "body_rw_entry_ignores_phase",
+        &["Causality violation", "a reader got in during the write"],
     );
 }
 
 #[test]
-#[ignore = "negative-control body, run by negative_rw_fast_lock_ignores_readers in a child process"]
-fn body_rw_fast_lock_ignores_readers() {
+#[ignore = "negative-control body, run by negative_rw_entry_ignores_phase_races in a child process"]
+fn body_rw_entry_ignores_phase() {
     if !body_enabled() {
         return;
     }
-    model("body_rw_fast_lock_ignores_readers", 2, || {
-        rw_fast_shape(FastParts::new(true))
+    model("body_rw_entry_ignores_phase", 2, || {
+        rw_reader_behind_writer(RwFault::EntryIgnoresPhase)
     });
 }
 
-/// The fast-path control's baseline: the same shape with `RwWord`'s own fast path passes.
+/// The readers-writer controls' baseline: both shapes with the sound word pass.
 #[test]
-fn baseline_of_rw_fast_path_control_passes() {
-    model("baseline_rw_fast_shape", 2, || {
-        rw_fast_shape(FastParts::new(false))
+fn baseline_of_rw_negative_controls_passes() {
+    model("baseline_rw_writer_behind_reader", 2, || {
+        rw_writer_behind_reader(RwFault::Sound, false);
+        rw_writer_behind_reader(RwFault::Sound, true);
+    });
+    model("baseline_rw_reader_behind_writer", 2, || {
+        rw_reader_behind_writer(RwFault::Sound)
     });
 }

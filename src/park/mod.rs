@@ -1,8 +1,8 @@
 //! The parking primitive: a thin, safe-to-mock subset of `parking_lot_core`.
 //!
-//! The in-process waiter queue ([`crate::sema::ParkSema`]) and the [`crate::Condvar`] only use
-//! these four calls. A normal build forwards them to `parking_lot_core`; under
-//! `--cfg gomutex_loom` they are a loom mock (a queue behind a loom `Mutex`, one loom `Notify`
+//! The in-process waiter queue ([`crate::sema::ParkSema`]), the readers-writer lock
+//! ([`crate::rwalgo`]) and the [`crate::Condvar`] only use these four calls. A normal build
+//! forwards them to `parking_lot_core`; under `--cfg gomutex_loom` they are a loom mock (a queue behind a loom `Mutex`, one loom `Notify`
 //! per parked thread) with the same contract: `validate`, `timed_out`, `filter` and `callback`
 //! run while the queue for `key` is locked, so no unpark can slip between a successful
 //! `validate` and the thread being queued.
@@ -42,5 +42,7 @@ pub(crate) enum FilterOp {
 #[cfg_attr(gomutex_loom, path = "loom.rs")]
 mod imp;
 
+#[cfg(gomutex_loom)]
+pub use imp::let_deadlines_pass;
 pub(crate) use imp::parked;
 pub(crate) use imp::{park, unpark_all, unpark_filter};
