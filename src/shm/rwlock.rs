@@ -398,13 +398,12 @@ impl<T: ShmSafe> ShmRwLock<T> {
         self.publish(me);
         let (reads, waiting) = (self.reads(me), self.waiting(me));
         let mut spun = false;
-        // When this call first found a writer in the way (`sys::mono_ns`), for the statistics.
-        let mut since = None;
+        let mut held = HeldUp::default();
         loop {
             reads.fetch_add(1, SeqCst);
             sys::crash_point(sys::crash::RW_READ_COUNTED);
             if self.state().load(SeqCst) & PENDING == 0 {
-                self.record_read_wait(me, since);
+                self.record_read_wait(me, held);
                 return Some(self.read_guard(generation, me));
             }
             // A writer holds or wants the lock: take the count back, and wake it if it waits.
@@ -414,7 +413,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 self.end_orphan_phase(deadline);
                 return None;
             }
-            since.get_or_insert_with(sys::mono_ns);
+            held.waited = true;
             // A write phase is short: spin a few rounds (the mutex's policy) for it to end
             // before queuing, which costs a sleep and the writer a wake-up call. Not counted
             // while spinning, so the writer does not wait for us; when the phase ends, start
@@ -436,6 +435,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
             }
             // Queue. Counted before `RWAIT` is set: if that finds the phase still `PENDING`,
             // the next writer sees the count and lets us in first.
+            held.sleeps();
             waiting.fetch_add(1, SeqCst);
             let s = self.state().fetch_or(RWAIT, SeqCst) | RWAIT;
             if s & PENDING == 0 {
@@ -455,7 +455,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 reads.fetch_add(1, SeqCst);
             }
             drop(queued);
-            self.record_read_wait(me, since);
+            self.record_read_wait(me, held);
             return admitted.then(|| self.read_guard(generation, me));
         }
     }
@@ -599,17 +599,16 @@ impl<T: ShmSafe> ShmRwLock<T> {
             // Live writers end their phase before unlocking the mutex: this one's writer died.
             self.end_phase();
         }
-        // When this writer first found readers in the way, for the statistics.
-        let mut since = None;
+        let mut held = HeldUp::default();
         // Go's batch order: the readers that queued behind the previous writer come first.
-        if !self.wait_counts(|i| self.waiting(i), deadline, once, &mut since) {
-            self.record_write_wait(g.me, since);
+        if !self.wait_counts(|i| self.waiting(i), deadline, once, &mut held) {
+            self.record_write_wait(g.me, held);
             return None; // `g` unlocks
         }
         self.state().fetch_or(PENDING, SeqCst);
         sys::crash_point(sys::crash::RW_PENDING);
-        let inside = self.wait_counts(|i| self.reads(i), deadline, once, &mut since);
-        self.record_write_wait(g.me, since);
+        let inside = self.wait_counts(|i| self.reads(i), deadline, once, &mut held);
+        self.record_write_wait(g.me, held);
         if !inside {
             self.end_phase();
             return None;
@@ -622,14 +621,14 @@ impl<T: ShmSafe> ShmRwLock<T> {
 
     /// Wait until `count(i)` is 0 for every participant (a writer, holding the mutex);
     /// `false` if `deadline` passed first (or, if `once`, at once). Every [`TICK`], recover the
-    /// participants found dead with a non-zero count (which zeroes it). `since` is set (if it
-    /// is not yet) when a count is found non-zero by a call that waits: the statistics' start.
+    /// participants found dead with a non-zero count (which zeroes it). `held` records, for the
+    /// statistics, that a call that waits found a count non-zero, and when it first slept.
     fn wait_counts<'a>(
         &'a self,
         count: impl Fn(u32) -> &'a AtomicU32,
         deadline: Option<Instant>,
         once: bool,
-        since: &mut Option<u64>,
+        held: &mut HeldUp,
     ) -> bool {
         let busy = || (0..self.scanned()).any(|i| count(i).load(SeqCst) != 0);
         // Read the clock only once the writer is about to sleep: a clock read costs as much as
@@ -647,13 +646,14 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 self.reap_dead(&count, Some(Instant::now()));
                 return !busy();
             }
-            since.get_or_insert_with(sys::mono_ns);
+            held.waited = true;
             if crate::spin::can_spin(iter, true) {
                 crate::spin::spin_round(true);
                 iter += 1;
                 continue;
             }
             iter = 0;
+            held.sleeps();
             self.state().fetch_or(WSLEEP, SeqCst);
             if !busy() {
                 return true;
@@ -806,6 +806,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
             readers,
             queued_readers,
             write_pending: s & PENDING != 0,
+            writer_asleep: s & WSLEEP != 0,
             phase: s / PHASE,
         }
     }
@@ -857,6 +858,28 @@ fn flagged<G>(g: G, flag: u8) -> TryLockResult<G> {
     }
 }
 
+/// How a lock call was held up, for the statistics: whether it waited at all (spinning
+/// counts), and since when it slept (`sys::mono_ns`). The clock is read only by a call about to
+/// sleep, as [`ShmMutex`]'s statistics do: a read costs as much as an uncontended write phase,
+/// and most waits end while spinning.
+#[derive(Debug, Default, Clone, Copy)]
+struct HeldUp {
+    waited: bool,
+    slept_since: Option<u64>,
+}
+
+impl HeldUp {
+    /// The call is about to sleep (the first time: the start of its timed wait).
+    fn sleeps(&mut self) {
+        self.slept_since.get_or_insert_with(sys::mono_ns);
+    }
+
+    /// Nanoseconds since the first sleep, if it slept.
+    fn slept_ns(self) -> Option<u64> {
+        self.slept_since.map(|t| sys::mono_ns().saturating_sub(t))
+    }
+}
+
 /// A snapshot of a [`ShmRwLock`] (see [`ShmRwLock::diagnostics`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -869,6 +892,8 @@ pub struct RwDiagnostics {
     pub queued_readers: u64,
     /// A writer holds the lock or waits for the readers inside to leave.
     pub write_pending: bool,
+    /// The writer waiting for readers sleeps (it spun first).
+    pub writer_asleep: bool,
     /// Write phases ended so far (modulo 2^29).
     pub phase: u32,
 }
@@ -1060,15 +1085,16 @@ pub struct RwLockStats {
     /// Read locks that found a writer holding or wanting the lock and waited for its phase to
     /// end (spinning, then queued behind it; timed ones that gave up included).
     pub read_waits: u64,
-    /// Nanoseconds those waited, summed.
+    /// Nanoseconds those waited asleep (queued), summed: a wait that ended while spinning is
+    /// counted in `read_waits` and not timed (no clock read for it).
     pub read_wait_ns: u64,
-    /// The longest of those waits (ns).
+    /// The longest of those sleeps (ns).
     pub worst_read_wait_ns: u64,
     /// Write locks that waited for readers: the readers queued behind the previous writer to
     /// come in, then the readers inside to leave (timed ones that gave up included).
     pub write_waits: u64,
-    /// Nanoseconds those waited for readers, summed (the wait for the writers' mutex is in
-    /// `writers.total_wait_ns`).
+    /// Nanoseconds those slept waiting for readers, summed (spinning is not timed, as for
+    /// `read_wait_ns`; the wait for the writers' mutex is in `writers.total_wait_ns`).
     pub write_wait_ns: u64,
 }
 
@@ -1106,29 +1132,31 @@ impl<T: ShmSafe> ShmRwLock<T> {
         s
     }
 
-    /// A read lock call of participant `me` that found a writer in the way at `since` (if
-    /// set) is done waiting: count it. Readers of one process count on its row at once, hence
-    /// `fetch_add` (the row's second line, written by the slow paths).
+    /// A read lock call of participant `me` that was held up as `held` says is done waiting:
+    /// count it. Readers of one process count on its row at once, hence `fetch_add` (the
+    /// row's second line, written by the slow paths).
     #[inline]
-    fn record_read_wait(&self, me: u32, since: Option<u64>) {
-        if let Some(t) = since {
-            let ns = sys::mono_ns().saturating_sub(t);
+    fn record_read_wait(&self, me: u32, held: HeldUp) {
+        if held.waited {
             let row = self.m.region.stats_row(me);
             row.rw_read_waits.fetch_add(1, Relaxed);
-            row.rw_read_wait_ns.fetch_add(ns, Relaxed);
-            row.rw_read_wait_max_ns.fetch_max(ns, Relaxed);
+            if let Some(ns) = held.slept_ns() {
+                row.rw_read_wait_ns.fetch_add(ns, Relaxed);
+                row.rw_read_wait_max_ns.fetch_max(ns, Relaxed);
+            }
         }
     }
 
     /// The same for a writer (participant `me`, holding the writers' mutex) that waited for
     /// readers.
     #[inline]
-    fn record_write_wait(&self, me: u32, since: Option<u64>) {
-        if let Some(t) = since {
-            let ns = sys::mono_ns().saturating_sub(t);
+    fn record_write_wait(&self, me: u32, held: HeldUp) {
+        if held.waited {
             let row = self.m.region.stats_row(me);
             row.rw_write_waits.fetch_add(1, Relaxed);
-            row.rw_write_wait_ns.fetch_add(ns, Relaxed);
+            if let Some(ns) = held.slept_ns() {
+                row.rw_write_wait_ns.fetch_add(ns, Relaxed);
+            }
         }
     }
 }

@@ -265,8 +265,8 @@ fn writer_panic_poisons_before_readers_enter() {
 }
 
 /// `stats()` across processes: a reader that queued behind a writer and a writer that waited
-/// for a reader are each counted once, with at least the time they were held up (each kept
-/// waiting 5 ms after it is seen waiting); a `try_*` that fails waits for nothing and counts
+/// for a reader are each counted once, with at least the time they slept (each kept asleep
+/// 5 ms after it is seen asleep); a `try_*` that fails waits for nothing and counts
 /// nothing; write locks are the writers' mutex's acquisitions.
 fn stats_count_the_waits_across_processes() {
     const HELD: Duration = Duration::from_millis(5);
@@ -283,8 +283,9 @@ fn stats_count_the_waits_across_processes() {
         *l.write().unwrap() += 1;
         0
     });
-    until("writer waiting for the reader", || {
-        l.diagnostics().write_pending
+    // Asleep: a wait is timed from its first sleep (spinning is counted, not timed).
+    until("writer asleep waiting for the reader", || {
+        l.diagnostics().writer_asleep
     });
     std::thread::sleep(HELD);
     drop(r);
