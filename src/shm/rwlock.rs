@@ -48,6 +48,7 @@
 
 use super::journal::Hooks as _;
 use super::region::low;
+use super::stats::add;
 use super::timing::TICK;
 use super::{
     sys, Config, Diagnostics, LockError, LockResult, LockStats, Mapping, OpenOptions, ShmError,
@@ -58,7 +59,7 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use core::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::{Duration, Instant};
 
 /// `rw_state`: a writer holds the writers' mutex and wants the readers out (or, if no live
@@ -1112,15 +1113,11 @@ impl<T: ShmSafe> ShmRwLock<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn stats(&self) -> RwLockStats {
-        let r = &self.m.region;
         let mut s = RwLockStats {
             writers: self.m.stats(),
             ..RwLockStats::default()
         };
-        // Every value may have been written by a faulty peer: sums saturate.
-        let add = |a: &mut u64, c: &AtomicU64| *a = a.saturating_add(c.load(Relaxed));
-        for i in 0..r.layout.participants {
-            let row = r.stats_row(i);
+        for row in self.m.region.stats_rows() {
             add(&mut s.read_waits, &row.rw_read_waits);
             add(&mut s.read_wait_ns, &row.rw_read_wait_ns);
             s.worst_read_wait_ns = s

@@ -12,7 +12,7 @@
 //! so every figure but `worst_wait_ns`'s maximum is a sum of counters that only grow.
 
 use super::layout::StatsRow;
-use super::region::Participant;
+use super::region::{Participant, Region};
 use super::{ShmMutex, ShmSafe};
 use crate::algo::Waited;
 use core::sync::atomic::{AtomicU64, Ordering::*};
@@ -90,14 +90,11 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     pub fn stats(&self) -> LockStats {
         let r = &self.region;
-        // Every value may have been written by a faulty peer: sums saturate.
         let mut s = LockStats {
             owner_deaths: r.hdr().owner_deaths.load(Relaxed),
             ..LockStats::default()
         };
-        let add = |a: &mut u64, c: &AtomicU64| *a = a.saturating_add(c.load(Relaxed));
-        for i in 0..r.layout.participants {
-            let row = r.stats_row(i);
+        for row in r.stats_rows() {
             add(&mut s.acquisitions, &row.acquisitions);
             add(&mut s.contended, &row.contended);
             add(&mut s.slept, &row.slept);
@@ -111,6 +108,19 @@ impl<T: ShmSafe> ShmMutex<T> {
             add(&mut s.cv_notifies, &row.cv_notifies);
         }
         s
+    }
+}
+
+/// Add counter `c` to the sum `a`, saturating: every row may have been written by a faulty
+/// peer.
+pub(super) fn add(a: &mut u64, c: &AtomicU64) {
+    *a = a.saturating_add(c.load(Relaxed));
+}
+
+impl Region {
+    /// Every participant's statistics row, in slot order.
+    pub(super) fn stats_rows(&self) -> impl Iterator<Item = &StatsRow> {
+        (0..self.layout.participants).map(|i| self.stats_row(i))
     }
 }
 
