@@ -239,21 +239,24 @@ impl Zone<'_> {
                     None => continue,
                 },
             };
-            let live = victims
+            let room: Vec<Step> = victims
+                .into_iter()
+                .map(|e| Step::Free {
+                    e,
+                    live: !ttl::expired(&plan, e, now),
+                })
+                .collect();
+            let live = room
                 .iter()
-                .filter(|&&v| !ttl::expired(&plan, v, now))
+                .filter(|s| matches!(s, Step::Free { live: true, .. }))
                 .count();
             if live > MAX_EVICT {
                 continue;
             }
-            let mut room = Vec::with_capacity(victims.len());
-            for v in victims {
-                let is_live = !ttl::expired(&plan, v, now);
-                room.push(Step::Free {
-                    e: v,
-                    live: is_live,
-                });
-                self.remove_found(&mut plan, v, is_live)?;
+            for &step in &room {
+                if let Step::Free { e, live } = step {
+                    self.remove_found(&mut plan, e, live)?;
+                }
             }
             if !alloc::fits(&plan, size) {
                 // Only a corrupt zone gets here (a freed run merges into a free block).
