@@ -55,7 +55,7 @@ pub use crate::rwword::{
     readers, RwState, GHOST, MAX_READERS, ONE_READER, PHASE, READERS_PARKED, WRITER_PARKED,
     WRITE_LOCKED,
 };
-use crate::sema::WaitQueue;
+use crate::sema::{park_stamped, unpark_charged, WaitQueue};
 use crate::spin;
 use crate::sync::fatal;
 use std::cell::Cell;
@@ -143,7 +143,9 @@ fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
             continue;
         }
         let validate = || w.load_all() & (PHASE | READERS_PARKED) == PHASE | READERS_PARKED;
-        match park_stamped(p.key() + 2, validate, || {}, deadline) {
+        // SAFETY: a key of this lock's own (`RwParts::key`); the closures only touch its word,
+        // never panic and never call back into the parking module.
+        match unsafe { park_stamped(p.key() + 2, validate, || {}, 0, deadline) } {
             // The end of the write phase counted us in.
             ParkResult::Unparked(_) => return true,
             ParkResult::Invalid => {}
@@ -210,7 +212,9 @@ fn wake_writer<P: RwParts>(p: &P) {
         }
         0
     };
-    unpark_charged(p.key() + 1, filter, callback);
+    // SAFETY: a key of this lock's own, whose sleepers park through `park_stamped` with token
+    // 0; the closures only touch its word and never call back into the parking module.
+    unsafe { unpark_charged(p.key() + 1, filter, 0, callback) };
     if ghost.get() {
         // The writer gave up waiting for us: finish its write phase.
         end_phase(p, 0);
@@ -285,7 +289,9 @@ fn wait_for_readers<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
         let timed_out = || {
             w.or_all(GHOST);
         };
-        match park_stamped(p.key() + 1, validate, timed_out, deadline) {
+        // SAFETY: a key of this lock's own (`RwParts::key`); the closures only touch its word,
+        // never panic and never call back into the parking module.
+        match unsafe { park_stamped(p.key() + 1, validate, timed_out, 0, deadline) } {
             ParkResult::Unparked(_) | ParkResult::Invalid => {}
             ParkResult::TimedOut => return false,
         }
@@ -360,44 +366,7 @@ fn end_phase<P: RwParts>(p: &P, keep: u64) {
         }
         ADMITTED
     };
-    unpark_charged(p.key() + 2, |_| FilterOp::Unpark, callback);
-}
-
-/// `park::park` on one of this lock's keys, stamped for the mutex profile (Go profiles its
-/// `RWMutex` waits too).
-#[inline]
-fn park_stamped(
-    key: usize,
-    validate: impl FnOnce() -> bool,
-    timed_out: impl FnOnce(),
-    deadline: Option<Instant>,
-) -> ParkResult {
-    #[cfg(all(feature = "profile", not(gomutex_loom)))]
-    let waiter = crate::profile::Waiter::new();
-    #[cfg(all(feature = "profile", not(gomutex_loom)))]
-    let token = waiter.token();
-    #[cfg(not(all(feature = "profile", not(gomutex_loom))))]
-    let token = 0;
-    // SAFETY: callers pass a key of their lock's own (`RwParts::key`) and closures that only
-    // touch its word, never panic and never call back into the parking module.
-    unsafe { park::park(key, validate, timed_out, token, deadline) }
-}
-
-/// `park::unpark_filter` on one of this lock's keys, charged to the mutex profile.
-#[inline]
-fn unpark_charged(
-    key: usize,
-    filter: impl FnMut(usize) -> FilterOp,
-    callback: impl FnOnce(park::UnparkResult) -> usize,
-) {
-    #[cfg(all(feature = "profile", not(gomutex_loom)))]
-    let mut charge = crate::profile::Charge::default();
-    // SAFETY: sleepers on this lock's keys park with their `Waiter`'s token or 0
-    // (`park_stamped`).
-    #[cfg(all(feature = "profile", not(gomutex_loom)))]
-    let filter = unsafe { charge.watch(filter, 0) };
-    // SAFETY: as in `park_stamped`.
-    unsafe { park::unpark_filter(key, filter, callback) };
-    #[cfg(all(feature = "profile", not(gomutex_loom)))]
-    charge.finish();
+    // SAFETY: a key of this lock's own, whose sleepers park through `park_stamped` with token
+    // 0; the closures only touch its word and never call back into the parking module.
+    unsafe { unpark_charged(p.key() + 2, |_| FilterOp::Unpark, 0, callback) };
 }

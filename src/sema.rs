@@ -115,15 +115,9 @@ impl WaitQueue for ParkSema {
             }
         };
         let token = if lifo { FRONT } else { BACK };
-        // The mutex profile's stamp of this sleep (Go's `acquiretime`): its address joins the
-        // token, and it lives on this frame for as long as we are parked.
-        #[cfg(all(feature = "profile", not(gomutex_loom)))]
-        let waiter = crate::profile::Waiter::new();
-        #[cfg(all(feature = "profile", not(gomutex_loom)))]
-        let token = token | waiter.token();
         // SAFETY: the key is our own address; the closures only touch our two counters, never
         // panic and never call back into the parking module.
-        match unsafe { park::park(self.key(), validate, timed_out, token, deadline) } {
+        match unsafe { park_stamped(self.key(), validate, timed_out, token, deadline) } {
             ParkResult::Unparked(_) | ParkResult::Invalid => true,
             ParkResult::TimedOut => false,
         }
@@ -151,16 +145,57 @@ impl WaitQueue for ParkSema {
             }
             0
         };
-        // The mutex profile sees every verdict, to charge this release (Go's `semrelease1`).
-        #[cfg(all(feature = "profile", not(gomutex_loom)))]
-        let mut charge = crate::profile::Charge::default();
-        // SAFETY: the filter goes to `unpark_filter` on our key, whose sleepers' tokens are
-        // `FRONT` or `BACK` with their `Waiter`'s bits.
-        #[cfg(all(feature = "profile", not(gomutex_loom)))]
-        let filter = unsafe { charge.watch(filter, FRONT) };
-        // SAFETY: as in `acquire`.
-        unsafe { park::unpark_filter(self.key(), filter, callback) };
-        #[cfg(all(feature = "profile", not(gomutex_loom)))]
-        charge.finish();
+        // SAFETY: as in `acquire`; our sleepers park with `FRONT` or `BACK`, stamped.
+        unsafe { unpark_charged(self.key(), filter, FRONT, callback) };
     }
+}
+
+/// `park::park` with `token`, stamped for the mutex profile when it is on (Go's
+/// `acquiretime`): the stamp's address joins the token and lives on this frame for as long as
+/// the thread is parked. Every in-process lock sleeps through here.
+///
+/// # Safety
+/// `park::park`'s: a key of the caller's own, closures that never panic and never call back
+/// into the parking module.
+#[inline]
+pub(crate) unsafe fn park_stamped(
+    key: usize,
+    validate: impl FnOnce() -> bool,
+    timed_out: impl FnOnce(),
+    token: usize,
+    deadline: Option<Instant>,
+) -> ParkResult {
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    let waiter = crate::profile::Waiter::new();
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    let token = token | waiter.token();
+    // SAFETY: forwarded contract.
+    unsafe { park::park(key, validate, timed_out, token, deadline) }
+}
+
+/// `park::unpark_filter`, the release charged to the mutex profile when it is on (Go's
+/// `semrelease1`: the profile sees every verdict of `filter`).
+///
+/// # Safety
+/// `park::unpark_filter`'s, and every sleeper on `key` parked through [`park_stamped`] with a
+/// token of `flags` bits only.
+#[inline]
+pub(crate) unsafe fn unpark_charged(
+    key: usize,
+    filter: impl FnMut(usize) -> FilterOp,
+    flags: usize,
+    callback: impl FnOnce(park::UnparkResult) -> usize,
+) {
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    let mut charge = crate::profile::Charge::default();
+    // SAFETY: the filter goes to `unpark_filter` on `key`, whose sleepers' tokens are `flags`
+    // bits with their `Waiter`'s (the caller's contract).
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    let filter = unsafe { charge.watch(filter, flags) };
+    #[cfg(not(all(feature = "profile", not(gomutex_loom))))]
+    let _ = flags;
+    // SAFETY: forwarded contract.
+    unsafe { park::unpark_filter(key, filter, callback) };
+    #[cfg(all(feature = "profile", not(gomutex_loom)))]
+    charge.finish();
 }
