@@ -244,7 +244,7 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
                 "entry at {e:#x}: integer of {vlen} bytes"
             );
             if kind == VALUE_LIST {
-                let items = crate::shm::dict::list::items(m.bytes(e + E_VALUE, vlen));
+                let items = super::list::items(m.bytes(e + E_VALUE, vlen));
                 ensure!(
                     items.is_some_and(|n| n > 0),
                     "entry at {e:#x}: a list of {vlen} bytes that is not whole (or empty)"

@@ -18,5 +18,5 @@ pub const BETWEEN: u32 = 106;
 
 #[inline]
 pub(crate) fn point(p: u32) {
-    crate::shm::sys::crash_point(p);
+    crate::shm::seam::crash_point(p);
 }

@@ -107,7 +107,7 @@ impl<'m> Tx<'m> {
                 // and frees an entry that merges every order, is well under LOG_CAP).
                 assert!(
                     self.w.len() < self.cap,
-                    "gomutex::shm::ShmDict: transaction too large"
+                    "gomutex::dict::ShmDict: transaction too large"
                 );
                 if self.w.is_empty() {
                     self.w.reserve(32);
@@ -162,7 +162,7 @@ impl<'m> Tx<'m> {
         }
         assert!(
             self.fits_record(),
-            "gomutex::shm::ShmDict: transaction too large"
+            "gomutex::dict::ShmDict: transaction too large"
         );
         let m = self.m;
         for (i, &(k, v)) in self.planned().iter().enumerate() {

@@ -27,14 +27,14 @@
 //! * [`ShmRwLock`]: a readers-writer lock (Go's `RWMutex`), robust to a reader's death too;
 //! * [`Mapping`] and [`MappingLayout`]: several locks and lock-free [`ShmShared`] data (atomics)
 //!   in one mapping, anonymous or named; [`commit_store`] for updates a kill cannot tear;
-//! * [`ShmDict`]: a dictionary in one shared region (`lua_shared_dict`'s API: values, TTLs,
-//!   LRU eviction, lists), every key old or new after any kill ([`DictConfig`] for its
-//!   shards and zone);
-//! * [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key) on a [`ShmDict`];
 //! * the accept lock for prefork servers: [`crate::accept::ShmAcceptMutex`] puts a
 //!   [`crate::accept::AcceptLock`] over a `ShmMutex`;
 //! * with the `derive` feature, `#[derive(ShmSafe)]` and `#[derive(ShmShared)]`, checked at
 //!   compile time instead of an `unsafe impl`.
+//!
+//! Built on this module's public API (and a few internals, all in `shm/seam.rs`), outside it:
+//! [`crate::dict`], a dictionary shared by processes (`lua_shared_dict`'s API) and nginx's
+//! `limit_req` on it.
 //!
 //! The in-process locks' mutex profile (feature `profile`, `gomutex::profile`) does not
 //! sample these locks: [`ShmMutex::stats`] is their view from outside.
@@ -205,12 +205,10 @@ mod config;
 mod constructors;
 mod cv_words;
 mod diagnostics;
-mod dict;
 mod error;
 mod guard;
 mod journal;
 mod layout;
-mod limit_req;
 mod mapping;
 mod object;
 mod participants;
@@ -219,6 +217,7 @@ mod recovery;
 mod region;
 mod registration;
 mod rwlock;
+pub(crate) mod seam;
 mod stats;
 mod sys;
 mod timing;
@@ -229,15 +228,9 @@ pub use commit::{commit_store, CommitWord};
 pub use condvar::ShmCondvar;
 pub use config::Config;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
-#[doc(hidden)]
-pub use dict::crash as __dict_crash;
-pub use dict::{
-    CheckReport, DictConfig, DictError, DictStats, Incr, Item, OwnedValue, ShmDict, Value, MAX_KEY,
-};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use guard::ShmMutexGuard;
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
-pub use limit_req::{Decision, RateLimiter};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
 pub use rwlock::{RwDiagnostics, RwLockStats, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};

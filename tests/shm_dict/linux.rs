@@ -4,8 +4,8 @@
     not(feature = "__crash-points"),
     allow(dead_code, unused_imports, unused_variables, unused_mut)
 )]
-use gomutex::shm::__dict_crash as crash;
-use gomutex::shm::{DictConfig, DictError, OwnedValue, ShmDict};
+use gomutex::dict::crash;
+use gomutex::dict::{DictConfig, DictError, OwnedValue, ShmDict};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
