@@ -161,6 +161,8 @@ pub mod algo;
 pub mod clock;
 mod condvar;
 #[cfg(target_os = "linux")]
+mod crash;
+#[cfg(target_os = "linux")]
 #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
 pub mod dict;
 pub mod guide;
@@ -187,6 +189,15 @@ pub mod sema;
 pub mod shm;
 mod spin;
 mod sync;
+
+/// Testing only, not part of the API: the crash points of the shared-memory lock and the
+/// dictionary (one list), and `crash_at` / `stop_at` to arm one in this process. Exists only
+/// with the test-only `__crash-points` feature (this crate's tests enable it).
+#[cfg(all(target_os = "linux", feature = "__crash-points"))]
+#[doc(hidden)]
+pub mod __crash {
+    pub use crate::crash::*;
+}
 
 /// Under loom only: let sleepers with a deadline time out at arbitrary points of this
 /// execution (loom has no time; a model opts in).

@@ -23,8 +23,6 @@
 mod alloc;
 mod check;
 mod config;
-#[doc(hidden)]
-pub mod crash;
 mod index;
 mod layout;
 mod limit_req;

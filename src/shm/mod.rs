@@ -344,7 +344,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         let ctx = self.participant_of(generation);
         let w = ctx.acquire_fast();
         if w == 0 {
-            sys::crash_point(sys::crash::CONTENDED);
+            crate::crash::point(crate::crash::CONTENDED);
             // No deadline: the slow path returns only holding the lock. The statistics take
             // its wait from the starvation rule's clock reads: no read of their own.
             if let Some(waited) = algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, None) {
@@ -618,26 +618,6 @@ fn repaired<'a, T: ShmSafe>(
             g
         }
     }
-}
-
-/// Testing only: make this process SIGKILL itself the next time it reaches `point` inside the
-/// lock's slow paths (1 = journal committed, 2 = state word changed, 3 = journal applied,
-/// 4 = a normal-mode wake-up owed, 5 = a hand-off owed, 6 = a waiter picked up its token,
-/// 12 = `lock`'s fast path failed; 0 disarms). Lets tests kill a process in windows too narrow for random kills to hit.
-/// Costs one relaxed load on slow paths. Exists only with the test-only `__crash-points`
-/// feature (this crate's tests enable it); without it the crash points compile to nothing.
-#[cfg(feature = "__crash-points")]
-#[doc(hidden)]
-pub fn __crash_at(point: u32) {
-    sys::arm_crash(point);
-}
-
-/// Testing only: like [`__crash_at`], but the process stops itself (SIGSTOP) at `point`, once,
-/// and goes on when continued. Exists only with the test-only `__crash-points` feature.
-#[cfg(feature = "__crash-points")]
-#[doc(hidden)]
-pub fn __stop_at(point: u32) {
-    sys::arm_crash(point | sys::STOP);
 }
 
 impl<T: ShmSafe> Drop for ShmMutex<T> {

@@ -6,9 +6,10 @@
 use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
 use super::region::{low, owner_tag, word, Participant, Region};
-use super::sys::{self, crash};
+use super::sys;
 use super::timing::{JLOCK_GRACE, PASS_ANY, PASS_STOPPED, TICK};
 use crate::algo;
+use crate::crash;
 use crate::sema::WaitQueue;
 use core::sync::atomic::Ordering::*;
 use std::time::Instant;
@@ -98,7 +99,7 @@ impl Participant<'_> {
                     .compare_exchange(v, SLOT_FREE, Acquire, Acquire)
                     .is_ok()
                 {
-                    sys::crash_point(crash::TOKEN_TAKEN);
+                    crash::point(crash::TOKEN_TAKEN);
                     return true;
                 }
                 continue;
@@ -360,7 +361,7 @@ impl WaitQueue for Participant<'_> {
     }
 
     fn release(&self, handoff: bool) {
-        sys::crash_point(if handoff {
+        crash::point(if handoff {
             crash::OWES_HANDOFF
         } else {
             crash::OWES_WAKEUP

@@ -516,7 +516,7 @@ impl Participant<'_> {
             self.r.holds_nothing(self.me) && !in_queue
         };
         if idle {
-            sys::crash_point(sys::crash::RELEASING_SELF);
+            crate::crash::point(crate::crash::RELEASING_SELF);
             let p = self.r.participant(self.me);
             p.free(p.ident.load(SeqCst));
         }

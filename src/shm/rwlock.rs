@@ -402,7 +402,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
         let mut held = HeldUp::default();
         loop {
             reads.fetch_add(1, SeqCst);
-            sys::crash_point(sys::crash::RW_READ_COUNTED);
+            crate::crash::point(crate::crash::RW_READ_COUNTED);
             if self.state().load(SeqCst) & PENDING == 0 {
                 self.record_read_wait(me, held);
                 return Some(self.read_guard(generation, me));
@@ -445,7 +445,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 self.notify_writer();
                 continue;
             }
-            sys::crash_point(sys::crash::RW_QUEUED);
+            crate::crash::point(crate::crash::RW_QUEUED);
             // Leaves the queue however this call ends (a panic in the wait included): a count
             // left behind by a live process would hold up every writer.
             let queued = Queued(self, waiting);
@@ -607,7 +607,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
             return None; // `g` unlocks
         }
         self.state().fetch_or(PENDING, SeqCst);
-        sys::crash_point(sys::crash::RW_PENDING);
+        crate::crash::point(crate::crash::RW_PENDING);
         let inside = self.wait_counts(|i| self.reads(i), deadline, once, &mut held);
         self.record_write_wait(g.me, held);
         if !inside {
@@ -1022,7 +1022,7 @@ impl<T: ShmSafe> Drop for ShmRwLockWriteGuard<'_, T> {
                 self.lock.m.region.hdr().poisoned.store(1, SeqCst);
             }
             self.lock.end_phase();
-            sys::crash_point(sys::crash::RW_UNLOCKING);
+            crate::crash::point(crate::crash::RW_UNLOCKING);
         }
         // SAFETY: dropped once, here; the field is not used again.
         unsafe { ManuallyDrop::drop(&mut self.g) };
@@ -1325,7 +1325,7 @@ impl<'a, T: ShmSafe> ShmRwLockWriteGuard<'a, T> {
             // as every reader's slot (`publish`).
             lock.publish(me);
             lock.reads(me).fetch_add(1, SeqCst);
-            sys::crash_point(sys::crash::RW_DOWNGRADING);
+            crate::crash::point(crate::crash::RW_DOWNGRADING);
         }
         drop(this); // ends the phase (queued readers come in), unlocks the writers' mutex
         ShmRwLockReadGuard {

@@ -19,9 +19,6 @@ use super::mapping::{overlaps, IN_USE};
 use super::ShmMutex;
 use super::{sys, Mapping, ShmError};
 
-/// A crash point (tests only; nothing without the `__crash-points` feature).
-pub(crate) use super::sys::crash_point;
-
 /// Nanoseconds of `CLOCK_MONOTONIC`, the clock every process of the machine shares.
 #[inline]
 pub(crate) fn mono_ns() -> u64 {

@@ -9,7 +9,7 @@
 
 use crate::linux::common::anon::AnonShared;
 use crate::linux::common::procs::{self, fork, reap};
-use gomutex::dict::crash;
+use gomutex::__crash as crash;
 use gomutex::dict::{Decision, RateLimiter, ShmDict};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -85,11 +85,11 @@ pub fn rate_across_two_workers() {
 #[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 pub fn worker_killed_while_updating_its_bucket() {
     let points = [
-        (crash::ENTRY_WRITTEN, false),
-        (crash::LOGGED, false),
-        (crash::COMMITTED, true),
-        (crash::HALF_APPLIED, true),
-        (crash::APPLIED, true),
+        (crash::DICT_ENTRY_WRITTEN, false),
+        (crash::DICT_LOGGED, false),
+        (crash::DICT_COMMITTED, true),
+        (crash::DICT_HALF_APPLIED, true),
+        (crash::DICT_APPLIED, true),
     ];
     for (point, committed) in points {
         for existing in [false, true] {
@@ -103,7 +103,7 @@ pub fn worker_killed_while_updating_its_bucket() {
             let old = bucket(&l, "k");
             let new = Some((1_000, if existing { 1_000 } else { 0 }));
             let pid = fork(|| {
-                gomutex::shm::__crash_at(point);
+                gomutex::__crash::crash_at(point);
                 l.check_at("k", 1_000);
                 0
             });
