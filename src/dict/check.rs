@@ -12,7 +12,7 @@
 //! * **Entries**: each fits its chunk, in the smallest size class that holds it; the entry
 //!   count is right; no redo record is pending.
 
-use super::alloc::{self, Size, CLASSES};
+use super::alloc::{self, Size};
 use super::index;
 use super::layout::*;
 use super::redo::{self, Tx};

@@ -293,7 +293,7 @@ impl Zone<'_> {
                     1u32.checked_shl(arg)?
                 }
                 KIND_SLAB => {
-                    let chunk = *alloc::CLASSES.get(arg as usize)? as usize;
+                    let chunk = *CLASSES.get(arg as usize)? as usize;
                     let bm = tx.r64(d + D_BITMAP);
                     let used = (0..alloc::chunks(arg)).filter(|i| bm & 1 << i != 0);
                     out.extend(used.map(|i| self.g.page(p) + i as usize * chunk));

@@ -207,6 +207,7 @@ mod cv_words;
 mod diagnostics;
 mod error;
 mod guard;
+mod identity;
 mod journal;
 mod layout;
 mod mapping;
@@ -243,12 +244,12 @@ pub use types::{ShmBool, ShmSafe, ShmShared};
 #[cfg_attr(docsrs, doc(cfg(feature = "derive")))]
 pub use gomutex_derive::{ShmSafe, ShmShared};
 
-use self::attach::unmap;
-use self::journal::Hooks as _;
-use self::region::{low, Participant, Region};
 /// Which process this is to memory it may have inherited across `fork()` (no system call):
 /// what guards and handles compare against.
-pub(crate) use self::sys::fork_generation;
+pub(crate) use self::identity::fork_generation;
+use self::journal::Hooks as _;
+use self::region::{low, Participant, Region};
+use self::sys::unmap;
 use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
 use core::fmt;
@@ -278,7 +279,7 @@ pub struct ShmMutex<T: ShmSafe> {
     backing: Backing,
     map_len: usize,
     /// `(fork generation << 32) | (participant index + 1)` of the process that registered
-    /// ([`sys::fork_generation`]: a pid alone would let a descendant that reuses a dead
+    /// ([`identity::fork_generation`]: a pid alone would let a descendant that reuses a dead
     /// ancestor's pid act as that ancestor); 0 = none.
     registration: AtomicU64,
     _t: PhantomData<T>,
@@ -340,7 +341,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     #[inline]
     pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
-        let generation = sys::fork_generation();
+        let generation = identity::fork_generation();
         let ctx = self.participant_of(generation);
         let w = ctx.acquire_fast();
         if w == 0 {
@@ -412,7 +413,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
         let w = ctx.acquire_fast();
         if w != 0 {
-            return Ok(self.guard(sys::fork_generation(), ctx, w)?);
+            return Ok(self.guard(identity::fork_generation(), ctx, w)?);
         }
         // The probe never waits for the journal lock here.
         ctx.until(Some(Instant::now())).probe();
@@ -446,12 +447,12 @@ impl<T: ShmSafe> ShmMutex<T> {
         let ctx = ctx.until(deadline);
         let w = ctx.acquire_fast();
         if w != 0 {
-            return Ok(self.guard(sys::fork_generation(), ctx, w)?);
+            return Ok(self.guard(identity::fork_generation(), ctx, w)?);
         }
         match algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, deadline) {
             Some(waited) => {
                 ctx.stats().record_contended(waited);
-                Ok(self.guard(sys::fork_generation(), ctx, w)?)
+                Ok(self.guard(identity::fork_generation(), ctx, w)?)
             }
             None => Err(TryLockError::WouldBlock),
         }
@@ -553,7 +554,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// state word. (Which of its threads, or whether through a live guard, is not known.)
     pub(crate) fn held_here(&self) -> bool {
         let w = self.region.hdr().state.load(Acquire);
-        self.registered(sys::fork_generation())
+        self.registered(identity::fork_generation())
             .is_some_and(|me| low(w) & algo::LOCKED != 0 && region::owner_tag(w) == me + 1)
     }
 
@@ -622,7 +623,7 @@ fn repaired<'a, T: ShmSafe>(
 
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
-        let generation = sys::fork_generation();
+        let generation = identity::fork_generation();
         if let Some(me) = self.registered(generation) {
             // The slot is the process's: given back by the last of its handles here.
             if participants::lock(generation).leave(self.region.base() as usize, me) {

@@ -3,6 +3,7 @@
 //! tokens released while nobody sleeps are stored and taken by the next waiter. Implements
 //! Go's [`WaitQueue`] for [`Participant`].
 
+use super::identity;
 use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
 use super::region::{low, owner_tag, word, Participant, Region};
@@ -191,7 +192,7 @@ impl Participant<'_> {
             if age < PASS_ANY.as_nanos() as u64 {
                 let p = s.participant.load(SeqCst);
                 let gone = self.r.names_no_participant(p.wrapping_add(1))
-                    || sys::ident_stopped(self.r.participant(p).ident.load(SeqCst));
+                    || identity::ident_stopped(self.r.participant(p).ident.load(SeqCst));
                 if !gone {
                     continue;
                 }

@@ -46,14 +46,21 @@
 //!   at most a `PENDING` phase of a dead writer (ended as above). A downgrader killed between
 //!   its count and its unlock is both: a dead writer and a dead reader.
 
+use super::config::Config;
+use super::diagnostics::Diagnostics;
+use super::error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
+use super::guard::ShmMutexGuard;
+use super::identity;
 use super::journal::Hooks as _;
+use super::mapping::{Mapping, MappingLayout};
+use super::object::OpenOptions;
 use super::region::low;
 use super::stats::add;
+use super::stats::LockStats;
+use super::sys;
 use super::timing::TICK;
-use super::{
-    sys, Config, Diagnostics, LockError, LockResult, LockStats, Mapping, OpenOptions, ShmError,
-    ShmMutex, ShmMutexGuard, ShmSafe, TryLockError, TryLockResult,
-};
+use super::types::ShmSafe;
+use super::ShmMutex;
 use crate::algo::LOCKED;
 use core::fmt;
 use core::marker::PhantomData;
@@ -329,7 +336,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn read(&self) -> LockResult<ShmRwLockReadGuard<'_, T>> {
-        let generation = sys::fork_generation();
+        let generation = identity::fork_generation();
         let me = self.m.participant_of(generation).me;
         match self.read_as(generation, me, None, false) {
             Some(r) => r,
@@ -380,7 +387,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
         let Some(ctx) = self.m.participant_by(deadline) else {
             return Err(TryLockError::WouldBlock);
         };
-        match self.read_as(sys::fork_generation(), ctx.me, deadline, once) {
+        match self.read_as(identity::fork_generation(), ctx.me, deadline, once) {
             Some(r) => Ok(r?),
             None => Err(TryLockError::WouldBlock),
         }
@@ -750,7 +757,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
                 let p = r.participant(i);
                 let ident = p.ident.load(SeqCst);
                 ident != 0
-                    && sys::ident_pid(ident) == pid
+                    && identity::ident_pid(ident) == pid
                     && p.rw_reads.load(SeqCst) != 0
                     && p.dead(ident)
             })
@@ -918,7 +925,7 @@ unsafe impl<T: ShmSafe> Sync for ShmRwLockReadGuard<'_, T> {}
 impl<T: ShmSafe> ShmRwLockReadGuard<'_, T> {
     /// Whether this guard holds a read lock (false for a copy inherited across `fork()`).
     pub fn is_owner(&self) -> bool {
-        self.generation == sys::fork_generation()
+        self.generation == identity::fork_generation()
     }
 }
 
@@ -1334,6 +1341,23 @@ impl<'a, T: ShmSafe> ShmRwLockWriteGuard<'a, T> {
             me,
             _not_send: PhantomData,
         }
+    }
+}
+
+// Here rather than in mapping.rs, which is below the readers-writer lock.
+impl MappingLayout {
+    /// The offset of a [`ShmRwLock<T>`] with this configuration, placed after everything so
+    /// far, for [`ShmRwLock::init_in`] / [`attach_in`](ShmRwLock::attach_in).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, MappingLayout, ShmRwLock};
+    /// let mut plan = MappingLayout::new();
+    /// assert_eq!(plan.rwlock::<u64>(Config::default())?, 0);
+    /// assert_eq!(plan.len(), ShmRwLock::<u64>::required_size(Config::default())?);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn rwlock<T: ShmSafe>(&mut self, cfg: Config) -> Result<usize, ShmError> {
+        self.mutex::<RwBody<T>>(cfg)
     }
 }
 

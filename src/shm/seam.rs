@@ -14,10 +14,13 @@
 //! [`MappingLayout`]: super::MappingLayout
 
 use super::attach::check_not_in_use;
+use super::error::ShmError;
+use super::identity;
+use super::mapping::Mapping;
 use super::mapping::{overlaps, IN_USE};
+use super::sys;
 #[cfg(doc)]
 use super::ShmMutex;
-use super::{sys, Mapping, ShmError};
 
 /// Nanoseconds of `CLOCK_MONOTONIC`, the clock every process of the machine shares.
 #[inline]
@@ -28,7 +31,7 @@ pub(crate) fn mono_ns() -> u64 {
 /// This process's pid, cached without a system call per call (reset in a forked child).
 #[inline]
 pub(crate) fn current_pid() -> u32 {
-    sys::current_pid()
+    identity::current_pid()
 }
 
 /// `e` about the object `name`: wrapped in [`ShmError::Object`] unless it already names one.
