@@ -160,6 +160,7 @@ pub mod algo;
 #[doc(hidden)]
 pub mod clock;
 mod condvar;
+mod cpus;
 #[cfg(target_os = "linux")]
 mod crash;
 #[cfg(target_os = "linux")]
@@ -189,6 +190,13 @@ pub mod sema;
 pub mod shm;
 mod spin;
 mod sync;
+
+/// For tests, examples and benchmarks, not part of the API: pin a thread to a CPU, name the
+/// CPUs this thread may run on.
+#[doc(hidden)]
+pub mod __cpus {
+    pub use crate::cpus::*;
+}
 
 /// Testing only, not part of the API: the crash points of the shared-memory lock and the
 /// dictionary (one list), and `crash_at` / `stop_at` to arm one in this process. Exists only
