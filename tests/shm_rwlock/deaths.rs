@@ -17,7 +17,7 @@ use super::common::procs::{fork, kill9, mono_ns, signal, wait_limit, wait_stoppe
 
 use gomutex::__crash::{RW_DOWNGRADING, RW_PENDING, RW_QUEUED, RW_READ_COUNTED, RW_UNLOCKING};
 
-/// `rw_state`'s flag for a writer asleep waiting for readers (`src/shm/rwlock.rs`), and the
+/// `rw_state`'s flag for a writer asleep waiting for readers (`src/shm/rwlock/mod.rs`), and the
 /// word's offset in the region header (`src/shm/layout.rs` asserts it).
 const WSLEEP: u32 = 4;
 const RW_STATE_AT: usize = 60;
