@@ -644,7 +644,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
 fn this_process() -> u32 {
     #[cfg(target_os = "linux")]
     {
-        crate::shm::fork_generation()
+        crate::shm::seam::fork_generation()
     }
     #[cfg(not(target_os = "linux"))]
     {

@@ -1,11 +1,13 @@
 //! The one door from the rest of the crate into the lock's internals: what
 //! [`crate::dict`] (built on [`ShmMutex`], [`Mapping`] and [`MappingLayout`] through their
-//! public API) needs that the public API does not offer. Nothing else outside `shm` imports
-//! from `shm`'s private modules.
+//! public API) and the accept lock's `ShmAcceptMutex` need that the public API does not
+//! offer. Nothing else outside `shm` imports from `shm`'s private modules.
 //!
 //! * the clock the lock reads (`CLOCK_MONOTONIC`, shared by every process of the machine),
 //!   for the dictionary's expiry times and the rate limiter's buckets;
-//! * this process's pid, cached (reset in a forked child);
+//! * this process's pid, cached (reset in a forked child), and its fork generation (which
+//!   process this is to memory it may have inherited across `fork()`, with no system call:
+//!   what a guard compares against);
 //! * an error about a named object ([`ShmError::Object`]), as the lock's own calls that take a
 //!   name report theirs;
 //! * [`ShmMutex::init_in`]'s refusals, made before anything is written: a range claimed by a
@@ -32,6 +34,12 @@ pub(crate) fn mono_ns() -> u64 {
 #[inline]
 pub(crate) fn current_pid() -> u32 {
     identity::current_pid()
+}
+
+/// This process's fork generation: one more than its parent's, never 0 (see `identity.rs`).
+#[inline]
+pub(crate) fn fork_generation() -> u32 {
+    identity::fork_generation()
 }
 
 /// `e` about the object `name`: wrapped in [`ShmError::Object`] unless it already names one.
