@@ -251,9 +251,8 @@ pub fn fmt_busy(n: usize, own_session: bool) -> String {
 // ---------------------------------------------------------------------------------------------
 // Where the two CPUs are.
 
-/// Pinning helpers shared with the tests.
-#[path = "../tests/common/cpus.rs"]
-mod cpus;
+/// Pinning helpers shared with the tests and examples.
+use gomutex::__cpus as cpus;
 
 /// The CPUs this thread may run on (empty where pinning is not supported), to hand to
 /// [`pin_nth`] from the bench threads.

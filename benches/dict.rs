@@ -19,7 +19,7 @@
 
 mod common;
 
-use gomutex::shm::{DictConfig, ShmDict};
+use gomutex::dict::{DictConfig, ShmDict};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};

@@ -20,9 +20,7 @@
 //!
 //! It needs no terminal: it runs to the end (about 1 s per std run) and exits.
 
-#[path = "../tests/common/cpus.rs"]
-#[allow(dead_code)] // `allowed_cpus` is for the tests
-mod cpus;
+use gomutex::__cpus as cpus;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};

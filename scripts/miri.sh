@@ -11,7 +11,7 @@
 #     timing or volume tests;
 #   * the RwLock's std-parity tests (tests/rwlock_std_api.rs) and Go's rwmutex_test.go port,
 #     policy and deadline tests (tests/rwlock.rs; hammer sizes reduced under cfg(miri)).
-# Left out: anything on shared memory (src/shm, tests/shm_*, accept's shm tests: Miri only
+# Left out: anything on shared memory (src/shm, src/dict, tests/shm_*, accept's shm tests: Miri only
 # supports MAP_PRIVATE|MAP_ANONYMOUS mmap), fork/exec and subprocess tests (misuse, prefork),
 # CPU pinning and wall-clock fairness tests (fairness, queue_discipline), the std_api condvar
 # tests with thousands of rounds, and the timed.rs stress tests against starvation hand-offs.
@@ -34,8 +34,8 @@ step() { echo "== $* ($(( $(date +%s) - t0 )) s)"; }
 step "miri: lib unit tests (algo, accept without shm)"
 cargo +nightly miri test "${TARGET[@]}" --lib -- algo:: accept:: --skip shm
 
-step "miri: doc tests (no shm, no accept)"
-cargo +nightly miri test "${TARGET[@]}" --doc -- --skip shm --skip accept
+step "miri: doc tests (no shm, no dict, no accept)"
+cargo +nightly miri test "${TARGET[@]}" --doc -- --skip shm --skip dict --skip accept
 
 step "miri: tests/stress.rs, two scheduler seeds"
 MIRIFLAGS="$MIRIFLAGS -Zmiri-many-seeds=0..2" cargo +nightly miri test "${TARGET[@]}" --test stress

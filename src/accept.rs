@@ -6,14 +6,14 @@
 //! cross-process lock taken with `try_lock` once per event-loop iteration: only the worker
 //! holding it has the listening socket(s) in its epoll set. [`AcceptLock`] is that protocol as
 //! a small state machine; the caller owns the sockets and the event loop and only follows the
-//! [`Decision`] it is given.
+//! [`IterationPlan`] it is given.
 //!
 //! Per event-loop iteration a worker:
 //!
 //! 1. calls [`AcceptLock::begin_iteration`]. While the load-balancing back-off
 //!    `accept_disabled` is positive it is decremented and the lock is not even tried; otherwise
 //!    the lock is tried (or, in [`LockMode::Blocking`] for an idle worker, waited for). The
-//!    [`Decision`] says whether the listening sockets must be armed, whether that changed
+//!    [`IterationPlan`] says whether the listening sockets must be armed, whether that changed
 //!    since the last iteration (so `epoll_ctl` is needed), and the cap on the poll timeout for
 //!    a worker that lost (`accept_mutex_delay`, 500 ms by default);
 //! 2. polls, and accepts what is pending on the listening sockets, reporting each accepted
@@ -83,7 +83,7 @@
 //!   iteration (and disarms, as inside the back-off); with recent accept counts
 //!   ([`Load::with_recent`]) the same goes for a worker accepting more than
 //!   [`Spread::rate_slack`] percent above the least (short connections leave no open count);
-//! * a holder accepts at most [`Decision::batch`] connections (no more than keep it within the
+//! * a holder accepts at most [`IterationPlan::batch`] connections (no more than keep it within the
 //!   margin, at most `batch`), then releases the lock as usual, so a less loaded worker takes
 //!   the next batch;
 //! * a worker that skipped or lost the lock caps its poll at `retry` (2 ms) rather than
@@ -309,7 +309,7 @@ impl Config {
 /// be added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Decision {
+pub struct IterationPlan {
     /// The listening socket(s) must be in this worker's poll set during this iteration.
     pub armed: bool,
     /// `armed` differs from the previous iteration: add (`armed`) or remove (`!armed`) the
@@ -322,7 +322,7 @@ pub struct Decision {
     pub batch: Option<usize>,
 }
 
-impl Decision {
+impl IterationPlan {
     /// The timeout to poll with, given the caller's own (`None` = infinite).
     pub fn timeout(&self, own: Option<Duration>) -> Option<Duration> {
         match (own, self.poll_timeout) {
@@ -442,26 +442,26 @@ impl<M: AcceptMutex> AcceptLock<M> {
     /// in [`LockMode::Blocking`].
     ///
     /// Act on the result: if `changed`, add (`armed`) or remove (`!armed`) the listening
-    /// sockets; cap the poll timeout with [`Decision::timeout`]. Then poll, accept, and call
+    /// sockets; cap the poll timeout with [`IterationPlan::timeout`]. Then poll, accept, and call
     /// [`end_accept_phase`](Self::end_accept_phase).
     ///
     /// If the lock is still held from an iteration that was not ended, it is kept.
-    pub fn begin_iteration(&mut self, idle: bool) -> Decision {
+    pub fn begin_iteration(&mut self, idle: bool) -> IterationPlan {
         self.iterate(idle, None)
     }
 
     /// Like [`begin_iteration`](Self::begin_iteration), with the workers' live connection
     /// counts for the spread rule ([`Config::spread`]; without one this is
     /// `begin_iteration`). A worker the rule tells to skip does not try the lock and disarms,
-    /// as inside nginx's back-off; otherwise [`Decision::batch`] caps this accept phase.
-    pub fn begin_iteration_loaded(&mut self, idle: bool, load: Load) -> Decision {
+    /// as inside nginx's back-off; otherwise [`IterationPlan::batch`] caps this accept phase.
+    pub fn begin_iteration_loaded(&mut self, idle: bool, load: Load) -> IterationPlan {
         self.iterate(idle, Some(load))
     }
 
-    fn iterate(&mut self, idle: bool, load: Option<Load>) -> Decision {
+    fn iterate(&mut self, idle: bool, load: Option<Load>) -> IterationPlan {
         self.stats.iterations += 1;
         if self.holds_lock() {
-            return self.decision(true, false, None);
+            return self.plan(true, false, None);
         }
         // A copy forked from a holder holds nothing here: the lock is the parent's.
         self.held = 0;
@@ -516,7 +516,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
                     self.armed = true;
                     self.stats.arms += 1;
                 }
-                self.decision(true, changed, None)
+                self.plan(true, changed, None)
             }
             None => self.lost(),
         }
@@ -530,7 +530,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
         &mut self,
         idle: bool,
         listeners: &mut L,
-    ) -> Result<Decision, L::Error> {
+    ) -> Result<IterationPlan, L::Error> {
         let d = self.begin_iteration(idle);
         if d.changed {
             let r = if d.armed {
@@ -551,7 +551,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
         Ok(d)
     }
 
-    fn lost(&mut self) -> Decision {
+    fn lost(&mut self) -> IterationPlan {
         let changed = self.armed;
         if changed {
             self.armed = false;
@@ -560,11 +560,11 @@ impl<M: AcceptMutex> AcceptLock<M> {
         let cap = self
             .retry
             .map_or(self.config.delay, |r| r.min(self.config.delay));
-        self.decision(false, changed, Some(cap))
+        self.plan(false, changed, Some(cap))
     }
 
-    fn decision(&self, armed: bool, changed: bool, poll_timeout: Option<Duration>) -> Decision {
-        Decision {
+    fn plan(&self, armed: bool, changed: bool, poll_timeout: Option<Duration>) -> IterationPlan {
+        IterationPlan {
             armed,
             changed,
             poll_timeout,
@@ -644,7 +644,7 @@ impl<M: AcceptMutex> AcceptLock<M> {
 fn this_process() -> u32 {
     #[cfg(target_os = "linux")]
     {
-        crate::shm::fork_generation()
+        crate::shm::seam::fork_generation()
     }
     #[cfg(not(target_os = "linux"))]
     {

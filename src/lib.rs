@@ -52,8 +52,8 @@
 //! | a condition variable across processes (several per lock: `condvar_in`) | [`ShmCondvar`] (`m.condvar()`) | — | Linux |
 //! | several locks and lock-free shared data in one mapping (forked, or by name) | [`shm::Mapping`][Mapping] + [`MappingLayout`] | — (`derive` for `#[derive(ShmShared)]`) | Linux |
 //! | an update of shared data that a kill cannot tear | build it aside, publish with [`shm::commit_store`][commit_store] | — | Linux |
-//! | keyed state shared by worker processes (`lua_shared_dict`'s API, TTLs, LRU, lists), every key old or new after any kill | [`shm::ShmDict`][ShmDict] | — | Linux |
-//! | nginx's `limit_req` across worker processes (a leaky bucket per key in a `ShmDict`) | [`shm::RateLimiter`][RateLimiter] | — | Linux |
+//! | keyed state shared by worker processes (`lua_shared_dict`'s API, TTLs, LRU, lists), every key old or new after any kill | [`dict::ShmDict`][ShmDict] | — | Linux |
+//! | nginx's `limit_req` across worker processes (a leaky bucket per key in a `ShmDict`) | [`dict::RateLimiter`][RateLimiter] | — | Linux |
 //! | nginx's `accept_mutex` for prefork workers (+ a blocking mode, a spread rule) | [`accept::AcceptLock`] | — | all ([`ShmAcceptMutex`]: Linux) |
 //! | where a program waits for its locks (Go's mutex profile, read with `go tool pprof`) | [`profile`][profile-mod] | `profile` | all |
 //! | a shared lock seen from outside: contention, waits, starvation entries, owner deaths | [`ShmMutex::stats()`][stats] (prefork: `GET /status`) | — | Linux |
@@ -94,8 +94,8 @@
            [Mapping]: shm::Mapping\n\
            [`MappingLayout`]: shm::MappingLayout\n\
            [commit_store]: shm::commit_store\n\
-           [ShmDict]: shm::ShmDict\n\
-           [RateLimiter]: shm::RateLimiter\n\
+           [ShmDict]: dict::ShmDict\n\
+           [RateLimiter]: dict::RateLimiter\n\
            [`ShmAcceptMutex`]: accept::ShmAcceptMutex\n\
            [stats]: shm::ShmMutex::stats\n\
            [shm-mod]: shm\n\
@@ -110,8 +110,8 @@
            [Mapping]: https://docs.rs/gomutex/latest/gomutex/shm/struct.Mapping.html\n\
            [`MappingLayout`]: https://docs.rs/gomutex/latest/gomutex/shm/struct.MappingLayout.html\n\
            [commit_store]: https://docs.rs/gomutex/latest/gomutex/shm/fn.commit_store.html\n\
-           [ShmDict]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmDict.html\n\
-           [RateLimiter]: https://docs.rs/gomutex/latest/gomutex/shm/struct.RateLimiter.html\n\
+           [ShmDict]: https://docs.rs/gomutex/latest/gomutex/dict/struct.ShmDict.html\n\
+           [RateLimiter]: https://docs.rs/gomutex/latest/gomutex/dict/struct.RateLimiter.html\n\
            [`ShmAcceptMutex`]: https://docs.rs/gomutex/latest/gomutex/accept/struct.ShmAcceptMutex.html\n\
            [stats]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmMutex.html#method.stats\n\
            [shm-mod]: https://docs.rs/gomutex/latest/gomutex/shm/index.html\n\
@@ -160,6 +160,12 @@ pub mod algo;
 #[doc(hidden)]
 pub mod clock;
 mod condvar;
+mod cpus;
+#[cfg(target_os = "linux")]
+mod crash;
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
+pub mod dict;
 pub mod guide;
 #[cfg(any(feature = "lock_api", feature = "lock_api_04"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "lock_api", feature = "lock_api_04"))))]
@@ -184,6 +190,22 @@ pub mod sema;
 pub mod shm;
 mod spin;
 mod sync;
+
+/// For tests, examples and benchmarks, not part of the API: pin a thread to a CPU, name the
+/// CPUs this thread may run on.
+#[doc(hidden)]
+pub mod __cpus {
+    pub use crate::cpus::*;
+}
+
+/// Testing only, not part of the API: the crash points of the shared-memory lock and the
+/// dictionary (one list), and `crash_at` / `stop_at` to arm one in this process. Exists only
+/// with the test-only `__crash-points` feature (this crate's tests enable it).
+#[cfg(all(target_os = "linux", feature = "__crash-points"))]
+#[doc(hidden)]
+pub mod __crash {
+    pub use crate::crash::*;
+}
 
 /// Under loom only: let sleepers with a deadline time out at arbitrary points of this
 /// execution (loom has no time; a model opts in).

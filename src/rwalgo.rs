@@ -1,9 +1,12 @@
 //! The readers-writer lock's algorithm, written once: Go's `sync.RWMutex` policy on one state
 //! word, with waiters parked in `parking_lot_core`.
 //!
-//! Generic over its parts ([`RwParts`]): the state word ([`RwState`], in process
+//! Generic over its parts ([`RwParts`]): the state word ([`RwState`],
 //! [`RwWord`](crate::rwword::RwWord)), the writers' wait queue and the clock of the writers'
-//! mutex. [`crate::RawRwLock`] instantiates it for threads of one process.
+//! mutex. [`crate::RawRwLock`] instantiates it for threads of one process, and loom-tests/ for
+//! its models (with words whose orderings a negative control weakens). Nothing shares it
+//! across processes: `ShmRwLock` has a protocol of its own (per-participant read counts, so
+//! that a dead reader's reads can be taken back), in `src/shm/rwlock/`.
 //!
 //! # Go's policy
 //!

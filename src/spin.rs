@@ -170,15 +170,9 @@ pub(crate) fn process_cpus() -> usize {
     this_thread
 }
 
-/// The integration tests' pinning helpers (`allowed_cpus`, `pin_to`), for the tests below.
-#[cfg(all(test, target_os = "linux", not(gomutex_loom)))]
-#[allow(dead_code)] // `two_cpus` is not needed here
-#[path = "../tests/common/cpus.rs"]
-mod test_cpus;
-
 #[cfg(all(test, target_os = "linux", not(gomutex_loom)))]
 mod tests {
-    use super::test_cpus as cpus;
+    use crate::cpus;
 
     /// Runs `f` on a new thread pinned to one CPU (the first it may use) and returns its result.
     fn on_pinned_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {

@@ -3,7 +3,7 @@
 
 use crate::http::Admit;
 use crate::shared::Slot;
-use gomutex::shm::{Decision, RateLimiter};
+use gomutex::dict::{Decision, RateLimiter};
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 

@@ -35,9 +35,9 @@
 //! recent accepts) skips the lock, and a holder accepts at most `--spread-batch` per turn; a
 //! worker without the lock polls at most `--spread-retry` (2 ms) instead of `--accept-delay`.
 //!
-//! `--limit-req RATE` is nginx's `limit_req ... nodelay` on a [`gomutex::shm::RateLimiter`]:
+//! `--limit-req RATE` is nginx's `limit_req ... nodelay` on a [`gomutex::dict::RateLimiter`]:
 //! per key (`--limit-key addr|uri`) RATE requests per second and a burst of `--limit-burst`
-//! (0), the buckets in a [`gomutex::shm::ShmDict`] of `--limit-zone` bytes that the master
+//! (0), the buckets in a [`gomutex::dict::ShmDict`] of `--limit-zone` bytes that the master
 //! creates before forking, so the rate holds across the workers; a request over it gets `503`.
 //! (Within the burst requests are served at once: the example has no timers to delay them.)
 
@@ -59,7 +59,10 @@ mod worker;
 #[cfg(target_os = "linux")]
 use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, Spread, DEFAULT_DELAY};
 #[cfg(target_os = "linux")]
-use gomutex::shm::{DictConfig, Mapping, MappingLayout, RateLimiter, ShmDict};
+use gomutex::{
+    dict::{DictConfig, RateLimiter, ShmDict},
+    shm::{Mapping, MappingLayout},
+};
 #[cfg(target_os = "linux")]
 use limit::KeyBy;
 #[cfg(target_os = "linux")]

@@ -1,10 +1,10 @@
-//! `gomutex::shm::ShmRwLock` (`src/shm/rwlock.rs`) **transcribed** onto loom atomics.
+//! `gomutex::shm::ShmRwLock` (`src/shm/rwlock/`) **transcribed** onto loom atomics.
 //!
 //! The shipped lock runs on futexes in shared memory, which loom cannot run, so this file
 //! re-states its protocol operation for operation, same words, same orderings, same order.
-//! Keep it in step with `src/shm/rwlock.rs`: each piece below mirrors, line by line in order,
+//! Keep it in step with `src/shm/rwlock/`: each piece below mirrors, line by line in order,
 //!
-//! | here | `src/shm/rwlock.rs` |
+//! | here | `src/shm/rwlock/` |
 //! |---|---|
 //! | `PENDING`, `RWAIT`, `WSLEEP`, `PHASE` | the constants of the same names |
 //! | [`Rw`]`::state` / `hwm` / `wake` | `ShmRwLock::state()` (header `rw_state`), `ctl(HWM)`, `ctl(WAKE)` |
@@ -97,7 +97,7 @@ struct Faults {
     /// (e) The reader publishes its slot in the high-water mark only after it is in.
     publish_late: bool,
     /// (f) `wait_phase_end` sleeps on the state seen when queueing for the whole phase, not
-    /// the state last seen (the busy wait fixed in `src/shm/rwlock.rs`).
+    /// the state last seen (the busy wait fixed in `src/shm/rwlock/`).
     stale_expected: bool,
     /// (g) `downgrade` unlocks first and counts the reader after.
     downgrade_late: bool,

@@ -39,7 +39,7 @@ use std::time::Duration;
 /// ```
 pub struct ShmAcceptMutex<'a, T: ShmSafe = ()> {
     m: &'a ShmMutex<T>,
-    /// The fork generation (`shm::fork_generation`) of the process that holds the lock
+    /// The fork generation (`shm/seam.rs`'s `fork_generation`) of the process that holds the lock
     /// through this handle (a leaked guard); 0: none. A copy inherited across `fork()` holds
     /// nothing in the child or any later descendant (whose generations differ, whatever their
     /// pids), as an inherited guard does not.
@@ -100,7 +100,7 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
         // peer that cleared the lock word can have let this acquisition succeed: the earlier
         // hold is gone (there is nothing to release twice) and this one replaces it. A
         // corrupted region must not panic the process.
-        self.held.set(crate::shm::fork_generation());
+        self.held.set(crate::shm::seam::fork_generation());
         ShmMutexGuard::leak(g);
         Some(how)
     }
@@ -109,7 +109,10 @@ impl<'a, T: ShmSafe> ShmAcceptMutex<'a, T> {
 impl<T: ShmSafe> fmt::Debug for ShmAcceptMutex<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmAcceptMutex")
-            .field("held", &(self.held.get() == crate::shm::fork_generation()))
+            .field(
+                "held",
+                &(self.held.get() == crate::shm::seam::fork_generation()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -122,7 +125,7 @@ impl<T: ShmSafe> AcceptMutex for ShmAcceptMutex<'_, T> {
         self.keep(self.m.try_lock_for(timeout))
     }
     unsafe fn unlock(&self) {
-        if self.held.replace(0) == crate::shm::fork_generation() {
+        if self.held.replace(0) == crate::shm::seam::fork_generation() {
             // SAFETY: `held`: this handle leaked the guard of its acquisition in this process
             // (not in a parent it was copied from by `fork()`) and has not released it since;
             // the only guard it made, and nobody else holds one (the caller holds the lock

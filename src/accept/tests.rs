@@ -70,7 +70,7 @@ fn uncontended_arms_once_and_releases_every_iteration() {
     let d = a.begin_iteration(false);
     assert_eq!(
         d,
-        Decision {
+        IterationPlan {
             armed: true,
             changed: true,
             poll_timeout: None,
@@ -103,7 +103,7 @@ fn loser_disarms_once_and_caps_its_poll() {
     let d = a.begin_iteration(false);
     assert_eq!(
         d,
-        Decision {
+        IterationPlan {
             armed: false,
             changed: true,
             poll_timeout: DELAY,
@@ -120,7 +120,7 @@ fn loser_disarms_once_and_caps_its_poll() {
 
 #[test]
 fn decision_timeout_is_the_minimum() {
-    let d = Decision {
+    let d = IterationPlan {
         armed: false,
         changed: false,
         poll_timeout: Some(Duration::from_millis(500)),
@@ -135,7 +135,7 @@ fn decision_timeout_is_the_minimum() {
         d.timeout(Some(Duration::from_secs(3))),
         Some(Duration::from_millis(500))
     );
-    let free = Decision {
+    let free = IterationPlan {
         poll_timeout: None,
         ..d
     };
@@ -169,7 +169,7 @@ fn back_off_skips_the_lock_and_disarms() {
     let d = a.begin_iteration(false);
     assert_eq!(
         d,
-        Decision {
+        IterationPlan {
             armed: false,
             changed: true,
             poll_timeout: DELAY,
@@ -218,7 +218,7 @@ fn blocking_timeout_polls_without_sleeping() {
     let d = a.begin_iteration(true);
     assert_eq!(
         d,
-        Decision {
+        IterationPlan {
             armed: false,
             changed: false,
             poll_timeout: Some(Duration::ZERO),

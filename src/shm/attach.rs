@@ -2,15 +2,16 @@
 //! attach makes before it trusts a header (placement, version, layout, type, a lock in use),
 //! and the initialisation that publishes one.
 
+use super::config::Config;
+use super::error::ShmError;
 use super::layout::{
     self, Header, Layout, ParticipantSlot, HEADER_SIZE, LAYOUT_VERSION, MAGIC, REGION_ALIGN,
 };
 use super::region::Region;
-use super::{Config, ShmError, ShmSafe};
+use super::types::ShmSafe;
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering::*};
-use std::io;
 
 /// The alignment a region holding `T` must start on: the value sits at an offset aligned to
 /// `max(REGION_ALIGN, align_of::<T>())` from the start, so an over-aligned `T` (up to the 4096
@@ -150,7 +151,7 @@ pub(super) fn check_not_in_use(base: *const u8, avail: usize) -> Result<(), ShmE
         let ident = p.ident.load(SeqCst);
         if ident != 0 && !p.dead(ident) {
             return Err(ShmError::RegionInUse {
-                pid: super::sys::ident_pid(ident),
+                pid: super::identity::ident_pid(ident),
             });
         }
     }
@@ -229,32 +230,4 @@ pub(super) unsafe fn init_region<T: ShmSafe>(
     h.magic.store(MAGIC, Release);
     // SAFETY: initialised above with this layout; the caller keeps it mapped.
     Ok(unsafe { Region::new(NonNull::new_unchecked(base), layout) })
-}
-
-pub(super) fn map_shared(fd: libc::c_int, len: usize) -> Result<*mut u8, ShmError> {
-    let flags = if fd < 0 {
-        libc::MAP_SHARED | libc::MAP_ANONYMOUS
-    } else {
-        libc::MAP_SHARED
-    };
-    // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error().into());
-    }
-    Ok(p.cast())
-}
-
-pub(super) fn unmap(p: *mut u8, len: usize) {
-    // SAFETY: `p..p+len` is a mapping we made and no longer use.
-    unsafe { libc::munmap(p.cast(), len) };
 }

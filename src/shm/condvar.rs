@@ -30,11 +30,16 @@
 
 use super::cv_words::{sub_saturating, Words};
 use super::error::{LockError, LockResult, ShmError};
+use super::guard::ShmMutexGuard;
+use super::identity;
 use super::journal::Hooks as _;
 use super::mapping::{Mapping, MappingLayout};
 use super::region::Participant;
+use super::stats;
+use super::sys;
 use super::timing::TICK;
-use super::{repaired, stats, sys, ShmMutex, ShmMutexGuard, ShmSafe, ShmShared};
+use super::types::{ShmSafe, ShmShared};
+use super::{repaired, ShmMutex};
 use crate::WaitTimeoutResult;
 use core::fmt;
 use core::sync::atomic::{
@@ -410,7 +415,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
     /// Count a notify in this process's statistics row ([`ShmMutex::stats`]), if it is a
     /// participant (a process that never locked the mutex has no row).
     fn count_notify(&self) {
-        if let Some(me) = self.m.registered(sys::fork_generation()) {
+        if let Some(me) = self.m.registered(identity::fork_generation()) {
             let row = self.m.region.stats_row(me);
             row.cv_notifies.fetch_add(1, Relaxed);
         }
@@ -467,7 +472,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         // second (and the reverse below): a death between them leaves the hint too high,
         // never too low. (Only the region's own condition variable has per-participant
         // shares: recovery takes them back.)
-        let me = self.m.registered(sys::fork_generation());
+        let me = self.m.registered(identity::fork_generation());
         if let Some(me) = me {
             // We hold the lock: the holder's plain add.
             stats::bump(&self.m.region.stats_row(me).cv_waits);
@@ -512,7 +517,7 @@ impl<'a, T: ShmSafe> ShmCondvar<'a, T> {
         let r = self.m.lock();
         if !notified {
             // Holding the lock again (`r` carries the guard either way).
-            if let Some(me) = self.m.registered(sys::fork_generation()) {
+            if let Some(me) = self.m.registered(identity::fork_generation()) {
                 stats::bump(&self.m.region.stats_row(me).cv_timeouts);
             }
         }

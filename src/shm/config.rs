@@ -1,7 +1,7 @@
 //! [`Config`]: the sizes fixed when a region is created.
 
 #[cfg(doc)]
-use super::{ShmError, ShmMutex};
+use super::error::ShmError;
 
 /// Sizes fixed when a region is created (fields may be added: build one with
 /// [`Config::new`] and the setters).

@@ -2,16 +2,18 @@
 //! create), memory the caller mapped (`init_in_place`, `attach`), or a place in a [`Mapping`]
 //! (`init_in`, `attach_in`, which keep the mapping alive).
 
-use super::attach::{
-    check_not_in_use, init_region, layout_for, map_shared, region_align, unmap, validate,
-};
+use super::attach::{check_not_in_use, init_region, layout_for, region_align, validate};
+use super::config::Config;
+use super::error::ShmError;
 use super::layout::HEADER_SIZE;
 use super::mapping::{overlaps, Claim, Claimed, Mapping, IN_USE};
 use super::object::{
     about, create_object, open_object, open_or_create_by, shm_name, unlink, OpenOptions,
 };
 use super::region::Region;
-use super::{Backing, Config, ShmError, ShmMutex, ShmSafe};
+use super::sys::{map_shared, unmap};
+use super::types::ShmSafe;
+use super::{Backing, ShmMutex};
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::AtomicU64;

@@ -1,12 +1,10 @@
 //! The words of a condition variable in shared memory (std's futex sequence counter, the last
 //! broadcast, the sleepers hint) and what recovery does with them after a death: the layer
-//! below [`ShmCondvar`](super::ShmCondvar) that recovery may call.
+//! below [`ShmCondvar`](crate::shm::ShmCondvar) that recovery may call.
 
 use super::layout::Header;
 use super::region::Region;
 use super::sys;
-#[cfg(doc)]
-use super::{Mapping, ShmCondvar, ShmMutex};
 use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
 
 /// The words of one condition variable: std's futex sequence counter, the last broadcast's
@@ -18,8 +16,8 @@ pub(super) struct Words<'a> {
     pub(super) sleepers: &'a AtomicU32,
     /// `None` for the region's own condition variable (whose sleepers are also counted per
     /// participant, and which the recovery of a dead participant notifies); for one placed in
-    /// a [`Mapping`], the region's own counter, which that recovery bumps: its sleepers
-    /// return when it moves (see [`ShmMutex::condvar_in`]).
+    /// a [`Mapping`](crate::shm::Mapping), the region's own counter, which that recovery bumps: its sleepers
+    /// return when it moves (see [`ShmMutex::condvar_in`](crate::shm::ShmMutex::condvar_in)).
     pub(super) region_seq: Option<&'a AtomicU32>,
 }
 
@@ -39,7 +37,7 @@ impl<'a> Words<'a> {
         }
     }
 
-    /// `notify_one` (see [`ShmCondvar::notify_one`]).
+    /// `notify_one` (see [`ShmCondvar::notify_one`](crate::shm::ShmCondvar::notify_one)).
     pub(super) fn notify_one(&self) {
         self.seq.fetch_add(1, SeqCst);
         // A waiter that was counted after this load sees the new value before it sleeps (its
@@ -49,7 +47,7 @@ impl<'a> Words<'a> {
         }
     }
 
-    /// `notify_all` (see [`ShmCondvar::notify_all`]).
+    /// `notify_all` (see [`ShmCondvar::notify_all`](crate::shm::ShmCondvar::notify_all)).
     pub(super) fn broadcast(&self) {
         // Record the broadcast before it happens: every waiter whose counter value is below
         // this one started waiting before the bump below and passes a wake-up on.

@@ -1,9 +1,11 @@
 //! Read-only snapshots of a region for tests and monitoring: the state word, the accounting
 //! summed over participants, and what recovery has done.
 
+use super::identity;
 use super::layout::*;
 use super::region::{low, owner_tag, Region};
-use super::{sys, ShmMutex, ShmSafe};
+use super::types::ShmSafe;
+use super::ShmMutex;
 use crate::algo;
 use core::sync::atomic::Ordering::*;
 
@@ -75,7 +77,7 @@ impl<T: ShmSafe> ShmMutex<T> {
                 .then(|| self.region.participant(owner - 1).ident.load(SeqCst))
                 .filter(|&ident| ident != 0)
         });
-        let owner_pid = owner_ident.flatten().map(sys::ident_pid);
+        let owner_pid = owner_ident.flatten().map(identity::ident_pid);
         let s = self.region.sums();
         Diagnostics {
             state,
@@ -207,11 +209,11 @@ mod tests {
         h.state.store(0, SeqCst);
         let g = m.lock().unwrap_or_else(|e| e.into_inner());
         let d = m.diagnostics();
-        assert_eq!(d.owner_pid, Some(sys::current_pid()));
+        assert_eq!(d.owner_pid, Some(identity::current_pid()));
         assert!(!d.owner_unknown);
         assert_eq!(
             format!("{:?}", d.owner_debug()),
-            format!("Some({})", sys::current_pid())
+            format!("Some({})", identity::current_pid())
         );
         drop(g);
         assert!(!m.diagnostics().owner_unknown);

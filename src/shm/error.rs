@@ -4,8 +4,6 @@
 #[cfg(doc)]
 use super::layout::{LAYOUT_VERSION, REGION_ALIGN};
 use super::layout::{MAGIC, MAP_MAGIC};
-#[cfg(doc)]
-use super::{ShmMutex, ShmMutexGuard};
 use core::fmt;
 use std::io;
 
@@ -65,8 +63,8 @@ pub enum ShmError {
     Uninitialised,
     /// Something else lives here: the first 8 bytes are not the expected magic number
     /// ([`MAGIC`] for a lock's region, [`MAP_MAGIC`](super::MAP_MAGIC) for a named
-    /// [`Mapping`](super::Mapping), which [`ShmDict`](super::ShmDict) and
-    /// [`RateLimiter`](super::RateLimiter) objects are). `Display` names what each magic number
+    /// [`Mapping`](super::Mapping), which [`ShmDict`](crate::dict::ShmDict) and
+    /// [`RateLimiter`](crate::dict::RateLimiter) objects are). `Display` names what each magic number
     /// belongs to.
     BadMagic {
         /// What was found.
@@ -130,7 +128,7 @@ pub enum ShmError {
         /// The region's participant slots (its `Config::participants`).
         participants: u32,
     },
-    /// [`ShmDict::open_or_create`](super::ShmDict::open_or_create) found a dictionary made
+    /// [`ShmDict::open_or_create`](crate::dict::ShmDict::open_or_create) found a dictionary made
     /// with another capacity or number of shards than it was asked for: refused rather than
     /// opened with sizes the caller did not choose (nginx refuses a zone redeclared with
     /// another size too).
@@ -139,7 +137,7 @@ pub enum ShmError {
         capacity: usize,
         /// The shards asked for.
         shards: u32,
-        /// The existing dictionary's capacity ([`ShmDict::capacity`](super::ShmDict::capacity)).
+        /// The existing dictionary's capacity ([`ShmDict::capacity`](crate::dict::ShmDict::capacity)).
         found_capacity: usize,
         /// Its shards.
         found_shards: u32,
@@ -386,7 +384,7 @@ impl ShmError {
 /// but the data may be inconsistent.
 pub enum LockError<G> {
     /// A previous owner died while holding the lock (like `EOWNERDEAD`). Repair the data, then
-    /// call [`ShmMutexGuard::mark_consistent`]; until somebody does, every owner is told.
+    /// call [`ShmMutexGuard::mark_consistent`](crate::shm::ShmMutexGuard::mark_consistent); until somebody does, every owner is told.
     OwnerDied(G),
     /// A previous owner panicked while holding the lock (std's poisoning).
     Poisoned(G),
@@ -489,9 +487,9 @@ impl<G> fmt::Display for TryLockError<G> {
 
 impl<G> std::error::Error for TryLockError<G> {}
 
-/// Result of [`ShmMutex::lock`].
+/// Result of [`ShmMutex::lock`](crate::shm::ShmMutex::lock).
 pub type LockResult<G> = Result<G, LockError<G>>;
-/// Result of [`ShmMutex::try_lock`] and its timed variants.
+/// Result of [`ShmMutex::try_lock`](crate::shm::ShmMutex::try_lock) and its timed variants.
 pub type TryLockResult<G> = Result<G, TryLockError<G>>;
 
 /// The rule of shared-memory names `name` breaks, if any (`name` may omit the leading `/`).

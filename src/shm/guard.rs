@@ -1,9 +1,11 @@
 //! [`ShmMutexGuard`]: the lock held, in the process that locked.
 
-use super::region::Participant;
 #[cfg(doc)]
-use super::LockError;
-use super::{sys, ShmMutex, ShmSafe};
+use super::error::LockError;
+use super::identity;
+use super::region::Participant;
+use super::types::ShmSafe;
+use super::ShmMutex;
 use core::fmt;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
@@ -22,7 +24,7 @@ use core::sync::atomic::Ordering::*;
 #[clippy::has_significant_drop]
 pub struct ShmMutexGuard<'a, T: ShmSafe> {
     pub(super) m: &'a ShmMutex<T>,
-    /// The fork generation of the process that locked ([`sys::fork_generation`]): a copy
+    /// The fork generation of the process that locked ([`identity::fork_generation`]): a copy
     /// in a descendant (whose generation is larger, whatever its pid) holds nothing.
     pub(super) generation: u32,
     /// Its participant index: the unlock's view needs no second look at the registration.
@@ -60,7 +62,7 @@ impl<T: ShmSafe> ShmMutexGuard<'_, T> {
     /// inherited across `fork()`, in a child or any later descendant, even one with the
     /// locker's pid).
     pub fn is_owner(&self) -> bool {
-        self.generation == sys::fork_generation()
+        self.generation == identity::fork_generation()
     }
 
     /// Forget the guard and keep the lock held, for a raw lock/unlock pair: release it later

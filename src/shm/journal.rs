@@ -7,9 +7,10 @@
 
 use super::layout::*;
 use super::region::{low, owner_tag, Participant, Region};
-use super::sys::{self, crash};
+use super::sys;
 use super::timing::TICK;
 use crate::algo::{LOCKED, WOKEN};
+use crate::crash;
 use core::sync::atomic::Ordering::*;
 use std::time::Instant;
 
@@ -522,7 +523,7 @@ impl<'a> Participant<'a> {
             log.has_word.store(0, Relaxed);
         }
         log.state.store(LOG_COMMITTED, SeqCst);
-        sys::crash_point(crash::LOG_COMMITTED);
+        crash::point(crash::LOG_COMMITTED);
         if let Some((old, new)) = tx.word {
             if self
                 .r
@@ -534,7 +535,7 @@ impl<'a> Participant<'a> {
                 log.state.store(LOG_EMPTY, SeqCst);
                 return false;
             }
-            sys::crash_point(crash::WORD_CHANGED);
+            crash::point(crash::WORD_CHANGED);
         } else if let Some((i, v, _)) = tx.pivot {
             if self
                 .r
@@ -550,7 +551,7 @@ impl<'a> Participant<'a> {
         for &(t, v) in &tx.ents[..tx.n] {
             apply_target(self.r, t, v);
         }
-        sys::crash_point(crash::APPLIED);
+        crash::point(crash::APPLIED);
         log.state.store(LOG_EMPTY, Release);
         true
     }

@@ -3,12 +3,15 @@
 //! several locks in one; and [`ShmMutex::init_in`] / [`ShmMutex::attach_in`], the safe
 //! counterparts of `init_in_place` / `attach` that keep the mapping alive.
 
-use super::attach::{check_version, layout_for, map_shared, region_align, unmap};
+use super::attach::{check_version, layout_for, region_align};
+use super::config::Config;
+use super::error::ShmError;
 use super::layout::{MapHeader, LAYOUT_VERSION, MAP_HEADER_SIZE, MAP_MAGIC};
 use super::object::{about, create_object, open_object, open_or_create_by, shm_name, OpenOptions};
+use super::sys::{map_shared, unmap};
+use super::types::{ShmSafe, ShmShared};
 #[cfg(doc)]
 use super::ShmMutex;
-use super::{Config, ShmError, ShmSafe, ShmShared};
 use core::any::TypeId;
 use core::fmt;
 use core::ptr::NonNull;
@@ -747,21 +750,6 @@ impl MappingLayout {
     pub fn mutex<T: ShmSafe>(&mut self, cfg: Config) -> Result<usize, ShmError> {
         let size = layout_for::<T>(cfg)?.total_size;
         Ok(self.reserve(size, region_align::<T>()))
-    }
-
-    /// The offset of a [`ShmRwLock<T>`](super::ShmRwLock) with this configuration, placed
-    /// after everything so far, for [`ShmRwLock::init_in`](super::ShmRwLock::init_in) /
-    /// [`attach_in`](super::ShmRwLock::attach_in).
-    ///
-    /// ```
-    /// use gomutex::shm::{Config, MappingLayout, ShmRwLock};
-    /// let mut plan = MappingLayout::new();
-    /// assert_eq!(plan.rwlock::<u64>(Config::default())?, 0);
-    /// assert_eq!(plan.len(), ShmRwLock::<u64>::required_size(Config::default())?);
-    /// # Ok::<(), gomutex::shm::ShmError>(())
-    /// ```
-    pub fn rwlock<T: ShmSafe>(&mut self, cfg: Config) -> Result<usize, ShmError> {
-        self.mutex::<super::rwlock::RwBody<T>>(cfg)
     }
 
     /// The offset of `size` bytes aligned to `align` (a power of two; the mapping's start is

@@ -27,14 +27,14 @@
 //! * [`ShmRwLock`]: a readers-writer lock (Go's `RWMutex`), robust to a reader's death too;
 //! * [`Mapping`] and [`MappingLayout`]: several locks and lock-free [`ShmShared`] data (atomics)
 //!   in one mapping, anonymous or named; [`commit_store`] for updates a kill cannot tear;
-//! * [`ShmDict`]: a dictionary in one shared region (`lua_shared_dict`'s API: values, TTLs,
-//!   LRU eviction, lists), every key old or new after any kill ([`DictConfig`] for its
-//!   shards and zone);
-//! * [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key) on a [`ShmDict`];
 //! * the accept lock for prefork servers: [`crate::accept::ShmAcceptMutex`] puts a
 //!   [`crate::accept::AcceptLock`] over a `ShmMutex`;
 //! * with the `derive` feature, `#[derive(ShmSafe)]` and `#[derive(ShmShared)]`, checked at
 //!   compile time instead of an `unsafe impl`.
+//!
+//! Built on this module's public API (and a few internals, all in `shm/seam.rs`), outside it:
+//! [`crate::dict`], a dictionary shared by processes (`lua_shared_dict`'s API) and nginx's
+//! `limit_req` on it.
 //!
 //! The in-process locks' mutex profile (feature `profile`, `gomutex::profile`) does not
 //! sample these locks: [`ShmMutex::stats`] is their view from outside.
@@ -132,71 +132,12 @@
 //! hand-off, the queue) is made under a small internal journal lock whose word names its
 //! holder, and is written to a redo log in the region first. Per-process accounting (waiters
 //! registered, `WOKEN` owned, wake-ups owed, hand-offs received) says exactly what a dead
-//! process left behind, so survivors can finish or undo it. Death windows and how each is
-//! handled:
+//! process left behind, so survivors can finish or undo it.
 //!
-//! | a process dies … | handled by |
-//! |---|---|
-//! | holding the lock | the owner is in the state word: release on its behalf, set owner-died |
-//! | between its acquiring CAS and recording itself | impossible: one atomic operation |
-//! | while queued / registered as a waiter | its registrations leave the count, its slots are freed |
-//! | after its unlock CAS (`WOKEN` set, a waiter removed) before the wake-up | the owed wake-up is recorded with the CAS; recovery performs it |
-//! | after a starving unlock before the hand-off | likewise (`owes_handoff`) |
-//! | after a normal unlock's subtraction, before its slow path | a waking waiter sees "free, waiters, nobody awake" and does the wake-up itself |
-//! | owning `WOKEN` (spinner or woken waiter) | recorded; recovery clears `WOKEN` and wakes a waiter |
-//! | as a hand-off receiver before its fix-up | recorded; recovery passes the hand-off to the next waiter (or ends starvation mode) |
-//! | holding the journal lock | its word names it: the next taker replays or discards its redo log |
-//! | after taking back a token its sleeper did not pick up, before delivering it | one transaction whose commit point is the slot CAS: replayed if the slot is parked with the same ticket |
-//! | borrowing the spare participant slot to recover others (every regular slot held by the dead) | the next newcomer adopts the spare slot: it takes the journal lock over and undoes what the borrower left, then recovers the rest |
-//!
-//! # Limits
-//!
-//! * All participants must share one pid namespace (pids are compared), one time namespace
-//!   (`/proc/<pid>/stat` start times are shifted by the reader's boot-time offset) and see the
-//!   same `/proc`. Without a readable `/proc/<pid>/stat` (e.g. `hidepid`) a process that exists
-//!   is presumed alive.
-//! * A stopped (SIGSTOP) or hung owner is alive: it is never taken over.
-//! * Calls with a deadline return by it (plus a 2 ms grace to hand back what they hold) even
-//!   while a stopped process holds the internal journal lock: what they cannot hand back (a
-//!   queue slot, a registration, `WOKEN`) is settled by the next journal-lock holder. `lock()`,
-//!   unlocks and a hand-off's fix-up wait for the stopped process to continue.
-//! * A wake-up or hand-off that its sleeper does not pick up passes on to the next waiter: after
-//!   20 ms if the process is stopped, after 100 ms whatever the reason (an exec'd process, a
-//!   thread that does not run). A stopped sleeper that continues queues again in its place.
-//! * Death is per process: a thread ending without unwinding (`pthread_exit`) while holding
-//!   the lock is not detected. A process whose main thread ended while others run shows as a
-//!   zombie in `/proc`; it counts as alive until its last thread ends.
-//! * `execve` keeps the pid and start time: a process must not exec while one of its threads
-//!   holds the lock (it would stay held until the new program exits). A queued thread's
-//!   wake-ups pass on to others, but its registration counts until then.
-//! * Fork while holding the lock: the child does **not** own it (the owner recorded is the
-//!   parent's participant); dropping the inherited guard in the child does nothing, and
-//!   reaching the value through it panics. What a process keeps in its own memory (a guard, a
-//!   handle's cached participant slot) is tagged with its *fork generation*, one more than its
-//!   parent's (counted by a `pthread_atfork` handler, no system call on the lock path), not
-//!   with its pid: a descendant that reuses a dead ancestor's pid is not taken for it (its
-//!   inherited guard holds nothing, its inherited handle registers anew). Use `fork(3)`
-//!   (libc's `fork`, which runs `pthread_atfork` handlers); a raw `clone`/`SYS_fork` child
-//!   must not touch the lock.
-//! * Waiter slots are fixed ([`Config::waiter_slots`]); when all are taken further waiters wait
-//!   on a shared sequence word instead (correct, not FIFO among themselves). Participants are
-//!   fixed too ([`Config::participants`], default 64). A process registers on first use: with
-//!   every slot held by a live process, `lock()` waits for one and `try_lock*` return
-//!   `WouldBlock` at their deadline, while [`ShmMutex::join`] (register now) fails with
-//!   [`ShmError::NoParticipantSlot`] at once, as do opening and attaching when the table is
-//!   full at that moment. No lock call panics for want of a slot.
-//! * After a death the protected data may be half-updated: that is what
-//!   [`LockError::OwnerDied`] is for.
-//! * A named object owned by another uid is refused ([`ShmError::NotOwner`]) unless
-//!   [`OpenOptions::allow_other_owner`]: whoever can write it controls the lock. A peer that
-//!   truncates the object kills every process that maps it with `SIGBUS` (inherent; seal a
-//!   memfd with `F_SEAL_SHRINK` for memory you share yourself). A peer that corrupts the
-//!   region may hold the lock for good, but cannot make the library panic, hang a call with a
-//!   deadline, or stall recovery: counts are clamped, an owner, `WOKEN` holder or queued
-//!   waiter that names no participant is treated like a dead one, and an unlock of a lock
-//!   word this process does not hold (cleared, or naming another owner) leaves it alone
-//!   instead of aborting.
-//! * Sleeping waiters wake every 10 ms to probe (cheap, but not free).
+//! What each death (and each stop or `exec`) leaves and who repairs it is one table, in the
+//! guide's [robustness model](crate::guide::shm#robustness-model); what the lock cannot do
+//! (one pid namespace, stopped owners, `exec` while holding, fork, fixed slots, peers that
+//! write the region) is its [limits](crate::guide::shm#limits). Both are written there once.
 
 mod attach;
 mod commit;
@@ -205,12 +146,11 @@ mod config;
 mod constructors;
 mod cv_words;
 mod diagnostics;
-mod dict;
 mod error;
 mod guard;
+mod identity;
 mod journal;
 mod layout;
-mod limit_req;
 mod mapping;
 mod object;
 mod participants;
@@ -219,6 +159,7 @@ mod recovery;
 mod region;
 mod registration;
 mod rwlock;
+pub(crate) mod seam;
 mod stats;
 mod sys;
 mod timing;
@@ -229,15 +170,9 @@ pub use commit::{commit_store, CommitWord};
 pub use condvar::ShmCondvar;
 pub use config::Config;
 pub use diagnostics::{Diagnostics, RecoveryCounts};
-#[doc(hidden)]
-pub use dict::crash as __dict_crash;
-pub use dict::{
-    CheckReport, DictConfig, DictError, DictStats, Incr, Item, OwnedValue, ShmDict, Value, MAX_KEY,
-};
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use guard::ShmMutexGuard;
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
-pub use limit_req::{Decision, RateLimiter};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
 pub use rwlock::{RwDiagnostics, RwLockStats, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
@@ -250,12 +185,9 @@ pub use types::{ShmBool, ShmSafe, ShmShared};
 #[cfg_attr(docsrs, doc(cfg(feature = "derive")))]
 pub use gomutex_derive::{ShmSafe, ShmShared};
 
-use self::attach::unmap;
 use self::journal::Hooks as _;
 use self::region::{low, Participant, Region};
-/// Which process this is to memory it may have inherited across `fork()` (no system call):
-/// what guards and handles compare against.
-pub(crate) use self::sys::fork_generation;
+use self::sys::unmap;
 use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
 use core::fmt;
@@ -285,7 +217,7 @@ pub struct ShmMutex<T: ShmSafe> {
     backing: Backing,
     map_len: usize,
     /// `(fork generation << 32) | (participant index + 1)` of the process that registered
-    /// ([`sys::fork_generation`]: a pid alone would let a descendant that reuses a dead
+    /// ([`identity::fork_generation`]: a pid alone would let a descendant that reuses a dead
     /// ancestor's pid act as that ancestor); 0 = none.
     registration: AtomicU64,
     _t: PhantomData<T>,
@@ -347,11 +279,11 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// ```
     #[inline]
     pub fn lock(&self) -> LockResult<ShmMutexGuard<'_, T>> {
-        let generation = sys::fork_generation();
+        let generation = identity::fork_generation();
         let ctx = self.participant_of(generation);
         let w = ctx.acquire_fast();
         if w == 0 {
-            sys::crash_point(sys::crash::CONTENDED);
+            crate::crash::point(crate::crash::CONTENDED);
             // No deadline: the slow path returns only holding the lock. The statistics take
             // its wait from the starvation rule's clock reads: no read of their own.
             if let Some(waited) = algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, None) {
@@ -419,7 +351,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         // `algo::try_lock` exactly (fails only once LOCKED or STARVING is seen), minus a load.
         let w = ctx.acquire_fast();
         if w != 0 {
-            return Ok(self.guard(sys::fork_generation(), ctx, w)?);
+            return Ok(self.guard(identity::fork_generation(), ctx, w)?);
         }
         // The probe never waits for the journal lock here.
         ctx.until(Some(Instant::now())).probe();
@@ -453,12 +385,12 @@ impl<T: ShmSafe> ShmMutex<T> {
         let ctx = ctx.until(deadline);
         let w = ctx.acquire_fast();
         if w != 0 {
-            return Ok(self.guard(sys::fork_generation(), ctx, w)?);
+            return Ok(self.guard(identity::fork_generation(), ctx, w)?);
         }
         match algo::lock_slow_waited::<_, _, Monotonic>(&ctx, &ctx, deadline) {
             Some(waited) => {
                 ctx.stats().record_contended(waited);
-                Ok(self.guard(sys::fork_generation(), ctx, w)?)
+                Ok(self.guard(identity::fork_generation(), ctx, w)?)
             }
             None => Err(TryLockError::WouldBlock),
         }
@@ -560,7 +492,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// state word. (Which of its threads, or whether through a live guard, is not known.)
     pub(crate) fn held_here(&self) -> bool {
         let w = self.region.hdr().state.load(Acquire);
-        self.registered(sys::fork_generation())
+        self.registered(identity::fork_generation())
             .is_some_and(|me| low(w) & algo::LOCKED != 0 && region::owner_tag(w) == me + 1)
     }
 
@@ -627,29 +559,9 @@ fn repaired<'a, T: ShmSafe>(
     }
 }
 
-/// Testing only: make this process SIGKILL itself the next time it reaches `point` inside the
-/// lock's slow paths (1 = journal committed, 2 = state word changed, 3 = journal applied,
-/// 4 = a normal-mode wake-up owed, 5 = a hand-off owed, 6 = a waiter picked up its token,
-/// 12 = `lock`'s fast path failed; 0 disarms). Lets tests kill a process in windows too narrow for random kills to hit.
-/// Costs one relaxed load on slow paths. Exists only with the test-only `__crash-points`
-/// feature (this crate's tests enable it); without it the crash points compile to nothing.
-#[cfg(feature = "__crash-points")]
-#[doc(hidden)]
-pub fn __crash_at(point: u32) {
-    sys::arm_crash(point);
-}
-
-/// Testing only: like [`__crash_at`], but the process stops itself (SIGSTOP) at `point`, once,
-/// and goes on when continued. Exists only with the test-only `__crash-points` feature.
-#[cfg(feature = "__crash-points")]
-#[doc(hidden)]
-pub fn __stop_at(point: u32) {
-    sys::arm_crash(point | sys::STOP);
-}
-
 impl<T: ShmSafe> Drop for ShmMutex<T> {
     fn drop(&mut self) {
-        let generation = sys::fork_generation();
+        let generation = identity::fork_generation();
         if let Some(me) = self.registered(generation) {
             // The slot is the process's: given back by the last of its handles here.
             if participants::lock(generation).leave(self.region.base() as usize, me) {

@@ -2,11 +2,9 @@
 //! wait for an object another process is creating, whose objects to accept, the mode of a new
 //! one), [`unlink`], and the create / open / open-or-create steps every named kind shares.
 
-use super::attach::map_shared;
 use super::error::name_rule_broken;
-use super::ShmError;
-#[cfg(doc)]
-use super::ShmMutex;
+use super::error::ShmError;
+use super::sys::map_shared;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::time::{Duration, Instant};
@@ -27,8 +25,8 @@ impl Drop for Fd {
     }
 }
 
-/// How [`ShmMutex::open_with`], [`ShmMutex::create_with`] and
-/// [`ShmMutex::open_or_create_with`] treat a named region: the wait for an existing one and
+/// How [`ShmMutex::open_with`](crate::shm::ShmMutex::open_with), [`ShmMutex::create_with`](crate::shm::ShmMutex::create_with) and
+/// [`ShmMutex::open_or_create_with`](crate::shm::ShmMutex::open_or_create_with) treat a named region: the wait for an existing one and
 /// whose to accept, the permissions of a new one.
 ///
 /// ```
@@ -119,7 +117,7 @@ fn check_owner(name: &CStr, st: &libc::stat, opts: &OpenOptions) -> Result<(), S
 
 /// Remove a named shared-memory object (`shm_unlink`); `name` may omit the leading `/`.
 /// Processes that have it mapped keep their mapping; the next
-/// [`create`](ShmMutex::create) of the name makes a new object. Fails with `Io(NotFound)` (inside
+/// [`create`](crate::shm::ShmMutex::create) of the name makes a new object. Fails with `Io(NotFound)` (inside
 /// [`ShmError::Object`], as every error about a name) if the name does not exist.
 ///
 /// ```

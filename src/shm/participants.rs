@@ -19,7 +19,7 @@ const ENTRIES: usize = 64;
 struct Entry {
     /// The region's address in this process; 0 = unused.
     base: AtomicUsize,
-    /// The fork generation that wrote the entry ([`super::sys::fork_generation`]).
+    /// The fork generation that wrote the entry ([`super::identity::fork_generation`]).
     generation: AtomicU32,
     index: AtomicU32,
     /// Registered handles of this process using `index`.

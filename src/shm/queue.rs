@@ -3,12 +3,14 @@
 //! tokens released while nobody sleeps are stored and taken by the next waiter. Implements
 //! Go's [`WaitQueue`] for [`Participant`].
 
+use super::identity;
 use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
 use super::region::{low, owner_tag, word, Participant, Region};
-use super::sys::{self, crash};
+use super::sys;
 use super::timing::{JLOCK_GRACE, PASS_ANY, PASS_STOPPED, TICK};
 use crate::algo;
+use crate::crash;
 use crate::sema::WaitQueue;
 use core::sync::atomic::Ordering::*;
 use std::time::Instant;
@@ -98,7 +100,7 @@ impl Participant<'_> {
                     .compare_exchange(v, SLOT_FREE, Acquire, Acquire)
                     .is_ok()
                 {
-                    sys::crash_point(crash::TOKEN_TAKEN);
+                    crash::point(crash::TOKEN_TAKEN);
                     return true;
                 }
                 continue;
@@ -190,7 +192,7 @@ impl Participant<'_> {
             if age < PASS_ANY.as_nanos() as u64 {
                 let p = s.participant.load(SeqCst);
                 let gone = self.r.names_no_participant(p.wrapping_add(1))
-                    || sys::ident_stopped(self.r.participant(p).ident.load(SeqCst));
+                    || identity::ident_stopped(self.r.participant(p).ident.load(SeqCst));
                 if !gone {
                     continue;
                 }
@@ -360,7 +362,7 @@ impl WaitQueue for Participant<'_> {
     }
 
     fn release(&self, handoff: bool) {
-        sys::crash_point(if handoff {
+        crash::point(if handoff {
             crash::OWES_HANDOFF
         } else {
             crash::OWES_WAKEUP

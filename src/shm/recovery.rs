@@ -21,6 +21,7 @@
 //! written by a faulty peer; recovery clamps them, so undoing one participant is a bounded
 //! number of transactions, each O(waiter slots + participants), whatever the region holds.
 
+use super::identity;
 use super::journal::{AfterJournal, Hooks, Target, Txn};
 use super::layout::*;
 use super::queue::take_stored_for;
@@ -111,7 +112,7 @@ impl Participant<'_> {
                     continue;
                 }
                 let ident = self.r.participant(i).ident.load(SeqCst);
-                if ident == 0 || pid.is_some_and(|p| p != sys::ident_pid(ident)) {
+                if ident == 0 || pid.is_some_and(|p| p != identity::ident_pid(ident)) {
                     continue;
                 }
                 if self.r.participant(i).dead(ident) {
@@ -516,7 +517,7 @@ impl Participant<'_> {
             self.r.holds_nothing(self.me) && !in_queue
         };
         if idle {
-            sys::crash_point(sys::crash::RELEASING_SELF);
+            crate::crash::point(crate::crash::RELEASING_SELF);
             let p = self.r.participant(self.me);
             p.free(p.ident.load(SeqCst));
         }
@@ -532,8 +533,8 @@ mod tests {
 
     /// An identity that is certainly dead: our pid with another start time (a predecessor).
     fn dead_ident() -> u64 {
-        let me = sys::self_ident();
-        sys::make_ident(sys::ident_pid(me), (me >> sys::PID_BITS) + 1)
+        let me = identity::self_ident();
+        identity::make_ident(identity::ident_pid(me), (me >> identity::PID_BITS) + 1)
     }
 
     fn small() -> ShmMutex<u32> {

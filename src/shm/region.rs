@@ -186,7 +186,8 @@ impl ParticipantSlot {
         {
             return false;
         }
-        self.pidfs_ino.store(super::sys::self_pidfs_ino(), SeqCst);
+        self.pidfs_ino
+            .store(super::identity::self_pidfs_ino(), SeqCst);
         true
     }
 
@@ -208,6 +209,6 @@ impl ParticipantSlot {
         } else {
             0
         };
-        super::sys::ident_dead(ident, ino)
+        super::identity::ident_dead(ident, ino)
     }
 }

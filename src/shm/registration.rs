@@ -2,11 +2,15 @@
 //! forked child), cached in its handle, the spare slot when every other is taken, and the
 //! reclaiming of slots dead processes left.
 
-use super::layout;
-use super::region::{claim_participant, Participant};
 #[cfg(doc)]
-use super::Config;
-use super::{participants, sys, ShmError, ShmMutex, ShmSafe};
+use super::config::Config;
+use super::error::ShmError;
+use super::identity;
+use super::layout;
+use super::participants;
+use super::region::{claim_participant, Participant};
+use super::types::ShmSafe;
+use super::ShmMutex;
 use core::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
@@ -19,7 +23,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// of line.
     #[inline]
     pub(super) fn participant(&self) -> Participant<'_> {
-        self.participant_of(sys::fork_generation())
+        self.participant_of(identity::fork_generation())
     }
 
     /// [`participant`](Self::participant) for this process, whose fork generation the caller read: `generation`.
@@ -44,7 +48,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// live process.
     #[inline]
     pub(super) fn participant_by(&self, deadline: Option<Instant>) -> Option<Participant<'_>> {
-        let generation = sys::fork_generation();
+        let generation = identity::fork_generation();
         match self.registered(generation) {
             Some(me) => Some(Participant::new(&self.region, me)),
             None => self.register(generation, deadline, false),
@@ -72,7 +76,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
     pub fn join(&self) -> Result<(), ShmError> {
-        let generation = sys::fork_generation();
+        let generation = identity::fork_generation();
         if self.registered(generation).is_some() {
             return Ok(());
         }
@@ -104,7 +108,7 @@ impl<T: ShmSafe> ShmMutex<T> {
     pub(super) fn checked(self) -> Result<Self, ShmError> {
         let r = &self.region;
         let n = r.layout.participants - 1;
-        let generation = sys::fork_generation();
+        let generation = identity::fork_generation();
         let room = self.registered(generation).is_some()
             || participants::lock(generation).has(r.base() as usize)
             || (0..n).any(|i| {
@@ -126,7 +130,7 @@ impl<T: ShmSafe> ShmMutex<T> {
         certain: bool,
     ) -> Option<Participant<'_>> {
         let r = &self.region;
-        let ident = sys::self_ident();
+        let ident = identity::self_ident();
         let spare = r.layout.participants - 1;
         loop {
             if let Some(me) = self.registered(generation) {

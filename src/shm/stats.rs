@@ -13,7 +13,8 @@
 
 use super::layout::StatsRow;
 use super::region::{Participant, Region};
-use super::{ShmMutex, ShmSafe};
+use super::types::ShmSafe;
+use super::ShmMutex;
 use crate::algo::Waited;
 use core::sync::atomic::{AtomicU64, Ordering::*};
 

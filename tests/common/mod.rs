@@ -38,9 +38,8 @@ pub mod shmtest;
 #[cfg(target_os = "linux")]
 pub mod torture;
 
-mod cpus;
 #[allow(unused_imports)] // like the rest of this module: each test binary uses a part
-pub use cpus::{pin_to, two_cpus};
+pub use gomutex::__cpus::{pin_to, two_cpus};
 
 /// Join `handles`, failing (instead of hanging) if they are not all done within `limit`.
 pub fn join_within<T: Send + 'static>(

@@ -69,7 +69,7 @@ pub fn signal(pid: libc::pid_t, sig: i32) {
     unsafe { libc::kill(pid, sig) };
 }
 
-/// Wait until a child has stopped (SIGSTOP, or a `__stop_at` point).
+/// Wait until a child has stopped (SIGSTOP, or a `gomutex::__crash::stop_at` point).
 pub fn wait_stopped(pid: libc::pid_t) {
     let mut st = 0;
     // SAFETY: our own child.

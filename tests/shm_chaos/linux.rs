@@ -5,7 +5,7 @@
 //! `force_unlock` (never, always, or at random, by round), and a participant table small enough
 //! that the spare "guest" slot is used.
 //!
-//! A third of the respawned workers are armed with a random `gomutex::shm::__crash_at` point, so
+//! A third of the respawned workers are armed with a random `gomutex::__crash::crash_at` point, so
 //! they die inside the journal and the hand-off windows that random kills rarely hit (with the
 //! test-only `__crash-points` feature, on in this repository's builds; without it, as in a build
 //! of the published crate, only the random kills).
@@ -74,7 +74,11 @@ const PHASE: usize = 16; // + w * MAX_THREADS + t
 const DONE: usize = 64; // + w
 const SIDE_LEN: usize = 128;
 
-/// `gomutex::shm::__crash_at` points: 1..=CRASH_POINTS.
+/// `gomutex::__crash::crash_at` points: 1..=CRASH_POINTS, the lock's from the journal's
+/// (`LOG_COMMITTED`, 1) to a sleeper's token (`TOKEN_TAKEN`).
+#[cfg(feature = "__crash-points")]
+const CRASH_POINTS: u32 = gomutex::__crash::TOKEN_TAKEN;
+#[cfg(not(feature = "__crash-points"))]
 const CRASH_POINTS: u32 = 6;
 
 const IDLE: u64 = 0;
@@ -196,7 +200,7 @@ fn spawn_worker(m: &ShmMutex<Data>, side: &Side, w: usize, crash: u32) -> libc::
     // The supervisor is single-threaded, so it may fork.
     fork(|| {
         #[cfg(feature = "__crash-points")]
-        gomutex::shm::__crash_at(crash);
+        gomutex::__crash::crash_at(crash);
         std::thread::scope(|s| {
             for t in 1..threads(w) {
                 s.spawn(move || worker_thread(m, side, w, t));
@@ -493,7 +497,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
     }
     // B: borrows the guest slot to recover A and dies inside that recovery.
     let b = fork(|| {
-        gomutex::shm::__crash_at(crash);
+        gomutex::__crash::crash_at(crash);
         let _ = m.try_lock();
         2
     });
@@ -542,15 +546,15 @@ pub fn main() {
     let tests: &[(&str, fn())] = &[
         #[cfg(feature = "__crash-points")]
         ("dead_guest_borrower_crash_point_1", || {
-            dead_guest_borrower(1)
+            dead_guest_borrower(gomutex::__crash::LOG_COMMITTED)
         }),
         #[cfg(feature = "__crash-points")]
         ("dead_guest_borrower_crash_point_2", || {
-            dead_guest_borrower(2)
+            dead_guest_borrower(gomutex::__crash::WORD_CHANGED)
         }),
         #[cfg(feature = "__crash-points")]
         ("dead_guest_borrower_crash_point_3", || {
-            dead_guest_borrower(3)
+            dead_guest_borrower(gomutex::__crash::APPLIED)
         }),
         ("kill_chaos", kill_chaos),
     ];

@@ -14,11 +14,14 @@
 
 use crate::linux::common::anon::AnonShared;
 use crate::linux::common::procs::{self, fork, reap, Rng};
-use gomutex::shm::{DictConfig, Mapping, ShmDict};
+use gomutex::{
+    dict::{DictConfig, ShmDict},
+    shm::Mapping,
+};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-// The zone's layout (src/shm/dict/layout.rs, version 1; `Fill::new` checks the header
+// The zone's layout (src/dict/layout.rs, version 1; `Fill::new` checks the header
 // against it).
 const H_VERSION: usize = 8;
 const H_LEN: usize = 16;

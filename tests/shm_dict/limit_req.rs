@@ -1,4 +1,4 @@
-//! `gomutex::shm::RateLimiter` across forked workers: the rate holds on a clock the test
+//! `gomutex::dict::RateLimiter` across forked workers: the rate holds on a clock the test
 //! moves, and a worker killed while updating a bucket leaves it old or new.
 // Without the test-only `__crash-points` feature (a build of the published crate) the cases
 // that arm crash points are compiled out: their helpers are then unused.
@@ -9,8 +9,8 @@
 
 use crate::linux::common::anon::AnonShared;
 use crate::linux::common::procs::{self, fork, reap};
-use gomutex::shm::__dict_crash as crash;
-use gomutex::shm::{Decision, RateLimiter, ShmDict};
+use gomutex::__crash as crash;
+use gomutex::dict::{Decision, RateLimiter, ShmDict};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use std::time::Duration;
 fn bucket(l: &RateLimiter, key: &str) -> Option<(u64, i64)> {
     l.dict()
         .get_with(key, |v, _| match v {
-            gomutex::shm::Value::Bytes(b) if b.len() == 16 => Some((
+            gomutex::dict::Value::Bytes(b) if b.len() == 16 => Some((
                 u64::from_le_bytes(b[..8].try_into().unwrap()),
                 i64::from_le_bytes(b[8..].try_into().unwrap()),
             )),
@@ -85,11 +85,11 @@ pub fn rate_across_two_workers() {
 #[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 pub fn worker_killed_while_updating_its_bucket() {
     let points = [
-        (crash::ENTRY_WRITTEN, false),
-        (crash::LOGGED, false),
-        (crash::COMMITTED, true),
-        (crash::HALF_APPLIED, true),
-        (crash::APPLIED, true),
+        (crash::DICT_ENTRY_WRITTEN, false),
+        (crash::DICT_LOGGED, false),
+        (crash::DICT_COMMITTED, true),
+        (crash::DICT_HALF_APPLIED, true),
+        (crash::DICT_APPLIED, true),
     ];
     for (point, committed) in points {
         for existing in [false, true] {
@@ -103,7 +103,7 @@ pub fn worker_killed_while_updating_its_bucket() {
             let old = bucket(&l, "k");
             let new = Some((1_000, if existing { 1_000 } else { 0 }));
             let pid = fork(|| {
-                gomutex::shm::__crash_at(point);
+                gomutex::__crash::crash_at(point);
                 l.check_at("k", 1_000);
                 0
             });

@@ -4,8 +4,8 @@
     not(feature = "__crash-points"),
     allow(dead_code, unused_imports, unused_variables, unused_mut)
 )]
-use gomutex::shm::__dict_crash as crash;
-use gomutex::shm::{DictConfig, DictError, OwnedValue, ShmDict};
+use gomutex::__crash as crash;
+use gomutex::dict::{DictConfig, DictError, OwnedValue, ShmDict};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
@@ -17,12 +17,12 @@ use common::procs::{self, fork, kill9, reap};
 // ------------------------------------------------------------------ crash points
 
 const POINTS: [(u32, &str); 6] = [
-    (crash::ENTRY_WRITTEN, "entry written"),
-    (crash::LOGGED, "record written"),
-    (crash::COMMITTED, "committed"),
-    (crash::HALF_APPLIED, "half applied"),
-    (crash::APPLIED, "applied"),
-    (crash::BETWEEN, "between transactions"),
+    (crash::DICT_ENTRY_WRITTEN, "entry written"),
+    (crash::DICT_LOGGED, "record written"),
+    (crash::DICT_COMMITTED, "committed"),
+    (crash::DICT_HALF_APPLIED, "half applied"),
+    (crash::DICT_APPLIED, "applied"),
+    (crash::DICT_BETWEEN, "between transactions"),
 ];
 
 fn bytes(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
@@ -53,33 +53,37 @@ struct Case {
 }
 
 const ALL: &[u32] = &[
-    crash::ENTRY_WRITTEN,
-    crash::LOGGED,
-    crash::COMMITTED,
-    crash::HALF_APPLIED,
-    crash::APPLIED,
+    crash::DICT_ENTRY_WRITTEN,
+    crash::DICT_LOGGED,
+    crash::DICT_COMMITTED,
+    crash::DICT_HALF_APPLIED,
+    crash::DICT_APPLIED,
 ];
 const NO_ENTRY: &[u32] = &[
-    crash::LOGGED,
-    crash::COMMITTED,
-    crash::HALF_APPLIED,
-    crash::APPLIED,
+    crash::DICT_LOGGED,
+    crash::DICT_COMMITTED,
+    crash::DICT_HALF_APPLIED,
+    crash::DICT_APPLIED,
 ];
-const ONE_WORD: &[u32] = &[crash::LOGGED, crash::COMMITTED, crash::APPLIED];
+const ONE_WORD: &[u32] = &[
+    crash::DICT_LOGGED,
+    crash::DICT_COMMITTED,
+    crash::DICT_APPLIED,
+];
 const MULTI: &[u32] = &[
-    crash::LOGGED,
-    crash::COMMITTED,
-    crash::HALF_APPLIED,
-    crash::APPLIED,
-    crash::BETWEEN,
+    crash::DICT_LOGGED,
+    crash::DICT_COMMITTED,
+    crash::DICT_HALF_APPLIED,
+    crash::DICT_APPLIED,
+    crash::DICT_BETWEEN,
 ];
 const MULTI_STORE: &[u32] = &[
-    crash::ENTRY_WRITTEN,
-    crash::LOGGED,
-    crash::COMMITTED,
-    crash::HALF_APPLIED,
-    crash::APPLIED,
-    crash::BETWEEN,
+    crash::DICT_ENTRY_WRITTEN,
+    crash::DICT_LOGGED,
+    crash::DICT_COMMITTED,
+    crash::DICT_HALF_APPLIED,
+    crash::DICT_APPLIED,
+    crash::DICT_BETWEEN,
 ];
 
 /// Fill `d` with 200-byte values under keys `f00000`, `f00001`, … (oldest first).
@@ -402,7 +406,7 @@ fn crash_points_every_operation() {
             d.check().unwrap();
             let replayed = d.stats().replayed;
             let pid = fork(|| {
-                gomutex::shm::__crash_at(point);
+                gomutex::__crash::crash_at(point);
                 (case.op)(&d);
                 0
             });
@@ -432,9 +436,10 @@ fn crash_points_every_operation() {
             }
             let committed = matches!(
                 point,
-                crash::COMMITTED | crash::HALF_APPLIED | crash::APPLIED
-            ) || point == crash::BETWEEN
-                || (point == crash::ENTRY_WRITTEN && case.reaches.contains(&crash::BETWEEN));
+                crash::DICT_COMMITTED | crash::DICT_HALF_APPLIED | crash::DICT_APPLIED
+            ) || point == crash::DICT_BETWEEN
+                || (point == crash::DICT_ENTRY_WRITTEN
+                    && case.reaches.contains(&crash::DICT_BETWEEN));
             if committed {
                 assert!(
                     (case.after)(&d),
@@ -449,7 +454,7 @@ fn crash_points_every_operation() {
             }
             let was_replayed = matches!(
                 point,
-                crash::COMMITTED | crash::HALF_APPLIED | crash::APPLIED
+                crash::DICT_COMMITTED | crash::DICT_HALF_APPLIED | crash::DICT_APPLIED
             );
             assert_eq!(
                 d.stats().replayed,
@@ -531,7 +536,7 @@ fn observe(d: &ShmDict, slot: usize, k: usize) -> Result<u64, String> {
 fn worker(d: &ShmDict, book: &AnonShared, slot: usize, seed: u64, crash: u32) -> i32 {
     #[cfg(feature = "__crash-points")]
     if crash != 0 {
-        gomutex::shm::__crash_at(crash);
+        gomutex::__crash::crash_at(crash);
     }
     let base = slot * SLOT;
     let model = |k: usize| book.at(base + k);
@@ -703,7 +708,7 @@ fn kill_torture() {
         }
         exact += verify_slot(&d, &book, slot).unwrap_or_else(|e| panic!("death {deaths}: {e}"));
         let crash = if cfg!(feature = "__crash-points") && rnd() % 3 == 0 {
-            crash::ENTRY_WRITTEN + (rnd() % 6) as u32
+            crash::DICT_ENTRY_WRITTEN + (rnd() % 6) as u32
         } else {
             0
         };

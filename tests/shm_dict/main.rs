@@ -1,4 +1,4 @@
-//! Multi-process tests of `gomutex::shm::ShmDict`: a death at every crash point of every
+//! Multi-process tests of `gomutex::dict::ShmDict`: a death at every crash point of every
 //! operation, and a kill torture against a reference model.
 //!
 //! `harness = false`: the cases run one after another on the main thread, so the process is

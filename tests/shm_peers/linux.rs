@@ -66,7 +66,7 @@ fn stopped_journal_holder_keeps_deadlines() {
     });
     let stopped = fork(|| {
         // Stop with the journal lock held, the registration's redo log committed.
-        gomutex::shm::__stop_at(1);
+        gomutex::__crash::stop_at(gomutex::__crash::LOG_COMMITTED);
         *ok(m.lock()) += 1;
         0
     });

@@ -1055,9 +1055,19 @@ fn stopped_owner_not_taken_over() {
 /// counters must show the window was repaired.
 #[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 fn crash_points() {
+    use gomutex::__crash::*;
     const WOKEN: u32 = 2;
     const STARVING: u32 = 4;
-    for point in 1..=6u32 {
+    // In the journal: W dies registering as a waiter.
+    let journal = |p| matches!(p, LOG_COMMITTED | WORD_CHANGED | APPLIED);
+    for point in [
+        LOG_COMMITTED,
+        WORD_CHANGED,
+        APPLIED,
+        OWES_WAKEUP,
+        OWES_HANDOFF,
+        TOKEN_TAKEN,
+    ] {
         let what = format!("crash point {point}");
         let m = ShmMutex::anonymous([0u64; 2]).unwrap();
         // 0: sections done; 1: the holder's phase (1 holds, 2 relocked); 2: the parent's go
@@ -1111,20 +1121,20 @@ fn crash_points() {
             )
         };
         let queued = |d: &gomutex::shm::Diagnostics| d.waiters == 1 && d.queued_slots == 1;
-        let unlocker = matches!(point, 4 | 5);
+        let unlocker = matches!(point, OWES_WAKEUP | OWES_HANDOFF);
         // H: holds the lock until told; for 4 and 5 it is the armed one (it dies unlocking).
         let h = fork(|| {
             let g = ok(m.lock());
             phase.store(1, SeqCst);
             wait_go(1);
-            if point == 4 {
-                gomutex::shm::__crash_at(point);
+            if point == OWES_WAKEUP {
+                gomutex::__crash::crash_at(point);
             }
             drop(g);
-            if point == 5 {
+            if point == OWES_HANDOFF {
                 // Relock while W, woken, is stopped; then unlock in starvation mode.
                 let g = ok(m.lock());
-                gomutex::shm::__crash_at(point);
+                gomutex::__crash::crash_at(point);
                 phase.store(2, SeqCst);
                 wait_go(2);
                 drop(g);
@@ -1138,9 +1148,9 @@ fn crash_points() {
         // W: queues behind H; for 1, 2, 3 and 6 it is the armed one (it dies waiting).
         let w = fork(|| {
             match point {
-                4 => {}
-                5 => gomutex::shm::__stop_at(6),
-                _ => gomutex::shm::__crash_at(point),
+                OWES_WAKEUP => {}
+                OWES_HANDOFF => gomutex::__crash::stop_at(TOKEN_TAKEN),
+                _ => gomutex::__crash::crash_at(point),
             }
             let g = m.lock();
             if !unlocker {
@@ -1157,7 +1167,7 @@ fn crash_points() {
         });
         let armed = if unlocker { h } else { w };
         let (survivor, sdesc) = if unlocker { (w, "W") } else { (h, "H") };
-        if point <= 3 {
+        if journal(point) {
             // W dies registering as a waiter, inside the journal.
             assert_eq!(
                 wait_limit(w, Duration::from_secs(20), &what),
@@ -1168,7 +1178,7 @@ fn crash_points() {
             // W is asleep in the queue, and nobody is awake to take the lock but H.
             until(&|d| queued(d) && d.state & WOKEN == 0, "W queued");
         }
-        if point == 5 {
+        if point == OWES_HANDOFF {
             // W has slept over 1 ms: woken now it finds the lock held again and starves.
             std::thread::sleep(Duration::from_millis(3));
             go.store(1, SeqCst);
@@ -1182,7 +1192,7 @@ fn crash_points() {
         }
         // A third process contends with the survivor (and meets the repair first).
         let other = fork(|| work(None, 1_500));
-        if point > 3 {
+        if !journal(point) {
             assert_eq!(
                 wait_limit(armed, Duration::from_secs(20), &what),
                 128 + libc::SIGKILL,
@@ -1221,9 +1231,9 @@ fn crash_points() {
             diag.owner_deaths
         );
         let exercised = match point {
-            1 => rc.journal_takeovers >= 1,
-            2 | 3 => rc.journal_takeovers >= 1 && rc.journal_replays >= 1,
-            4 | 5 => rc.owed_wakeups_delivered >= 1,
+            LOG_COMMITTED => rc.journal_takeovers >= 1,
+            WORD_CHANGED | APPLIED => rc.journal_takeovers >= 1 && rc.journal_replays >= 1,
+            OWES_WAKEUP | OWES_HANDOFF => rc.owed_wakeups_delivered >= 1,
             _ => rc.dead_woken_cleared + rc.handoffs_passed_on >= 1,
         };
         assert!(exercised, "{what}: window not exercised: {rc:?}");
@@ -1302,7 +1312,7 @@ fn death_while_releasing_participant_slot() {
     let k = fork(|| {
         let h = ShmMutex::<u64>::attach_in(&map, at).unwrap();
         *ok(h.lock()) += 1; // the child's own slot
-        gomutex::shm::__crash_at(7);
+        gomutex::__crash::crash_at(gomutex::__crash::RELEASING_SELF);
         drop(h);
         0
     });

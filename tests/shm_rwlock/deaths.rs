@@ -15,14 +15,9 @@ use std::time::{Duration, Instant};
 use super::common::anon::AnonShared;
 use super::common::procs::{fork, kill9, mono_ns, signal, wait_limit, wait_stopped};
 
-/// The crash points of `ShmRwLock` (`src/shm/sys.rs`, module `crash`).
-const RW_READ_COUNTED: u32 = 8;
-const RW_QUEUED: u32 = 9;
-const RW_PENDING: u32 = 10;
-const RW_UNLOCKING: u32 = 11;
-const RW_DOWNGRADING: u32 = 12;
+use gomutex::__crash::{RW_DOWNGRADING, RW_PENDING, RW_QUEUED, RW_READ_COUNTED, RW_UNLOCKING};
 
-/// `rw_state`'s flag for a writer asleep waiting for readers (`src/shm/rwlock.rs`), and the
+/// `rw_state`'s flag for a writer asleep waiting for readers (`src/shm/rwlock/mod.rs`), and the
 /// word's offset in the region header (`src/shm/layout.rs` asserts it).
 const WSLEEP: u32 = 4;
 const RW_STATE_AT: usize = 60;
@@ -172,7 +167,7 @@ pub fn killed_at_rw_crash_points() {
         let w = writer_child(&f.l);
         f.until_writer_sleeps();
         let k = fork(|| {
-            gomutex::shm::__crash_at(RW_READ_COUNTED);
+            gomutex::__crash::crash_at(RW_READ_COUNTED);
             drop(f.l.read());
             3
         });
@@ -189,7 +184,7 @@ pub fn killed_at_rw_crash_points() {
     {
         let f = Fixture::new(Config::default());
         let k = fork(|| {
-            gomutex::shm::__crash_at(RW_READ_COUNTED);
+            gomutex::__crash::crash_at(RW_READ_COUNTED);
             drop(f.l.read());
             3
         });
@@ -218,7 +213,7 @@ pub fn killed_at_rw_crash_points() {
             f.l.diagnostics().queued_readers == 1
         });
         let k = fork(|| {
-            gomutex::shm::__crash_at(RW_QUEUED);
+            gomutex::__crash::crash_at(RW_QUEUED);
             drop(f.l.read());
             3
         });
@@ -241,7 +236,7 @@ pub fn killed_at_rw_crash_points() {
         let f = Fixture::new(Config::default());
         let r = f.l.read().unwrap();
         let k = fork(|| {
-            gomutex::shm::__crash_at(RW_PENDING);
+            gomutex::__crash::crash_at(RW_PENDING);
             drop(f.l.write());
             3
         });
@@ -261,7 +256,7 @@ pub fn killed_at_rw_crash_points() {
     {
         let f = Fixture::new(Config::default());
         let k = fork(|| {
-            gomutex::shm::__crash_at(RW_PENDING);
+            gomutex::__crash::crash_at(RW_PENDING);
             drop(f.l.write());
             3
         });
@@ -280,7 +275,7 @@ pub fn killed_at_rw_crash_points() {
         let flags = AnonShared::counters(2);
         let (inside, go) = (flags.at(0), flags.at(1));
         let k = fork(|| {
-            gomutex::shm::__crash_at(RW_UNLOCKING);
+            gomutex::__crash::crash_at(RW_UNLOCKING);
             let mut g = f.l.write().unwrap();
             g[0] += 1;
             g[1] += 1;
@@ -512,7 +507,7 @@ pub fn try_calls_never_block_and_deadlines() {
     // A writer stopped with `PENDING` just set, a reader inside.
     let r = l.read().unwrap();
     let w = fork(|| {
-        gomutex::shm::__stop_at(RW_PENDING);
+        gomutex::__crash::stop_at(RW_PENDING);
         drop(l.write().unwrap());
         0
     });
@@ -549,7 +544,7 @@ pub fn try_calls_never_block_and_deadlines() {
         let deadline = Instant::now() + Duration::from_millis(50);
         // Stored after: the deadline is at most 50 ms after this.
         deadline_ns.store(mono_ns() + 50_000_000, SeqCst);
-        gomutex::shm::__stop_at(RW_PENDING);
+        gomutex::__crash::stop_at(RW_PENDING);
         match l.try_write_until(deadline) {
             Err(TryLockError::WouldBlock) => 0,
             _ => 1,
@@ -802,7 +797,7 @@ pub fn queued_reader_sleeps_while_writer_waits() {
     let l = &f.l;
     let r = l.read().unwrap();
     let w = fork(|| {
-        gomutex::shm::__stop_at(RW_PENDING);
+        gomutex::__crash::stop_at(RW_PENDING);
         drop(l.write().unwrap());
         0
     });
@@ -885,7 +880,7 @@ pub fn killed_while_downgrading() {
     {
         let f = Fixture::new(Config::default());
         let k = fork(|| {
-            gomutex::shm::__stop_at(RW_DOWNGRADING);
+            gomutex::__crash::stop_at(RW_DOWNGRADING);
             let g = f.l.write().unwrap();
             drop(ShmRwLockWriteGuard::downgrade(g));
             0
@@ -906,7 +901,7 @@ pub fn killed_while_downgrading() {
         let flags = AnonShared::counters(2);
         let (inside, go) = (flags.at(0), flags.at(1));
         let k = fork(|| {
-            gomutex::shm::__crash_at(RW_DOWNGRADING);
+            gomutex::__crash::crash_at(RW_DOWNGRADING);
             let mut g = f.l.write().unwrap();
             g[0] += 1;
             g[1] += 1;

@@ -238,7 +238,7 @@ fn writer_panic_poisons_before_readers_enter() {
     }));
     assert!(r.is_err() && !l.is_poisoned());
     let writer = fork(|| {
-        gomutex::shm::__stop_at(11);
+        gomutex::__crash::stop_at(gomutex::__crash::RW_UNLOCKING);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut g = l.write().unwrap();
             *g = 1;

@@ -90,12 +90,12 @@ fn contended_across_processes() {
 /// the child stops between its failed fast path and Go's slow path, the parent unlocks, and
 /// the continued child finds the lock free at its slow path's first look.
 fn contended_without_sleeping_is_counted_not_timed() {
-    /// `lock`'s fast path failed, the slow path not begun (`shm::sys::crash::CONTENDED`).
-    const CONTENDED: u32 = 13;
+    // `lock`'s fast path failed, the slow path not begun.
+    use gomutex::__crash::CONTENDED;
     let m = ShmMutex::anonymous(0u64).unwrap();
     let g = m.lock().unwrap();
     let child = fork(|| {
-        gomutex::shm::__stop_at(CONTENDED);
+        gomutex::__crash::stop_at(CONTENDED);
         lock_once(&m);
         0
     });

@@ -12,7 +12,7 @@
 //! * **Entries**: each fits its chunk, in the smallest size class that holds it; the entry
 //!   count is right; no redo record is pending.
 
-use super::alloc::{self, Size, CLASSES};
+use super::alloc::{self, Size};
 use super::index;
 use super::layout::*;
 use super::redo::{self, Tx};
@@ -57,14 +57,34 @@ macro_rules! ensure {
     };
 }
 
-/// Walk and validate everything; the first violation found, described.
+/// Walk and validate everything; the first violation found, described. The steps run in this
+/// order, each on what the ones before found.
 pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, String> {
     ensure!(!redo::pending(m), "a committed redo record is pending");
-    let tx = Tx::new(m);
     let mut rep = CheckReport::default();
-    let np = g.npages;
+    let pages = tiling(m, g, &mut rep)?;
+    free_lists(m, g, &pages)?;
+    slab_lists(m, g, &pages)?;
+    let indexed = index(m, g, seed, &pages, &mut rep)?;
+    lru(m, &indexed)?;
+    rep.entries = m.ld64(H_COUNT);
+    Ok(rep)
+}
 
-    // Pages: a tiling of blocks.
+/// What the walk over the pages found.
+struct Pages {
+    /// Free buddy blocks: (first page, order).
+    free_blocks: HashSet<(u32, u32)>,
+    /// Slab pages.
+    slabs: HashSet<u32>,
+    /// Allocated chunks: offset -> size.
+    chunks: HashMap<usize, Size>,
+}
+
+/// The pages are a tiling of blocks, each free, large or a slab page, aligned to its size; the
+/// free-page and used-byte counts add up; no two free buddies are left unmerged.
+fn tiling(m: &Mem, g: &Geometry, rep: &mut CheckReport) -> Result<Pages, String> {
+    let np = g.npages;
     let mut free_blocks: HashSet<(u32, u32)> = HashSet::new(); // (page, order)
     let mut slabs: HashSet<u32> = HashSet::new();
     let mut chunks: HashMap<usize, Size> = HashMap::new(); // allocated chunk offset -> size
@@ -142,45 +162,71 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
             "free buddies {p} and {b} of order {k} not merged"
         );
     }
+    Ok(Pages {
+        free_blocks,
+        slabs,
+        chunks,
+    })
+}
 
-    // Free lists and partial lists.
-    let list = |head: usize, what: &str| -> Result<Vec<u32>, String> {
-        let mut out = Vec::new();
-        let (mut r, mut prev) = (m.ld32(head), 0u32);
-        while r != 0 {
-            ensure!(r <= np, "{what}: page {} out of range", r - 1);
-            ensure!(out.len() <= np as usize, "{what}: cycle");
-            let d = Geometry::desc(r - 1);
-            ensure!(
-                m.ld32(d + D_PREV) == prev,
-                "{what}: page {}: bad back link",
-                r - 1
-            );
-            out.push(r - 1);
-            prev = r;
-            r = m.ld32(d + D_NEXT);
-        }
-        Ok(out)
-    };
+/// The pages of the list whose head is at `head`, checked: in range, back links right, no
+/// cycle.
+fn page_list(m: &Mem, np: u32, head: usize, what: &str) -> Result<Vec<u32>, String> {
+    let mut out = Vec::new();
+    let (mut r, mut prev) = (m.ld32(head), 0u32);
+    while r != 0 {
+        ensure!(r <= np, "{what}: page {} out of range", r - 1);
+        ensure!(out.len() <= np as usize, "{what}: cycle");
+        let d = Geometry::desc(r - 1);
+        ensure!(
+            m.ld32(d + D_PREV) == prev,
+            "{what}: page {}: bad back link",
+            r - 1
+        );
+        out.push(r - 1);
+        prev = r;
+        r = m.ld32(d + D_NEXT);
+    }
+    Ok(out)
+}
+
+/// Every free block is on its order's list, and nothing else is.
+fn free_lists(m: &Mem, g: &Geometry, pages: &Pages) -> Result<(), String> {
     let mut on_lists = 0usize;
     for k in 0..ORDERS as u32 {
-        for p in list(H_BUDDY + 4 * k as usize, &format!("free list {k}"))? {
+        for p in page_list(
+            m,
+            g.npages,
+            H_BUDDY + 4 * k as usize,
+            &format!("free list {k}"),
+        )? {
             ensure!(
-                free_blocks.contains(&(p, k)),
+                pages.free_blocks.contains(&(p, k)),
                 "free list {k}: page {p} is no such block"
             );
             on_lists += 1;
         }
     }
     ensure!(
-        on_lists == free_blocks.len(),
+        on_lists == pages.free_blocks.len(),
         "free blocks missing from their lists"
     );
+    Ok(())
+}
+
+/// A slab page is on its class's list exactly when it has a free chunk.
+fn slab_lists(m: &Mem, g: &Geometry, pages: &Pages) -> Result<(), String> {
+    let full = |n: u32| if n == 64 { u64::MAX } else { (1 << n) - 1 };
     let mut partial = 0usize;
     for c in 0..CLASSES.len() as u32 {
-        for p in list(H_PARTIAL + 4 * c as usize, &format!("class {c} list"))? {
+        for p in page_list(
+            m,
+            g.npages,
+            H_PARTIAL + 4 * c as usize,
+            &format!("class {c} list"),
+        )? {
             ensure!(
-                slabs.contains(&p),
+                pages.slabs.contains(&p),
                 "class {c} list: page {p} is not a slab page"
             );
             let d = Geometry::desc(p);
@@ -188,30 +234,40 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
                 m.ld32(d + D_ARG) == c,
                 "class {c} list: page {p} of another class"
             );
-            let n = alloc::chunks(c);
-            let full = if n == 64 { u64::MAX } else { (1 << n) - 1 };
             ensure!(
-                m.ld64(d + D_BITMAP) != full,
+                m.ld64(d + D_BITMAP) != full(alloc::chunks(c)),
                 "class {c} list: page {p} is full"
             );
             partial += 1;
         }
     }
-    let not_full = slabs
+    let not_full = pages
+        .slabs
         .iter()
         .filter(|&&p| {
             let d = Geometry::desc(p);
-            let n = alloc::chunks(m.ld32(d + D_ARG));
-            let full = if n == 64 { u64::MAX } else { (1 << n) - 1 };
-            m.ld64(d + D_BITMAP) != full
+            m.ld64(d + D_BITMAP) != full(alloc::chunks(m.ld32(d + D_ARG)))
         })
         .count();
     ensure!(
         partial == not_full,
         "slab pages with free chunks missing from their lists"
     );
+    Ok(())
+}
 
-    // Index.
+/// Every chain holds entries in allocated chunks, in the right bucket, with distinct keys and
+/// no cycle; each entry fits its chunk, in the smallest size class that holds it; the entry
+/// count is right and no chunk is lost. The entries indexed.
+fn index(
+    m: &Mem,
+    g: &Geometry,
+    seed: u64,
+    pages: &Pages,
+    rep: &mut CheckReport,
+) -> Result<HashSet<usize>, String> {
+    let tx = Tx::new(m);
+    let chunks = &pages.chunks;
     let count = m.ld64(H_COUNT);
     let mut indexed: HashSet<usize> = HashSet::new();
     let mut keys: HashSet<&[u8]> = HashSet::new();
@@ -228,34 +284,7 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
                 indexed.insert(e),
                 "entry at {e:#x} indexed twice (or a cycle)"
             );
-            let (klen, kind) = index::klen_kind(&tx, e);
-            let vlen = m.ld32(e + E_VLEN) as usize;
-            ensure!(
-                kind == VALUE_BYTES || kind == VALUE_INT || kind == VALUE_LIST,
-                "entry at {e:#x}: kind {kind}"
-            );
-            ensure!(
-                m.ld32(e + E_USED) <= 1,
-                "entry at {e:#x}: used word {}",
-                m.ld32(e + E_USED)
-            );
-            ensure!(
-                kind != VALUE_INT || vlen == 8,
-                "entry at {e:#x}: integer of {vlen} bytes"
-            );
-            if kind == VALUE_LIST {
-                let items = crate::shm::dict::list::items(m.bytes(e + E_VALUE, vlen));
-                ensure!(
-                    items.is_some_and(|n| n > 0),
-                    "entry at {e:#x}: a list of {vlen} bytes that is not whole (or empty)"
-                );
-            }
-            let need = entry_size(klen, vlen);
-            ensure!(
-                Size::of(need) == chunks[&e],
-                "entry at {e:#x}: {need} bytes in a chunk of {}",
-                chunks[&e].bytes()
-            );
+            entry(m, &tx, e, chunks[&e])?;
             let key = index::key_of(&tx, e);
             let h = index::hash(seed, key) as u32;
             ensure!(m.ld32(e + E_HASH) == h, "entry at {e:#x}: stale hash");
@@ -284,8 +313,47 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
         chunks.len(),
         indexed.len()
     );
+    Ok(indexed)
+}
 
-    // LRU.
+/// One entry's fields: its kind, its used word, an integer's or a list's encoding, its size
+/// against its chunk's.
+fn entry(m: &Mem, tx: &Tx, e: usize, chunk: Size) -> Result<(), String> {
+    let (klen, kind) = index::klen_kind(tx, e);
+    let vlen = m.ld32(e + E_VLEN) as usize;
+    ensure!(
+        kind == VALUE_BYTES || kind == VALUE_INT || kind == VALUE_LIST,
+        "entry at {e:#x}: kind {kind}"
+    );
+    ensure!(
+        m.ld32(e + E_USED) <= 1,
+        "entry at {e:#x}: used word {}",
+        m.ld32(e + E_USED)
+    );
+    ensure!(
+        kind != VALUE_INT || vlen == 8,
+        "entry at {e:#x}: integer of {vlen} bytes"
+    );
+    if kind == VALUE_LIST {
+        let items = super::list::items(m.bytes(e + E_VALUE, vlen));
+        ensure!(
+            items.is_some_and(|n| n > 0),
+            "entry at {e:#x}: a list of {vlen} bytes that is not whole (or empty)"
+        );
+    }
+    let need = entry_size(klen, vlen);
+    ensure!(
+        Size::of(need) == chunk,
+        "entry at {e:#x}: {need} bytes in a chunk of {}",
+        chunk.bytes()
+    );
+    Ok(())
+}
+
+/// The LRU list runs head to tail with consistent back links and holds exactly the indexed
+/// entries.
+fn lru(m: &Mem, indexed: &HashSet<usize>) -> Result<(), String> {
+    let count = m.ld64(H_COUNT);
     let (mut r, mut prev, mut n) = (m.ld32(H_LRU_HEAD), 0u32, 0u64);
     while r != 0 {
         let e = index::off(r);
@@ -304,6 +372,5 @@ pub(crate) fn check(m: &Mem, g: &Geometry, seed: u64) -> Result<CheckReport, Str
         "LRU: tail is not the last entry"
     );
     ensure!(n == count, "LRU holds {n} entries, the index {count}");
-    rep.entries = count;
-    Ok(rep)
+    Ok(())
 }

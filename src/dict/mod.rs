@@ -1,15 +1,31 @@
-//! [`ShmDict`]: a dictionary shared by worker processes, with OpenResty's `lua_shared_dict`
-//! operations, that stays whole when a process is killed at any instruction.
+//! Shared state for worker processes, built on the shared-memory lock ([`crate::shm`]):
 //!
-//! (Documented on [`ShmDict`].)
+//! * [`ShmDict`]: a dictionary shared by worker processes, with OpenResty's
+//!   `lua_shared_dict` operations (values, TTLs, LRU eviction, lists), that stays whole when a
+//!   process is killed at any instruction ([`DictConfig`] for its shards and zone);
+//! * [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key) on a [`ShmDict`].
+//!
+//! ```
+//! use gomutex::dict::{Decision, RateLimiter, ShmDict};
+//!
+//! let d = ShmDict::anonymous(1 << 20)?; // before fork(): the workers share it
+//! d.set("greeting", "hello", None, 0).unwrap();
+//! let limiter = RateLimiter::new(ShmDict::anonymous(64 << 10)?, 10, 5)?.nodelay();
+//! assert_eq!(limiter.check("client-1"), Decision::Allowed);
+//! # Ok::<(), gomutex::shm::ShmError>(())
+//! ```
+//!
+//! The module uses [`crate::shm`] through its public API ([`ShmMutex`] guards each shard,
+//! [`Mapping`] and [`MappingLayout`](crate::shm::MappingLayout) place the zones), plus the
+//! clock, the pid and `init_in`'s checks from `shm/seam.rs`. Its crash points are in the
+//! crate's one list (`src/crash.rs`). (Each type is documented on itself.)
 
 mod alloc;
 mod check;
 mod config;
-#[doc(hidden)]
-pub mod crash;
 mod index;
 mod layout;
+mod limit_req;
 mod list;
 mod lru;
 mod named;
@@ -21,14 +37,15 @@ mod types;
 
 pub use check::CheckReport;
 pub use config::DictConfig;
+pub use limit_req::{Decision, RateLimiter};
 pub use types::{DictError, DictStats, Incr, Item, OwnedValue, Value};
 
 use self::layout::PAGE;
 use self::ops::{Mode, Write};
 use self::shard::Shard;
 #[cfg(doc)]
-use super::ShmMutex;
-use super::{Mapping, ShmError};
+use crate::shm::ShmMutex;
+use crate::shm::{Mapping, ShmError};
 use core::fmt;
 use std::time::Duration;
 
@@ -68,7 +85,7 @@ pub const MAX_KEY: usize = 0xffff;
 /// process killed before the commit leaves the old value and every structure as it was (its
 /// chunk is still free: no space lost); killed after, its update is complete once the record is
 /// applied. The record is applied by whoever takes the lock next: the lock reports the death
-/// ([`LockError::OwnerDied`](super::LockError::OwnerDied)), and the dictionary replays a
+/// ([`LockError::OwnerDied`](crate::shm::LockError::OwnerDied)), and the dictionary replays a
 /// committed record before the operation proceeds, without the user's help. Operations made
 /// of several steps (evicting to make room, then storing; `flush_expired`) commit each step,
 /// each leaving a valid dictionary.
@@ -81,7 +98,7 @@ pub const MAX_KEY: usize = 0xffff;
 /// A per-client request counter shared by forked workers:
 ///
 /// ```
-/// use gomutex::shm::ShmDict;
+/// use gomutex::dict::ShmDict;
 /// use std::time::Duration;
 ///
 /// let hits = ShmDict::anonymous(1 << 20)?; // before fork: the children share it
@@ -115,7 +132,7 @@ pub const MAX_KEY: usize = 0xffff;
 /// A cache with a TTL, read without copying:
 ///
 /// ```
-/// use gomutex::shm::{ShmDict, Value};
+/// use gomutex::dict::{ShmDict, Value};
 /// use std::time::Duration;
 ///
 /// let cache = ShmDict::anonymous(1 << 20)?;
@@ -203,7 +220,7 @@ impl ShmDict {
     /// as `cfg` says (what [`init_in`](Self::init_in) takes).
     ///
     /// ```
-    /// use gomutex::shm::{DictConfig, ShmDict};
+    /// use gomutex::dict::{DictConfig, ShmDict};
     /// let n = ShmDict::required_size(1 << 20, DictConfig::new())?;
     /// assert!(n > 1 << 20 && n % 4096 == 0);
     /// # Ok::<(), gomutex::shm::ShmError>(())
@@ -217,7 +234,7 @@ impl ShmDict {
     /// shared with children `fork()`ed afterwards: one shard, the lock's default sizes.
     ///
     /// ```
-    /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
+    /// let d = gomutex::dict::ShmDict::anonymous(64 << 10)?;
     /// assert_eq!(d.capacity(), 64 << 10);
     /// # Ok::<(), gomutex::shm::ShmError>(())
     /// ```
@@ -239,7 +256,7 @@ impl ShmDict {
     /// checked before the first is written. The handle keeps the mapping alive.
     ///
     /// ```
-    /// use gomutex::shm::{DictConfig, Mapping, ShmDict};
+    /// use gomutex::{dict::{DictConfig, ShmDict}, shm::Mapping};
     /// let cfg = DictConfig::new();
     /// let map = Mapping::anonymous(ShmDict::required_size(1 << 16, cfg)?)?;
     /// let a = ShmDict::init_in(&map, 0, 1 << 16, cfg)?;
@@ -384,7 +401,7 @@ impl ShmDict {
     /// it from the next eviction that reaches it).
     ///
     /// ```
-    /// use gomutex::shm::{OwnedValue, ShmDict};
+    /// use gomutex::dict::{OwnedValue, ShmDict};
     /// let d = ShmDict::anonymous(64 << 10)?;
     /// d.set("a", "x", None, 3).unwrap();
     /// let item = d.get("a")?.unwrap();
@@ -437,7 +454,7 @@ impl ShmDict {
     /// and other shards of this one, may be used inside `f`.
     ///
     /// ```
-    /// use gomutex::shm::{ShmDict, Value};
+    /// use gomutex::dict::{ShmDict, Value};
     /// let d = ShmDict::anonymous(64 << 10)?;
     /// d.set("k", b"abc", None, 0).unwrap();
     /// let mut buf = [0u8; 8];
@@ -482,7 +499,7 @@ impl ShmDict {
     /// would deadlock.
     ///
     /// ```
-    /// use gomutex::shm::{ShmDict, Value};
+    /// use gomutex::dict::{ShmDict, Value};
     /// let d = ShmDict::anonymous(64 << 10)?;
     /// let bump = |v: Option<Value<'_>>| {
     ///     let n = match v {
@@ -536,7 +553,7 @@ impl ShmDict {
     /// (see the limits on [`ShmDict`]), [`DictError::NoMemory`], nothing freed.
     ///
     /// ```
-    /// use gomutex::shm::ShmDict;
+    /// use gomutex::dict::ShmDict;
     /// use std::time::Duration;
     /// let d = ShmDict::anonymous(64 << 10)?;
     /// assert_eq!(d.set("k", "v", Some(Duration::from_secs(10)), 0), Ok(0));
@@ -568,7 +585,7 @@ impl ShmDict {
     /// [`set`](Self::set) only if `key` has no live entry, else [`DictError::Exists`].
     ///
     /// ```
-    /// use gomutex::shm::{DictError, ShmDict};
+    /// use gomutex::dict::{DictError, ShmDict};
     /// let d = ShmDict::anonymous(64 << 10)?;
     /// assert_eq!(d.add("lock", "me", None, 0), Ok(0));
     /// assert_eq!(d.add("lock", "you", None, 0), Err(DictError::Exists));
@@ -621,7 +638,7 @@ impl ShmDict {
     /// entry keeps its TTL.
     ///
     /// ```
-    /// use gomutex::shm::{DictError, ShmDict};
+    /// use gomutex::dict::{DictError, ShmDict};
     /// let d = ShmDict::anonymous(64 << 10)?;
     /// assert_eq!(d.incr("n", 1, None, None), Err(DictError::NotFound));
     /// assert_eq!(d.incr("n", 1, Some(10), None).unwrap().value, 11);
@@ -656,7 +673,7 @@ impl ShmDict {
     /// [`DictError::NotFound`].
     ///
     /// ```
-    /// use gomutex::shm::ShmDict;
+    /// use gomutex::dict::ShmDict;
     /// use std::time::Duration;
     /// let d = ShmDict::anonymous(64 << 10)?;
     /// d.set("k", "v", None, 0).unwrap();
@@ -677,7 +694,7 @@ impl ShmDict {
     /// shards: with several, a write to a shard already flushed survives the call.
     ///
     /// ```
-    /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
+    /// let d = gomutex::dict::ShmDict::anonymous(64 << 10)?;
     /// d.set("a", "1", None, 0)?;
     /// d.flush_all()?;
     /// assert!(d.get("a")?.is_none());
@@ -776,7 +793,7 @@ impl ShmDict {
     /// proportional to the zone.
     ///
     /// ```
-    /// let d = gomutex::shm::ShmDict::anonymous(64 << 10)?;
+    /// let d = gomutex::dict::ShmDict::anonymous(64 << 10)?;
     /// d.set("a", "1", None, 0).unwrap();
     /// assert_eq!(d.check().unwrap().entries, 1);
     /// # Ok::<(), gomutex::shm::ShmError>(())

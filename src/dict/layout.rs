@@ -71,7 +71,13 @@ pub(crate) const H_REPLAYED: usize = 120;
 pub(crate) const H_BUDDY: usize = 128;
 /// u32 × CLASSES: head (page + 1) of each size class's list of slab pages with a free chunk.
 pub(crate) const H_PARTIAL: usize = H_BUDDY + 4 * ORDERS;
-const _: () = assert!(H_PARTIAL + 4 * super::alloc::CLASSES.len() <= LOG);
+const _: () = assert!(H_PARTIAL + 4 * CLASSES.len() <= LOG);
+/// Chunk sizes of the slab classes (`alloc`), in bytes (multiples of 16; 64 chunks of the
+/// smallest fill a page, so a page's bitmap is one u64). Here, with the header's lists of them.
+pub(crate) const CLASSES: [u32; 21] = [
+    64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536,
+    1792, 2048,
+];
 
 /// The redo record: u64 length of the committed transaction (0 = none), at `LOG`, and its
 /// pairs from `LOG_ENTRIES`.

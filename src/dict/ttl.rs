@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Milliseconds on `CLOCK_MONOTONIC` (never 0: 0 means "never expires" in an entry).
 pub(crate) fn now_ms() -> u64 {
-    (crate::shm::sys::mono_ns() / 1_000_000).max(1)
+    (crate::shm::seam::mono_ns() / 1_000_000).max(1)
 }
 
 /// The expiry word for a TTL given now: `None` or zero never expires (lua_shared_dict's

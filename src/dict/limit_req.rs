@@ -1,7 +1,8 @@
 //! [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key), kept in a [`ShmDict`] that
 //! worker processes share, so that the rate holds across them.
 
-use super::{DictError, ShmDict, ShmError, Value};
+use super::{DictError, ShmDict, Value};
+use crate::shm::ShmError;
 use std::time::Duration;
 
 /// What [`RateLimiter::check`] decides for one request.
@@ -38,7 +39,7 @@ pub enum Decision {
 /// cannot make room rejects.
 ///
 /// ```
-/// use gomutex::shm::{Decision, RateLimiter, ShmDict};
+/// use gomutex::dict::{Decision, RateLimiter, ShmDict};
 /// let lim = RateLimiter::new(ShmDict::anonymous(64 << 10)?, 10, 1)?.nodelay();
 /// let t = 1_000; // ms, from any clock all the processes share
 /// assert_eq!(lim.check_at("10.0.0.1", t), Decision::Allowed);
@@ -114,7 +115,7 @@ impl RateLimiter {
     /// Count a request of `key` now (milliseconds on `CLOCK_MONOTONIC`, one clock for all the
     /// processes of the machine).
     pub fn check(&self, key: impl AsRef<[u8]>) -> Decision {
-        self.check_at(key, super::sys::mono_ns() / 1_000_000)
+        self.check_at(key, crate::shm::seam::mono_ns() / 1_000_000)
     }
 
     /// [`check`](Self::check) at time `now_ms` of a clock the caller keeps (the same for

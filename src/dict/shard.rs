@@ -5,8 +5,7 @@
 use super::layout::{self, Geometry, Mem, PAGE};
 use super::ops::Zone;
 use super::{alloc, redo, ttl, DictError};
-use crate::shm::attach::check_not_in_use;
-use crate::shm::mapping::{overlaps, IN_USE};
+use crate::shm::seam;
 use crate::shm::{Config, Mapping, ShmError, ShmMutex, ShmMutexGuard};
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -44,10 +43,8 @@ impl Shard {
     /// for the whole dictionary by [`check_free`]): a lock in use at `off` (checked by the
     /// caller: page-aligned, a shard's length inside the mapping). Writes nothing.
     pub(crate) fn check_place(map: &Mapping, off: usize) -> Result<(), ShmError> {
-        // SAFETY: `off` is in the mapping with a shard's length after it (the caller's
-        // checks), page-aligned: a header's worth of mapped, aligned bytes, only loaded.
-        let base = unsafe { map.as_ptr().add(off) };
-        check_not_in_use(base, map.len() - off)
+        // `off` is page-aligned with a shard's length (more than a lock's header) after it.
+        seam::check_no_region_at(map, off)
     }
 
     /// Attach to the shard at `off`, validating the lock's header and the zone's; its
@@ -224,7 +221,7 @@ fn release() {
 #[inline(never)]
 fn reentered() -> ! {
     panic!(
-        "gomutex::shm::ShmDict: this thread already holds the lock of this key's shard (a \
+        "gomutex::dict::ShmDict: this thread already holds the lock of this key's shard (a \
          dictionary operation called inside get_with or update on the same shard): waiting \
          for it would deadlock"
     )
@@ -247,10 +244,7 @@ impl Drop for Held<'_> {
 /// shared value, another dictionary), as [`ShmMutex::init_in`] and
 /// [`Mapping::shared_slice`] would, but before anything is written.
 pub(crate) fn check_free(map: &Mapping, off: usize, len: usize) -> Result<(), ShmError> {
-    if overlaps(&map.claims(), off, off + len, None) {
-        return Err(IN_USE);
-    }
-    Ok(())
+    seam::check_range_free(map, off, len)
 }
 
 /// The zone's bytes, claimed in `map` (so no lock of this process is placed over them).
@@ -271,7 +265,7 @@ pub(crate) fn random_seed() -> u64 {
     if n == 8 {
         u64::from_le_bytes(b)
     } else {
-        crate::shm::sys::mono_ns() ^ u64::from(crate::shm::sys::current_pid()) << 32
+        seam::mono_ns() ^ u64::from(seam::current_pid()) << 32
     }
 }
 

@@ -31,12 +31,6 @@
 use super::layout::*;
 use super::redo::Tx;
 
-/// Chunk sizes of the slab classes, in bytes (multiples of 16; 64 chunks of the smallest fill
-/// a page, so a page's bitmap is one u64).
-pub(crate) const CLASSES: [u32; 21] = [
-    64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536,
-    1792, 2048,
-];
 /// The largest slab chunk.
 pub(crate) const MAX_SMALL: usize = 2048;
 

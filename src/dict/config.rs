@@ -9,7 +9,7 @@ pub(crate) const MAX_SHARDS: u32 = 1024;
 /// How a dictionary is made: its number of shards and its locks' sizes.
 ///
 /// ```
-/// use gomutex::shm::{Config, DictConfig, ShmDict};
+/// use gomutex::{dict::{DictConfig, ShmDict}, shm::Config};
 /// let cfg = DictConfig::new().shards(4).lock(Config::new().participants(16));
 /// let d = ShmDict::anonymous_with(1 << 20, cfg)?;
 /// assert_eq!(d.shards(), 4);

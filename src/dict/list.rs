@@ -229,7 +229,7 @@ impl ShmDict {
     /// push copies the list, so keep lists short.
     ///
     /// ```
-    /// use gomutex::shm::{DictError, ShmDict};
+    /// use gomutex::dict::{DictError, ShmDict};
     /// let jobs = ShmDict::anonymous(64 << 10)?;
     /// assert_eq!(jobs.rpush("queue", b"first")?, 1);
     /// assert_eq!(jobs.rpush("queue", b"second")?, 2);

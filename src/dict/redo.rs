@@ -17,8 +17,8 @@
 //! again and clears it. So every structure is always either before or after a transaction, and
 //! every key holds its old or its new value.
 
-use super::crash;
 use super::layout::{corrupt, corrupt_seen, Mem, LOG, LOG_CAP, LOG_ENTRIES};
+use crate::crash;
 use core::sync::atomic::{fence, Ordering};
 use std::collections::HashMap;
 
@@ -107,7 +107,7 @@ impl<'m> Tx<'m> {
                 // and frees an entry that merges every order, is well under LOG_CAP).
                 assert!(
                     self.w.len() < self.cap,
-                    "gomutex::shm::ShmDict: transaction too large"
+                    "gomutex::dict::ShmDict: transaction too large"
                 );
                 if self.w.is_empty() {
                     self.w.reserve(32);
@@ -162,24 +162,24 @@ impl<'m> Tx<'m> {
         }
         assert!(
             self.fits_record(),
-            "gomutex::shm::ShmDict: transaction too large"
+            "gomutex::dict::ShmDict: transaction too large"
         );
         let m = self.m;
         for (i, &(k, v)) in self.planned().iter().enumerate() {
             m.st64(LOG_ENTRIES + 16 * i, k);
             m.st64(LOG_ENTRIES + 16 * i + 8, v);
         }
-        crash::point(crash::LOGGED);
+        crash::point(crash::DICT_LOGGED);
         // The commit point. Release: the pairs and the new entry's bytes (plain copies) are
         // in memory before the count that makes them count.
         m.a64(LOG).store(self.w.len() as u64, Ordering::Release);
         // No applied write may be seen before the commit.
         fence(Ordering::SeqCst);
-        crash::point(crash::COMMITTED);
+        crash::point(crash::DICT_COMMITTED);
         apply(m, self.planned());
         // Every applied write lands before the record is cleared.
         fence(Ordering::SeqCst);
-        crash::point(crash::APPLIED);
+        crash::point(crash::DICT_APPLIED);
         m.a64(LOG).store(0, Ordering::Release);
     }
 }
@@ -194,7 +194,7 @@ fn apply(m: &Mem, w: &[(u64, u64)]) {
     let half = w.len() / 2;
     for (i, &(k, v)) in w.iter().enumerate() {
         if i == half && i > 0 {
-            crash::point(crash::HALF_APPLIED);
+            crash::point(crash::DICT_HALF_APPLIED);
         }
         if k & 1 == 1 {
             m.st64(target(k), v);

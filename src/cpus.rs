@@ -1,6 +1,6 @@
 //! Pinning threads to CPUs (Linux; elsewhere pinning is a no-op and there are no two CPUs to
-//! name). Shared by the integration tests (`tests/common/mod.rs`) and the benchmarks
-//! (`benches/common.rs` includes this file by path).
+//! name), for tests, examples and benchmarks (`gomutex::__cpus`, hidden: not part of the API).
+//! The locks never pin anything.
 
 /// Pin the calling thread to `cpu` (if given). Linux only; elsewhere a no-op (and
 /// [`two_cpus`] says `None`, so tests that need two pinned CPUs skip that part).

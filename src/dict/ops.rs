@@ -7,13 +7,13 @@
 //! entries freed and the rest as they were, every one whole.
 
 use super::alloc::{self, Size};
-use super::crash;
 use super::index;
 use super::layout::*;
 use super::lru;
 use super::redo::Tx;
 use super::ttl;
 use super::{DictError, Value};
+use crate::crash;
 use std::time::Duration;
 
 /// How many expired entries a write frees from the LRU tail before it starts (lua_shared_dict
@@ -106,7 +106,7 @@ impl Zone<'_> {
         let mut tx = Tx::new(self.m);
         self.remove_found(&mut tx, e, evicted)?;
         tx.commit();
-        crash::point(crash::BETWEEN);
+        crash::point(crash::DICT_BETWEEN);
         Ok(())
     }
 
@@ -293,7 +293,7 @@ impl Zone<'_> {
                     1u32.checked_shl(arg)?
                 }
                 KIND_SLAB => {
-                    let chunk = *alloc::CLASSES.get(arg as usize)? as usize;
+                    let chunk = *CLASSES.get(arg as usize)? as usize;
                     let bm = tx.r64(d + D_BITMAP);
                     let used = (0..alloc::chunks(arg)).filter(|i| bm & 1 << i != 0);
                     out.extend(used.map(|i| self.g.page(p) + i as usize * chunk));
@@ -317,7 +317,7 @@ impl Zone<'_> {
         }
         if room.plan.fits_record() {
             room.plan.commit();
-            crash::point(crash::BETWEEN);
+            crash::point(crash::DICT_BETWEEN);
             return Ok(());
         }
         for step in room.room {
@@ -327,7 +327,7 @@ impl Zone<'_> {
                     let mut tx = Tx::new(self.m);
                     lru::spare(&mut tx, e);
                     tx.commit();
-                    crash::point(crash::BETWEEN);
+                    crash::point(crash::DICT_BETWEEN);
                 }
             }
         }
@@ -410,7 +410,7 @@ impl Zone<'_> {
                 tx.add64(H_COUNT, 1);
             }
         }
-        crash::point(crash::ENTRY_WRITTEN);
+        crash::point(crash::DICT_ENTRY_WRITTEN);
         tx.commit();
         Ok(evicted)
     }

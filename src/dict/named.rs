@@ -13,7 +13,7 @@ fn plan(capacity: usize, cfg: DictConfig) -> Result<MappingLayout, ShmError> {
 
 /// `e` about the object `name` (as the named mapping's own errors are).
 fn about(name: &str, e: ShmError) -> ShmError {
-    e.about(&format!("/{}", name.strip_prefix('/').unwrap_or(name)))
+    crate::shm::seam::about(e, &format!("/{}", name.strip_prefix('/').unwrap_or(name)))
 }
 
 impl ShmDict {
@@ -23,7 +23,7 @@ impl ShmDict {
     /// is made.
     ///
     /// ```
-    /// use gomutex::shm::{self, DictConfig, ShmDict};
+    /// use gomutex::{dict::{DictConfig, ShmDict}, shm};
     /// let name = format!("/gomutex-doc-dict-{}", std::process::id());
     /// let a = ShmDict::create(&name, 1 << 20, DictConfig::new())?;
     /// let b = ShmDict::open(&name)?; // another process would do this
@@ -78,7 +78,7 @@ impl ShmDict {
     /// [`open`](Self::open) takes a dictionary as it is.
     ///
     /// ```
-    /// use gomutex::shm::{self, DictConfig, ShmDict, ShmError};
+    /// use gomutex::{dict::{DictConfig, ShmDict}, shm::{self, ShmError}};
     /// let name = format!("/gomutex-doc-dict-ooc-{}", std::process::id());
     /// let (_a, created) = ShmDict::open_or_create(&name, 1 << 20, DictConfig::new())?;
     /// assert!(created);

@@ -1,0 +1,71 @@
+//! The one door from the rest of the crate into the lock's internals: what
+//! [`crate::dict`] (built on [`ShmMutex`], [`Mapping`] and [`MappingLayout`] through their
+//! public API) and the accept lock's `ShmAcceptMutex` need that the public API does not
+//! offer. Nothing else outside `shm` imports from `shm`'s private modules.
+//!
+//! * the clock the lock reads (`CLOCK_MONOTONIC`, shared by every process of the machine),
+//!   for the dictionary's expiry times and the rate limiter's buckets;
+//! * this process's pid, cached (reset in a forked child), and its fork generation (which
+//!   process this is to memory it may have inherited across `fork()`, with no system call:
+//!   what a guard compares against);
+//! * an error about a named object ([`ShmError::Object`]), as the lock's own calls that take a
+//!   name report theirs;
+//! * [`ShmMutex::init_in`]'s refusals, made before anything is written: a range claimed by a
+//!   handle of this process, a lock region in use at an offset.
+//!
+//! [`MappingLayout`]: super::MappingLayout
+
+use super::attach::check_not_in_use;
+use super::error::ShmError;
+use super::identity;
+use super::mapping::Mapping;
+use super::mapping::{overlaps, IN_USE};
+use super::sys;
+#[cfg(doc)]
+use super::ShmMutex;
+
+/// Nanoseconds of `CLOCK_MONOTONIC`, the clock every process of the machine shares.
+#[inline]
+pub(crate) fn mono_ns() -> u64 {
+    sys::mono_ns()
+}
+
+/// This process's pid, cached without a system call per call (reset in a forked child).
+#[inline]
+pub(crate) fn current_pid() -> u32 {
+    identity::current_pid()
+}
+
+/// This process's fork generation: one more than its parent's, never 0 (see `identity.rs`).
+#[inline]
+pub(crate) fn fork_generation() -> u32 {
+    identity::fork_generation()
+}
+
+/// `e` about the object `name`: wrapped in [`ShmError::Object`] unless it already names one.
+pub(crate) fn about(e: ShmError, name: &str) -> ShmError {
+    e.about(name)
+}
+
+/// Refuse `off..off + len` of `map` if a handle of this process uses part of it (a lock, a
+/// shared value, another dictionary), as [`ShmMutex::init_in`] and
+/// [`Mapping::shared_slice`] would, but before anything is written.
+pub(crate) fn check_range_free(map: &Mapping, off: usize, len: usize) -> Result<(), ShmError> {
+    if overlaps(&map.claims(), off, off + len, None) {
+        return Err(IN_USE);
+    }
+    Ok(())
+}
+
+/// Refuse `off` of `map` if a lock region in use starts there (its header says so), as
+/// [`ShmMutex::init_in`] would, but before anything is written. `off` must be page-aligned
+/// with at least a lock header's bytes ([`HEADER_SIZE`]) after it in the mapping.
+///
+/// [`HEADER_SIZE`]: super::HEADER_SIZE
+pub(crate) fn check_no_region_at(map: &Mapping, off: usize) -> Result<(), ShmError> {
+    assert!(off.is_multiple_of(4096) && map.len().saturating_sub(off) >= super::HEADER_SIZE);
+    // SAFETY: `off` is page-aligned with a header's worth of mapped bytes after it (asserted):
+    // `check_not_in_use` only loads, within the `map.len() - off` bytes it is given.
+    let base = unsafe { map.as_ptr().add(off) };
+    check_not_in_use(base, map.len() - off)
+}
