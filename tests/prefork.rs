@@ -20,6 +20,9 @@ mod http;
 #[path = "../examples/prefork/shared.rs"]
 mod shared;
 
+mod common;
+use common::uniq;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -88,11 +91,7 @@ impl Server {
 
     /// `start` with extra command-line arguments.
     fn start_with(mode: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let stats = std::env::temp_dir().join(format!(
-            "prefork-test-{}-{mode}-{}.json",
-            std::process::id(),
-            rand_suffix()
-        ));
+        let stats = std::env::temp_dir().join(format!("{}.json", uniq(&format!("prefork-{mode}"))));
         let _ = std::fs::remove_file(&stats);
         let mut cmd = Command::new(example_binary());
         cmd.args(["--addr", "127.0.0.1:0", "--workers", "2", "--accept", mode])
@@ -193,17 +192,6 @@ impl Drop for Server {
             let _ = c.wait();
         }
     }
-}
-
-fn rand_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
-        ^ Instant::now().elapsed().as_nanos() as u64
-        ^ (std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64)
 }
 
 /// Read one HTTP response (status line, headers, `Content-Length` body) from `r`.

@@ -2,8 +2,9 @@
 //! every bad attach refused without writing a byte.
 
 use super::common::procs::{fork, kill9, wait};
+use super::common::shm_name;
 use super::common::shmtest::{assert_quiescent, ok};
-use super::{fork_holder, uniq};
+use super::fork_holder;
 use gomutex::shm::{
     Config, LockError, Mapping, MappingLayout, ShmError, ShmMutex, ShmSafe, LAYOUT_VERSION, MAGIC,
 };
@@ -295,7 +296,7 @@ pub fn bad_attach_writes_nothing() {
 
     // Named: an object nobody initialises times out; one with garbage is refused. Neither
     // is written.
-    let name = uniq("bad");
+    let name = shm_name("bad");
     let _ = ShmMutex::<u64>::unlink(&name);
     let cname = std::ffi::CString::new(name.clone()).unwrap();
     // SAFETY: creating a plain shm object for the test.

@@ -29,10 +29,6 @@ mod sharing;
 
 use std::sync::atomic::Ordering::SeqCst;
 
-fn uniq(tag: &str) -> String {
-    format!("/gomutex-test-{tag}-{}", std::process::id())
-}
-
 /// Fork a child that takes `m`, applies `update` to the value (e.g. half of a two-word update),
 /// keeps the lock (through its guard, or a leaked one if `leak`) and sleeps until killed.
 /// Returns its pid once it holds the lock.

@@ -1,8 +1,8 @@
 //! Named objects opened by unrelated processes (this binary re-executed with `--shm-child`):
 //! a lock, an `open_or_create` race, and a `Mapping` holding several objects.
 
+use super::common::shm_name;
 use super::common::shmtest::{assert_quiescent, ok};
-use super::uniq;
 use gomutex::shm::{Config, Mapping, MappingLayout, ShmError, ShmMutex};
 use std::process::Command;
 use std::sync::atomic::Ordering::SeqCst;
@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering::SeqCst;
 pub fn named_unrelated_processes() {
     const PROCS: usize = 4;
     const ITERS: u64 = 2_000;
-    let name = uniq("named");
+    let name = shm_name("named");
     let _ = ShmMutex::<[u64; 2]>::unlink(&name);
     let m = ShmMutex::create(&name, [0u64; 2], Config::default()).unwrap();
     let e = ShmMutex::create(&name, [0u64; 2], Config::default()).unwrap_err();
@@ -67,7 +67,7 @@ fn race_children(procs: usize, role: &str, name: &str, iters: u64) -> usize {
 /// all share the same lock.
 pub fn named_open_or_create_race() {
     const PROCS: usize = 4;
-    let name = uniq("race");
+    let name = shm_name("race");
     let _ = ShmMutex::<[u64; 2]>::unlink(&name);
     assert_eq!(
         race_children(PROCS, "open_or_create", &name, 500),
@@ -95,7 +95,7 @@ fn mapping_plan() -> (MappingLayout, Config, [usize; 3]) {
 pub fn named_mapping_unrelated_processes() {
     const PROCS: usize = 4;
     const ITERS: u64 = 1_000;
-    let name = uniq("mapping");
+    let name = shm_name("mapping");
     let _ = gomutex::shm::unlink(&name);
     assert_eq!(
         race_children(PROCS, "mapping", &name, ITERS),

@@ -4,6 +4,7 @@
 
 use super::common::anon::AnonShared;
 use super::common::procs::{fork, kill9, mono_ns, signal, wait_limit, wait_stopped};
+use super::common::shm_name;
 use super::fixture::{
     holding_reader, in_child, reader_child, write_expect, Fixture, KILLED, RW_PENDING, V,
 };
@@ -264,11 +265,7 @@ pub fn header_validation_writes_nothing() {
     assert_eq!((*m.lock().unwrap(), *l.read().unwrap()), (1, 2));
 
     // Named objects.
-    let pid = std::process::id();
-    let (nm, nr) = (
-        format!("/gomutex-test-rwhdr-m-{pid}"),
-        format!("/gomutex-test-rwhdr-r-{pid}"),
-    );
+    let (nm, nr) = (shm_name("rwhdr-m"), shm_name("rwhdr-r"));
     let m = ShmMutex::create(&nm, 1u64, cfg).unwrap();
     let l = ShmRwLock::create(&nr, 2u64, cfg).unwrap();
     let file = |n: &str| std::fs::read(format!("/dev/shm{n}")).unwrap();
