@@ -493,12 +493,9 @@ fn value(slot: usize, k: usize, v: u64) -> Vec<u8> {
     let len = 8 + ((v as usize * 7919 + k * 131) % 6000);
     let mut b = Vec::with_capacity(len);
     b.extend_from_slice(&v.to_le_bytes());
-    let mut x = (slot as u64) << 40 ^ (k as u64) << 20 ^ v;
+    let mut x = Rng::new((slot as u64) << 40 ^ (k as u64) << 20 ^ v);
     while b.len() < len {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        b.push((x >> 56) as u8);
+        b.push((x.next() >> 56) as u8);
     }
     b
 }
