@@ -442,7 +442,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
         1
     });
     let st = reap(a);
-    if !(libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL) {
+    if !torture::killed(st) {
         return Err(format!("owner: status {st:#x}"));
     }
     // B: borrows the guest slot to recover A and dies inside that recovery.
@@ -452,7 +452,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
         2
     });
     let st = reap(b);
-    if !(libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL) {
+    if !torture::killed(st) {
         return Err(format!(
             "guest borrower did not reach crash point {crash}: {st:#x}"
         ));
@@ -469,7 +469,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
     });
     let st = reap(c);
     let took = t0.elapsed();
-    if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
+    if !torture::exited_0(st) {
         return Err(format!(
             "newcomer after a dead guest borrower (crash point {crash}): status {st:#x} after \
              {took:.1?}; {:?}",

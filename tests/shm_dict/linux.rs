@@ -412,7 +412,7 @@ fn crash_points_every_operation() {
             let ctx = format!("{} at {what}", case.name);
             if reached {
                 assert!(
-                    libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL,
+                    torture::killed(st),
                     "{ctx}: the child did not die at the point ({})",
                     procs::exit_code(st)
                 );
