@@ -41,6 +41,52 @@ pub mod torture;
 #[allow(unused_imports)] // like the rest of this module: each test binary uses a part
 pub use gomutex::__cpus::{pin_to, two_cpus};
 
+/// A time limit: when it passes, and how long is left until then.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    at: std::time::Instant,
+    limit: std::time::Duration,
+}
+
+impl Deadline {
+    /// `limit` from now.
+    pub fn after(limit: std::time::Duration) -> Self {
+        Self {
+            at: std::time::Instant::now() + limit,
+            limit,
+        }
+    }
+
+    /// Whether it has passed.
+    pub fn passed(&self) -> bool {
+        std::time::Instant::now() >= self.at
+    }
+
+    /// The time left (zero once it has passed).
+    pub fn left(&self) -> std::time::Duration {
+        self.at.saturating_duration_since(std::time::Instant::now())
+    }
+
+    /// The limit it was made with (for messages).
+    pub fn limit(&self) -> std::time::Duration {
+        self.limit
+    }
+}
+
+/// A name no other test uses at the same time: `gomutex-test-{tag}-{pid}-{n}`, where `n` counts
+/// this process's calls.
+pub fn uniq(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("gomutex-test-{tag}-{}-{n}", std::process::id())
+}
+
+/// [`uniq`] as the name of a POSIX shared-memory object (`shm_open(3)`: one leading slash).
+pub fn shm_name(tag: &str) -> String {
+    format!("/{}", uniq(tag))
+}
+
 /// Join `handles`, failing (instead of hanging) if they are not all done within `limit`.
 pub fn join_within<T: Send + 'static>(
     limit: std::time::Duration,
@@ -54,12 +100,11 @@ pub fn join_within<T: Send + 'static>(
             let _ = tx.send((i, h.join()));
         });
     }
-    let deadline = std::time::Instant::now() + limit;
+    let deadline = Deadline::after(limit);
     let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
     for _ in 0..n {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
         let (i, r) = rx
-            .recv_timeout(left)
+            .recv_timeout(deadline.left())
             .unwrap_or_else(|_| panic!("threads still running after {limit:?}: lost wake-up?"));
         out[i] = Some(r.unwrap_or_else(|e| std::panic::resume_unwind(e)));
     }
@@ -75,10 +120,10 @@ pub fn poll_until(
     what: impl Fn() -> String,
     mut cond: impl FnMut() -> bool,
 ) {
-    let deadline = std::time::Instant::now() + limit;
+    let deadline = Deadline::after(limit);
     while !cond() {
         assert!(
-            std::time::Instant::now() < deadline,
+            !deadline.passed(),
             "timed out after {limit:?} waiting until {}",
             what()
         );

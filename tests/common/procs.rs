@@ -2,8 +2,9 @@
 //! single-threaded main): fork a closure, wait for it with or without a limit, signal it, and
 //! run a list of named cases under libtest's command line.
 
+use super::Deadline;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Fork; the child runs `f` and exits with its code (101 if it panicked).
 pub fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
@@ -37,6 +38,15 @@ pub fn exit_code(st: i32) -> i32 {
     }
 }
 
+/// The raw `waitpid` status of a child that has exited, or `None` if it is still running
+/// (`WNOHANG`).
+pub fn try_reap(pid: libc::pid_t) -> Option<i32> {
+    let mut st = 0;
+    // SAFETY: our own child.
+    let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+    (r == pid).then_some(st)
+}
+
 /// Wait for a child; its exit code, or 128 + signal.
 pub fn wait(pid: libc::pid_t) -> i32 {
     exit_code(reap(pid))
@@ -45,15 +55,12 @@ pub fn wait(pid: libc::pid_t) -> i32 {
 /// Wait for a child at most `limit`; kill it (continuing it first if it is stopped) and fail
 /// if it takes longer (a deadlock). Its exit code, or 128 + signal.
 pub fn wait_limit(pid: libc::pid_t, limit: Duration, what: &str) -> i32 {
-    let t = Instant::now();
+    let deadline = Deadline::after(limit);
     loop {
-        let mut st = 0;
-        // SAFETY: our own child.
-        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
-        if r == pid {
+        if let Some(st) = try_reap(pid) {
             return exit_code(st);
         }
-        if t.elapsed() > limit {
+        if deadline.passed() {
             signal(pid, libc::SIGKILL);
             signal(pid, libc::SIGCONT);
             reap(pid);
@@ -118,21 +125,4 @@ pub fn mono_ns() -> u64 {
     // SAFETY: a valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// xorshift64: cheap per-thread randomness for the kill tortures (a non-zero seed).
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next number.
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// A number below `n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }

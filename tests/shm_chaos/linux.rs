@@ -45,6 +45,7 @@
 )]
 
 use gomutex::shm::{Config, ShmMutex, TryLockError};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,7 @@ use std::time::{Duration, Instant};
 mod common;
 use common::anon::AnonShared;
 use common::procs::{fork, mono_ns, reap};
+use common::torture::{self, env_u64, Death, Kills, Rng};
 
 const WORKERS: usize = 6;
 /// Threads per worker process: odd workers run two (9 threads for 4 waiter slots).
@@ -98,26 +100,6 @@ impl Side {
     }
     fn done_sum(&self) -> u64 {
         (0..WORKERS).map(|w| self.at(DONE + w).load(SeqCst)).sum()
-    }
-}
-
-/// xorshift64*, seeded through splitmix64 (any seed, including 0, is fine).
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Self {
-        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 
@@ -314,48 +296,48 @@ fn round(
     let mut pids: Vec<libc::pid_t> = (0..WORKERS)
         .map(|w| spawn_worker(&m, &side, w, 0))
         .collect();
-    let mut armed = [0u32; WORKERS];
+    // The crash point each worker is armed with (0: none), set when it is spawned.
+    let armed: [Cell<u32>; WORKERS] = Default::default();
     // Exploration aid: a live participant that recovers everything it can after every kill.
     let janitor = env_u64("GOMUTEX_CHAOS_JANITOR") == Some(1);
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);
-    let (mut kills, mut forced, mut crashes) = (0u64, 0u64, [0u64; CRASH_POINTS as usize + 1]);
-    let mut progress = (Instant::now(), side.done_sum());
-    let fail = |pids: &[libc::pid_t], why: String| -> Result<(), String> {
+    let (mut forced, mut crashes) = (0u64, [0u64; CRASH_POINTS as usize + 1]);
+    let report = |why: &str, pids: &[libc::pid_t]| {
         eprintln!("FAILED (seed {seed}): {why}");
         eprintln!("diagnostics: {:?}", m.diagnostics());
         raw_dump(&m);
         thread_dump(&side, pids);
-        for &p in pids {
-            // SAFETY: our children.
-            unsafe { libc::kill(p, libc::SIGKILL) };
-            reap(p);
-        }
+    };
+    let fail = |why: String| -> Result<(), String> {
+        report(&why, &[]);
         Err(why)
     };
-    while Instant::now() < end {
-        std::thread::sleep(Duration::from_micros(1_000 + rng.below(7_000)));
-        // Workers that reached their armed crash point, then one random SIGKILL.
-        let victim = rng.below(WORKERS as u64) as usize;
-        for w in 0..WORKERS {
-            let st = if w == victim {
-                side.at(LAST_KILL_NS).store(mono_ns(), SeqCst);
-                // SAFETY: our child.
-                unsafe { libc::kill(pids[w], libc::SIGKILL) };
-                kills += 1;
-                reap(pids[w])
+    // Every 1–8 ms one random SIGKILL, and the workers that reached their armed crash point.
+    let chaos = Kills {
+        pause_us: (1_000, 7_000),
+        one_in: 1,
+        own_deaths: true,
+        stall,
+    };
+    let kills = torture::kill_loop(
+        &mut pids,
+        &mut rng,
+        end,
+        chaos,
+        |w, rng| {
+            // A third of the workers die at a crash point (windows too narrow for kills).
+            armed[w].set(if cfg!(feature = "__crash-points") && rng.below(3) == 0 {
+                1 + rng.below(u64::from(CRASH_POINTS)) as u32
             } else {
-                let mut st = 0;
-                // SAFETY: our child.
-                if unsafe { libc::waitpid(pids[w], &mut st, libc::WNOHANG) } != pids[w] {
-                    continue;
-                }
-                crashes[armed[w] as usize] += 1;
-                st
-            };
-            if !(libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL) {
-                pids[w] = spawn_worker(&m, &side, w, 0);
-                return fail(&pids, format!("worker {w} died on its own: status {st:#x}"));
+                0
+            });
+            spawn_worker(&m, &side, w, armed[w].get())
+        },
+        |_, _| side.at(LAST_KILL_NS).store(mono_ns(), SeqCst),
+        |w, pid, how, rng| {
+            if let Death::Own = how {
+                crashes[armed[w].get() as usize] += 1;
             }
             for t in 0..threads(w) {
                 side.at(PHASE + w * MAX_THREADS + t).store(IDLE, SeqCst);
@@ -367,63 +349,35 @@ fn round(
             };
             if force {
                 forced += 1;
-                m.force_unlock(pids[w] as u32);
+                m.force_unlock(pid as u32);
             }
-            // A third of the workers die at a crash point (windows too narrow for kills).
-            armed[w] = if cfg!(feature = "__crash-points") && rng.below(3) == 0 {
-                1 + rng.below(u64::from(CRASH_POINTS)) as u32
-            } else {
-                0
-            };
-            pids[w] = spawn_worker(&m, &side, w, armed[w]);
-        }
-        if janitor {
-            m.recover();
-        }
-        let done = side.done_sum();
-        if done != progress.1 {
-            progress = (Instant::now(), done);
-        } else if progress.0.elapsed() > stall {
-            return fail(
-                &pids,
-                format!("no progress for {stall:?} (after {kills} kills)"),
-            );
-        }
-    }
+            if janitor {
+                m.recover();
+            }
+            Ok(())
+        },
+        || [side.done_sum()],
+        report,
+    )?
+    .kills;
     side.at(STOP).store(1, SeqCst);
-    let stop_at = Instant::now();
-    for i in 0..pids.len() {
-        loop {
-            let mut st = 0;
-            // SAFETY: our child.
-            let r = unsafe { libc::waitpid(pids[i], &mut st, libc::WNOHANG) };
-            if r == pids[i] {
-                let crashed =
-                    armed[i] != 0 && libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL;
-                let clean = libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0;
-                // A worker armed with a crash point may reach it while stopping.
-                if !(crashed || clean) {
-                    pids.remove(i);
-                    return fail(&pids[i..], format!("worker exited with status {st:#x}"));
-                }
-                break;
-            }
-            if stop_at.elapsed() > stall.max(Duration::from_secs(10)) {
-                return fail(&pids[i..], "workers did not stop: deadlock".into());
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    // A worker armed with a crash point may reach it while stopping.
+    torture::wait_for_exit(
+        &pids,
+        stall.max(torture::STOP_LIMIT),
+        |w, st| (armed[w].get() != 0 && torture::killed(st)) || torture::exited_0(st),
+        report,
+    )?;
     // The workers left with _exit, keeping their participant slots.
     m.recover();
     let g = match m.try_lock() {
         Ok(g) => g,
         Err(TryLockError::OwnerDied(g)) => g,
-        Err(e) => return fail(&[], format!("final try_lock: {e:?}")),
+        Err(e) => return fail(format!("final try_lock: {e:?}")),
     };
     let done = side.done_sum();
     if g[2] == 0 && (g[0] != done || g[1] != done) {
-        return fail(&[], format!("final data {:?}, done {done}", *g));
+        return fail(format!("final data {:?}, done {done}", *g));
     }
     g.mark_consistent();
     drop(g);
@@ -435,14 +389,14 @@ fn round(
         || d.in_flight != 0
         || d.participants != 1
     {
-        return fail(&[], format!("not quiescent at the end: {d:?}"));
+        return fail(format!("not quiescent at the end: {d:?}"));
     }
     let violations = side.at(VIOLATIONS).load(SeqCst);
     if violations != 0 {
-        return fail(&[], format!("{violations} violations"));
+        return fail(format!("{violations} violations"));
     }
     if done == 0 || kills == 0 {
-        return fail(&[], "no work or no kills".into());
+        return fail("no work or no kills".into());
     }
     let reports = side.at(REPORTS).load(SeqCst);
     let rec_n = side.at(REC_N).load(SeqCst);
@@ -492,7 +446,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
         1
     });
     let st = reap(a);
-    if !(libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL) {
+    if !torture::killed(st) {
         return Err(format!("owner: status {st:#x}"));
     }
     // B: borrows the guest slot to recover A and dies inside that recovery.
@@ -502,7 +456,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
         2
     });
     let st = reap(b);
-    if !(libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL) {
+    if !torture::killed(st) {
         return Err(format!(
             "guest borrower did not reach crash point {crash}: {st:#x}"
         ));
@@ -519,7 +473,7 @@ fn dead_guest(crash: u32) -> Result<(), String> {
     });
     let st = reap(c);
     let took = t0.elapsed();
-    if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
+    if !torture::exited_0(st) {
         return Err(format!(
             "newcomer after a dead guest borrower (crash point {crash}): status {st:#x} after \
              {took:.1?}; {:?}",
@@ -530,15 +484,6 @@ fn dead_guest(crash: u32) -> Result<(), String> {
         return Err(format!("newcomer took {took:.1?} (crash point {crash})"));
     }
     Ok(())
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    match v.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).ok(),
-        None => v.parse().ok(),
-    }
 }
 
 pub fn main() {

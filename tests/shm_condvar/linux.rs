@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 #[path = "../common/mod.rs"]
 mod common;
-use common::procs::{self, fork, kill9, wait_limit};
+use common::procs::{self, fork, wait_limit};
 use common::shmtest::header_u32;
+use common::torture::{self, Kills, Rng};
 
 // ------------------------------------------------------------------ helpers
 
@@ -36,21 +37,6 @@ fn panics(f: impl FnOnce()) -> bool {
     let r = catch_unwind(AssertUnwindSafe(f));
     std::panic::set_hook(hook);
     r.is_err()
-}
-
-/// xorshift64*, seeded per process.
-struct Rng(u64);
-impl Rng {
-    fn new() -> Self {
-        let t = Instant::now().elapsed().as_nanos() as u64;
-        Rng((std::process::id() as u64) << 32 ^ t ^ 0x9e37_79b9_7f4a_7c15 | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
 }
 
 // ------------------------------------------------------------------ the queue
@@ -693,10 +679,7 @@ fn kills_under_load() {
 }
 
 fn kills_under_load_with(placed: bool) {
-    let secs: u64 = std::env::var("GOMUTEX_CONDVAR_KILL_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+    let secs = torture::env_u64("GOMUTEX_CONDVAR_KILL_SECS").unwrap_or(3);
     let (map, m, at) = queue_mapping(Queue {
         limit: u64::MAX,
         ..Queue::default()
@@ -712,42 +695,53 @@ fn kills_under_load_with(placed: bool) {
     };
     let mut gen = 0;
     let mut kids: Vec<libc::pid_t> = (0..6).map(|i| spawn(i, 0)).collect();
-    let mut rng = Rng::new();
+    let mut rng = Rng::new(procs::mono_ns() ^ u64::from(std::process::id()));
     let (mut kills, mut forced, mut forced_true) = ([0u64; 2], 0u64, 0u64);
     let (mut max_stall, mut long_stalls) = (Duration::ZERO, 0u64);
     let (mut last_head, mut last_move) = (0u64, Instant::now());
-    let start = Instant::now();
-    let mut next_kill = start;
-    while start.elapsed() < Duration::from_secs(secs) {
-        // Progress, read without blocking the workers for long.
-        if let Ok(g) = m.try_lock_for(Duration::from_millis(50)) {
-            if g.head != last_head {
-                last_head = g.head;
-                let stall = last_move.elapsed();
-                long_stalls += (stall > Duration::from_millis(100)) as u64;
-                max_stall = max_stall.max(stall);
-                last_move = Instant::now();
-            }
-        } else if let Err(gomutex::shm::TryLockError::OwnerDied(g)) = m.try_lock() {
-            drop(g); // leave the report to a worker
-        }
-        if Instant::now() >= next_kill {
-            let i = rng.below(6) as usize;
-            kill9(kids[i]);
-            let mut st = 0;
-            // SAFETY: our own child.
-            unsafe { libc::waitpid(kids[i], &mut st, 0) };
+    // A random worker SIGKILLed every 0.5–5 ms; no item moved for 10 s is a stall.
+    let every = Kills {
+        pause_us: (500, 4_500),
+        one_in: 1,
+        own_deaths: false,
+        stall: Duration::from_secs(10),
+    };
+    torture::kill_loop(
+        &mut kids,
+        &mut rng,
+        Instant::now() + Duration::from_secs(secs),
+        every,
+        |i, _| {
+            gen += 1;
+            spawn(i, gen)
+        },
+        |_, _| (),
+        |i, pid, _, rng| {
             if rng.below(2) == 0 {
                 forced += 1;
-                forced_true += m.force_unlock(kids[i]) as u64;
+                forced_true += m.force_unlock(pid) as u64;
             }
             kills[(i >= 3) as usize] += 1;
-            gen += 1;
-            kids[i] = spawn(i, gen);
-            next_kill = Instant::now() + Duration::from_micros(500 + rng.below(4500));
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
+            Ok(())
+        },
+        || {
+            // Progress, read without blocking the workers for long.
+            if let Ok(g) = m.try_lock_for(Duration::from_millis(50)) {
+                if g.head != last_head {
+                    last_head = g.head;
+                    let stall = last_move.elapsed();
+                    long_stalls += (stall > Duration::from_millis(100)) as u64;
+                    max_stall = max_stall.max(stall);
+                    last_move = Instant::now();
+                }
+            } else if let Err(gomutex::shm::TryLockError::OwnerDied(g)) = m.try_lock() {
+                drop(g); // leave the report to a worker
+            }
+            [last_head]
+        },
+        |_, _| {},
+    )
+    .unwrap_or_else(|why| panic!("{why}"));
     max_stall = max_stall.max(last_move.elapsed());
     let moved_under_kills = last_head;
     // The end: 2 000 more items, then everybody stops.

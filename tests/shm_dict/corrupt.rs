@@ -13,7 +13,8 @@
 //! (describing its damage), and `GOMUTEX_DICT_FUZZ_ROUNDS` sets how many run (default 4000).
 
 use crate::linux::common::anon::AnonShared;
-use crate::linux::common::procs::{self, fork, reap, Rng};
+use crate::linux::common::procs::{self, fork, reap};
+use crate::linux::common::torture::{env_u64, Rng};
 use gomutex::{
     dict::{DictConfig, ShmDict},
     shm::Mapping,
@@ -488,10 +489,7 @@ impl Fill {
     /// inherited handle and on a fresh attach. Whether `check` found damage, and whether a
     /// dead holder left its shard to replay the redo record.
     fn round(&self, seed: u64, round: u64, verbose: bool) -> (bool, bool) {
-        let mut rng = Rng((seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1);
-        for _ in 0..4 {
-            rng.next();
-        }
+        let mut rng = Rng::new(seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let mut zones = self.pristine.clone();
         let (what, redo) = self.damage(&mut rng, &mut zones);
         if verbose {
@@ -524,19 +522,12 @@ impl Fill {
     }
 }
 
-fn env(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name}={v}: not a number"))
-    })
-}
-
 /// Thousands of rounds of damage, each run in a child that must exit 0 within the time
 /// limit (else the seed and round to repeat it are printed).
 pub fn corruption_fuzz() {
-    let seed = env("GOMUTEX_DICT_FUZZ_SEED").unwrap_or_else(|| procs::mono_ns() | 1);
-    let rounds = env("GOMUTEX_DICT_FUZZ_ROUNDS").unwrap_or(4000);
-    let only = env("GOMUTEX_DICT_FUZZ_ROUND");
+    let seed = env_u64("GOMUTEX_DICT_FUZZ_SEED").unwrap_or_else(|| procs::mono_ns() | 1);
+    let rounds = env_u64("GOMUTEX_DICT_FUZZ_ROUNDS").unwrap_or(4000);
+    let only = env_u64("GOMUTEX_DICT_FUZZ_ROUND");
     println!("corruption fuzz: seed {seed}, {rounds} rounds");
     let fill = Fill::new(seed);
     // [round in progress, rounds done, rounds whose damage check() found, rounds that replayed]

@@ -9,6 +9,7 @@
 
 use crate::linux::common::anon::AnonShared;
 use crate::linux::common::procs::{self, fork, reap};
+use crate::linux::common::torture;
 use gomutex::__crash as crash;
 use gomutex::dict::{Decision, RateLimiter, ShmDict};
 use std::sync::atomic::Ordering::SeqCst;
@@ -109,7 +110,7 @@ pub fn worker_killed_while_updating_its_bucket() {
             });
             let st = reap(pid);
             assert!(
-                libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL,
+                torture::killed(st),
                 "{ctx}: the worker did not die at the point ({})",
                 procs::exit_code(st)
             );

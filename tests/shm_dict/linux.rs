@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 pub(crate) mod common;
 use common::anon::AnonShared;
-use common::procs::{self, fork, kill9, reap};
+use common::procs::{self, fork, reap};
+use common::torture::{self, Kills, Rng};
 
 // ------------------------------------------------------------------ crash points
 
@@ -65,11 +66,7 @@ const NO_ENTRY: &[u32] = &[
     crash::DICT_HALF_APPLIED,
     crash::DICT_APPLIED,
 ];
-const ONE_WORD: &[u32] = &[
-    crash::DICT_LOGGED,
-    crash::DICT_COMMITTED,
-    crash::DICT_APPLIED,
-];
+const ONE_WORD: &[u32] = &[crash::DICT_LOGGED, crash::DICT_COMMITTED, crash::DICT_APPLIED];
 const MULTI: &[u32] = &[
     crash::DICT_LOGGED,
     crash::DICT_COMMITTED,
@@ -415,7 +412,7 @@ fn crash_points_every_operation() {
             let ctx = format!("{} at {what}", case.name);
             if reached {
                 assert!(
-                    libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL,
+                    torture::killed(st),
                     "{ctx}: the child did not die at the point ({})",
                     procs::exit_code(st)
                 );
@@ -438,8 +435,7 @@ fn crash_points_every_operation() {
                 point,
                 crash::DICT_COMMITTED | crash::DICT_HALF_APPLIED | crash::DICT_APPLIED
             ) || point == crash::DICT_BETWEEN
-                || (point == crash::DICT_ENTRY_WRITTEN
-                    && case.reaches.contains(&crash::DICT_BETWEEN));
+                || (point == crash::DICT_ENTRY_WRITTEN && case.reaches.contains(&crash::DICT_BETWEEN));
             if committed {
                 assert!(
                     (case.after)(&d),
@@ -497,12 +493,9 @@ fn value(slot: usize, k: usize, v: u64) -> Vec<u8> {
     let len = 8 + ((v as usize * 7919 + k * 131) % 6000);
     let mut b = Vec::with_capacity(len);
     b.extend_from_slice(&v.to_le_bytes());
-    let mut x = (slot as u64) << 40 ^ (k as u64) << 20 ^ v;
+    let mut x = Rng::new((slot as u64) << 40 ^ (k as u64) << 20 ^ v);
     while b.len() < len {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        b.push((x >> 56) as u8);
+        b.push((x.next() >> 56) as u8);
     }
     b
 }
@@ -546,13 +539,8 @@ fn worker(d: &ShmDict, book: &AnonShared, slot: usize, seed: u64, crash: u32) ->
         book.at(base + KEYS + 2),
         book.at(base + KEYS + 3),
     );
-    let mut x = seed | 1;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = Rng::new(seed);
+    let mut rnd = move || rng.next();
     let stop = book.at(WORKERS * SLOT);
     while stop.load(SeqCst) == 0 {
         let k = (rnd() % KEYS as u64) as usize;
@@ -661,86 +649,78 @@ fn verify_slot(d: &ShmDict, book: &AnonShared, slot: usize) -> Result<usize, Str
 /// old or new, never torn; the survivors keep progressing (no stall). At the end every key
 /// agrees exactly.
 fn kill_torture() {
-    let secs: u64 = std::env::var("GOMUTEX_DICT_TORTURE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
+    let secs = torture::secs("GOMUTEX_DICT_TORTURE_SECS", 12);
     // Sharded: a worker's keys spread over every shard's lock and zone.
     let d = ShmDict::anonymous_with(8 << 20, DictConfig::new().shards(4)).unwrap();
     let book = AnonShared::counters(WORKERS * SLOT + 1);
-    let mut x = 0x9e37_79b9u64 ^ u64::from(std::process::id());
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = Rng::new(0x9e37_79b9u64 ^ u64::from(std::process::id()));
     let spawn = |slot: usize, seed: u64, crash: u32| fork(|| worker(&d, &book, slot, seed, crash));
-    let mut pids: Vec<i32> = (0..WORKERS).map(|s| spawn(s, rnd(), 0)).collect();
-    let (mut deaths, mut self_kills, mut exact) = (0u64, 0u64, 0usize);
-    let t = Instant::now();
-    let mut last_progress = (Instant::now(), 0u64);
-    while t.elapsed() < Duration::from_secs(secs) {
-        std::thread::sleep(Duration::from_millis(rnd() % 30));
-        // Reap workers that died at their crash point, kill one at random now and then.
-        let slot = (rnd() % WORKERS as u64) as usize;
-        let mut st = 0;
-        // SAFETY: our own child.
-        let done = unsafe { libc::waitpid(pids[slot], &mut st, libc::WNOHANG) } == pids[slot];
-        if !done {
-            if rnd() % 3 != 0 {
-                continue;
-            }
-            kill9(pids[slot]);
-            st = reap(pids[slot]);
-        } else {
-            self_kills += 1;
-        }
-        assert!(
-            libc::WIFSIGNALED(st),
-            "worker {slot} exited with {} instead of dying",
-            procs::exit_code(st)
-        );
-        deaths += 1;
-        d.force_unlock(pids[slot]);
-        if let Err(e) = d.check() {
-            panic!("after death {deaths} (worker {slot}): {e}");
-        }
-        exact += verify_slot(&d, &book, slot).unwrap_or_else(|e| panic!("death {deaths}: {e}"));
-        let crash = if cfg!(feature = "__crash-points") && rnd() % 3 == 0 {
-            crash::DICT_ENTRY_WRITTEN + (rnd() % 6) as u32
-        } else {
-            0
-        };
-        pids[slot] = spawn(slot, rnd(), crash);
-        // Progress of everybody, every second: no stall.
-        if last_progress.0.elapsed() > Duration::from_secs(2) {
-            let p: u64 = (0..WORKERS)
-                .map(|s| book.at(s * SLOT + KEYS + 3).load(SeqCst))
-                .sum();
-            assert!(p > last_progress.1, "no progress in 2 s: a stall");
-            last_progress = (Instant::now(), p);
-        }
-    }
-    book.at(WORKERS * SLOT).store(1, SeqCst);
-    for (slot, &pid) in pids.iter().enumerate() {
-        let st = reap(pid);
-        // A worker armed with a crash point may have died at it meanwhile.
-        if libc::WIFSIGNALED(st) {
+    let mut pids: Vec<i32> = (0..WORKERS).map(|s| spawn(s, rng.next(), 0)).collect();
+    let (mut deaths, mut exact) = (0u64, 0usize);
+    // Every 0–30 ms a worker looked at: reaped if it died at its crash point, else killed one
+    // time in three.
+    let kills = Kills {
+        pause_us: (0, 30_000),
+        one_in: 3,
+        own_deaths: true,
+        stall: Duration::from_secs(2),
+    };
+    let died = torture::kill_loop(
+        &mut pids,
+        &mut rng,
+        Instant::now() + secs,
+        kills,
+        |slot, rng| {
+            let crash = if cfg!(feature = "__crash-points") && rng.below(3) == 0 {
+                crash::DICT_ENTRY_WRITTEN + rng.below(6) as u32
+            } else {
+                0
+            };
+            spawn(slot, rng.next(), crash)
+        },
+        |_, _| (),
+        |slot, pid, _, _| {
+            deaths += 1;
             d.force_unlock(pid);
-        } else {
-            assert_eq!(procs::exit_code(st), 0, "worker {slot}");
+            if let Err(e) = d.check() {
+                return Err(format!("after death {deaths} (worker {slot}): {e}"));
+            }
+            exact += verify_slot(&d, &book, slot).map_err(|e| format!("death {deaths}: {e}"))?;
+            Ok(())
+        },
+        // Progress of everybody: no stall.
+        || {
+            [(0..WORKERS)
+                .map(|s| book.at(s * SLOT + KEYS + 3).load(SeqCst))
+                .sum::<u64>()]
+        },
+        |_, _| {},
+    )
+    .unwrap_or_else(|why| panic!("{why}"));
+    book.at(WORKERS * SLOT).store(1, SeqCst);
+    // A worker armed with a crash point may die at it while stopping.
+    let statuses = torture::wait_for_exit(
+        &pids,
+        torture::STOP_LIMIT,
+        |_, st| torture::exited_0(st) || torture::killed(st),
+        |_, _| {},
+    )
+    .unwrap_or_else(|why| panic!("{why}"));
+    for (slot, (&pid, st)) in pids.iter().zip(statuses).enumerate() {
+        if torture::killed(st) {
+            d.force_unlock(pid);
         }
         verify_slot(&d, &book, slot).unwrap();
     }
     let r = d.check().unwrap();
     println!(
-        "  {deaths} deaths ({self_kills} at crash points), {exact} keys checked exactly after \
+        "  {deaths} deaths ({} at crash points), {exact} keys checked exactly after \
          deaths, {} entries, {} replays, 0 torn, 0 check failures",
+        died.own,
         r.entries,
         d.stats().replayed
     );
-    assert!(deaths >= 10, "only {deaths} deaths in {secs} s");
+    assert!(deaths >= 10, "only {deaths} deaths in {secs:?}");
 }
 
 /// Workers forked from one parent count per-client hits with `incr`: the sums are exact, and

@@ -9,8 +9,9 @@
 //!
 //! Run one test with `cargo test --test shm_process -- <name> --exact`.
 //!
-//! Linux only (fork, futexes in shared memory, `gomutex::shm`): the tests are in `linux.rs`;
-//! elsewhere this binary runs nothing.
+//! Linux only (fork, futexes in shared memory, `gomutex::shm`): `linux.rs` holds the runner and
+//! the shared helpers, its modules the tests by topic (`sharing`, `named`, `attach`, `deaths`,
+//! `crash_points`, `pid_reuse`); elsewhere this binary runs nothing.
 
 #[cfg(target_os = "linux")]
 mod linux;

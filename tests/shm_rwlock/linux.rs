@@ -13,8 +13,14 @@ use std::time::{Duration, Instant};
 mod common;
 use common::procs::{self, fork, kill9, signal, wait_limit, wait_stopped};
 
+#[path = "calls.rs"]
+mod calls;
 #[path = "deaths.rs"]
 mod deaths;
+#[path = "downgrade.rs"]
+mod downgrade;
+#[path = "fixture.rs"]
+mod fixture;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -342,27 +348,30 @@ pub fn main() {
         #[cfg(feature = "__crash-points")]
         (
             "try_calls_never_block_and_deadlines",
-            deaths::try_calls_never_block_and_deadlines,
+            calls::try_calls_never_block_and_deadlines,
         ),
         (
             "guards_inherited_across_fork",
-            deaths::guards_inherited_across_fork,
+            calls::guards_inherited_across_fork,
         ),
         (
             "header_validation_writes_nothing",
-            deaths::header_validation_writes_nothing,
+            calls::header_validation_writes_nothing,
         ),
         ("dead_reader_slot_reused", deaths::dead_reader_slot_reused),
         #[cfg(feature = "__crash-points")]
         (
             "queued_reader_sleeps_while_writer_waits",
-            deaths::queued_reader_sleeps_while_writer_waits,
+            calls::queued_reader_sleeps_while_writer_waits,
         ),
         (
             "downgrade_lets_readers_in_and_keeps_writers_out",
-            deaths::downgrade_lets_readers_in_and_keeps_writers_out,
+            downgrade::downgrade_lets_readers_in_and_keeps_writers_out,
         ),
-        ("killed_while_downgrading", deaths::killed_while_downgrading),
+        (
+            "killed_while_downgrading",
+            downgrade::killed_while_downgrading,
+        ),
         (
             "stats_count_the_waits_across_processes",
             stats_count_the_waits_across_processes,

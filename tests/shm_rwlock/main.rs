@@ -5,7 +5,8 @@
 //!
 //! `harness = false`, like `shm_process`: the tests run one after another on the main thread,
 //! so the process is single-threaded whenever it forks. Linux only: the tests are in
-//! `linux.rs`; elsewhere this binary runs nothing.
+//! `linux.rs` and its modules (`deaths`, `calls`, `downgrade`, sharing `fixture`); elsewhere
+//! this binary runs nothing.
 
 #[cfg(target_os = "linux")]
 mod linux;

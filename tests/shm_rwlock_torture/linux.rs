@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
-use common::procs::{fork, mono_ns, Rng};
-use common::torture;
+use common::procs::{fork, mono_ns};
+use common::torture::{self, Kills, Rng};
 
 const WORKERS: usize = 6;
 /// Threads per worker process: 1, 2 or 3 (per-process read counts with several threads).
@@ -172,7 +172,7 @@ fn write_op(l: &ShmRwLock<Data>, side: &AnonShared, w: usize, rng: &mut Rng, pha
 fn worker_thread(l: &ShmRwLock<Data>, side: &AnonShared, w: usize, t: usize) {
     let pid = u64::from(std::process::id());
     let phase = side.at(PHASE + w * MAX_THREADS + t);
-    let mut rng = Rng(pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ mono_ns() ^ (t as u64 + 1));
+    let mut rng = Rng::new(pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ mono_ns() ^ (t as u64 + 1));
     while side.at(STOP).load(SeqCst) == 0 {
         if rng.below(5) == 0 {
             write_op(l, side, w, &mut rng, phase);
@@ -203,7 +203,8 @@ fn spawn_worker(l: &ShmRwLock<Data>, side: &AnonShared, w: usize) -> libc::pid_t
     })
 }
 
-fn dump(l: &ShmRwLock<Data>, side: &AnonShared, why: &str) -> ! {
+/// What the lock and the counters say, for a failure.
+fn report(l: &ShmRwLock<Data>, side: &AnonShared) {
     eprintln!("diagnostics: {:?}", l.diagnostics());
     eprintln!(
         "done {} reads {} violations {}",
@@ -211,6 +212,10 @@ fn dump(l: &ShmRwLock<Data>, side: &AnonShared, why: &str) -> ! {
         reads_sum(side),
         side.at(VIOLATIONS).load(SeqCst)
     );
+}
+
+fn dump(l: &ShmRwLock<Data>, side: &AnonShared, why: &str) -> ! {
+    report(l, side);
     panic!("{why}");
 }
 
@@ -228,7 +233,7 @@ fn rwlock_kill_torture() {
     let l = ShmRwLock::anonymous_with([0u64; 4], cfg).unwrap();
     let side = AnonShared::counters(SIDE_LEN);
     let mut pids: Vec<libc::pid_t> = (0..WORKERS).map(|w| spawn_worker(&l, &side, w)).collect();
-    let mut rng = Rng(0x1234_5678_9abc_def1 ^ mono_ns());
+    let mut rng = Rng::new(0x1234_5678_9abc_def1 ^ mono_ns());
     let start = Instant::now();
     let mut by_phase = [0u64; 6];
     let (mut writing_kills, mut reading_kills) = (0u64, 0u64);
@@ -237,9 +242,10 @@ fn rwlock_kill_torture() {
         &mut pids,
         &mut rng,
         start + duration,
-        |w| spawn_worker(&l, &side, w),
+        Kills::EVERY_FEW_MS,
+        |w, _| spawn_worker(&l, &side, w),
         |_, _| (),
-        |w, pid, (), rng| {
+        |w, pid, _, rng| {
             // Phases the victim's threads were in when it died (they cannot change any more).
             let (mut writing, mut reading) = (false, false);
             for t in 0..threads(w) {
@@ -255,14 +261,23 @@ fn rwlock_kill_torture() {
                 forced += 1;
                 forced_true += u64::from(l.force_unlock(pid));
             }
+            Ok(())
         },
         // Both must move: readers alone could hide stalled writers, and the reverse.
         || [done_sum(&side), reads_sum(&side)],
-        |why| dump(&l, &side, why),
-    );
+        |_, _| report(&l, &side),
+    )
+    .unwrap_or_else(|why| panic!("{why}"))
+    .kills;
     // Stop: workers leave on their own; a watchdog catches a stall.
     side.at(STOP).store(1, SeqCst);
-    torture::wait_for_exit(&pids, |why| dump(&l, &side, why));
+    torture::wait_for_exit(
+        &pids,
+        torture::STOP_LIMIT,
+        |_, st| torture::exited_0(st),
+        |_, _| report(&l, &side),
+    )
+    .unwrap_or_else(|why| panic!("{why}"));
     // Workers exited with _exit, keeping their participant slots: reclaim them.
     l.recover();
     let mut final_report = false;

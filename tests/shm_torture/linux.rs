@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 #[path = "../common/mod.rs"]
 mod common;
 use common::anon::AnonShared;
-use common::procs::{fork, mono_ns, Rng};
-use common::torture;
+use common::procs::{fork, mono_ns};
+use common::torture::{self, Death, Kills, Rng};
 
 const WORKERS: usize = 6;
 /// Threads per worker process (odd workers run two, to exercise per-process accounting).
@@ -48,7 +48,7 @@ type Data = [u64; 4];
 fn worker_thread(m: &ShmMutex<Data>, side: &AnonShared, w: usize, t: usize) {
     let pid = u64::from(std::process::id());
     let phase = side.at(PHASE + w * MAX_THREADS + t);
-    let mut rng = Rng(pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ mono_ns() ^ (t as u64 + 1));
+    let mut rng = Rng::new(pid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ mono_ns() ^ (t as u64 + 1));
     while side.at(STOP).load(SeqCst) == 0 {
         let op = rng.below(100);
         phase.store(LOCKING, SeqCst);
@@ -139,7 +139,8 @@ fn spawn_worker(m: &ShmMutex<Data>, side: &AnonShared, w: usize) -> libc::pid_t 
     })
 }
 
-fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
+/// What the lock and the counters say, for a failure.
+fn report(m: &ShmMutex<Data>, side: &AnonShared) {
     eprintln!("diagnostics: {:?}", m.diagnostics());
     eprintln!(
         "done {} reports {} violations {}",
@@ -147,6 +148,10 @@ fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
         side.at(REPORTS).load(SeqCst),
         side.at(VIOLATIONS).load(SeqCst)
     );
+}
+
+fn dump(m: &ShmMutex<Data>, side: &AnonShared, why: &str) -> ! {
+    report(m, side);
     panic!("{why}");
 }
 
@@ -164,7 +169,7 @@ fn kill_torture() {
     let m = ShmMutex::anonymous_with([0u64; 4], cfg).unwrap();
     let side = AnonShared::counters(SIDE_LEN);
     let mut pids: Vec<libc::pid_t> = (0..WORKERS).map(|w| spawn_worker(&m, &side, w)).collect();
-    let mut rng = Rng(0x1234_5678_9abc_def1 ^ mono_ns());
+    let mut rng = Rng::new(0x1234_5678_9abc_def1 ^ mono_ns());
     let start = Instant::now();
     let (mut by_phase, mut holding_kills) = ([0u64; 4], 0u64);
     let (mut forced, mut forced_true) = (0u64, 0u64);
@@ -172,7 +177,8 @@ fn kill_torture() {
         &mut pids,
         &mut rng,
         start + duration,
-        |w| spawn_worker(&m, &side, w),
+        Kills::EVERY_FEW_MS,
+        |w, _| spawn_worker(&m, &side, w),
         |_, rng| {
             // The recovery-time figures need to know how, and when, the victim was killed.
             let force = rng.below(2) == 0;
@@ -180,7 +186,10 @@ fn kill_torture() {
             side.at(LAST_KILL_NS).store(mono_ns(), SeqCst);
             force
         },
-        |w, pid, force, _| {
+        |w, pid, death, _| {
+            let Death::Killed(force) = death else {
+                unreachable!("no deaths of their own")
+            };
             // Phases the victim's threads were in when it died (they cannot change any more).
             let mut holding = false;
             for t in 0..threads(w) {
@@ -194,13 +203,22 @@ fn kill_torture() {
                 forced += 1;
                 forced_true += u64::from(m.force_unlock(pid as u32));
             }
+            Ok(())
         },
         || [done_sum(&side)],
-        |why| dump(&m, &side, why),
-    );
+        |_, _| report(&m, &side),
+    )
+    .unwrap_or_else(|why| panic!("{why}"))
+    .kills;
     // Stop: workers leave on their own; a watchdog catches a deadlock.
     side.at(STOP).store(1, SeqCst);
-    torture::wait_for_exit(&pids, |why| dump(&m, &side, why));
+    torture::wait_for_exit(
+        &pids,
+        torture::STOP_LIMIT,
+        |_, st| torture::exited_0(st),
+        |_, _| report(&m, &side),
+    )
+    .unwrap_or_else(|why| panic!("{why}"));
     // Workers exited with _exit, keeping their participant slots: reclaim them.
     m.recover();
     let mut final_report = false;
