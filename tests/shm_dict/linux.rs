@@ -66,7 +66,11 @@ const NO_ENTRY: &[u32] = &[
     crash::DICT_HALF_APPLIED,
     crash::DICT_APPLIED,
 ];
-const ONE_WORD: &[u32] = &[crash::DICT_LOGGED, crash::DICT_COMMITTED, crash::DICT_APPLIED];
+const ONE_WORD: &[u32] = &[
+    crash::DICT_LOGGED,
+    crash::DICT_COMMITTED,
+    crash::DICT_APPLIED,
+];
 const MULTI: &[u32] = &[
     crash::DICT_LOGGED,
     crash::DICT_COMMITTED,
@@ -435,7 +439,8 @@ fn crash_points_every_operation() {
                 point,
                 crash::DICT_COMMITTED | crash::DICT_HALF_APPLIED | crash::DICT_APPLIED
             ) || point == crash::DICT_BETWEEN
-                || (point == crash::DICT_ENTRY_WRITTEN && case.reaches.contains(&crash::DICT_BETWEEN));
+                || (point == crash::DICT_ENTRY_WRITTEN
+                    && case.reaches.contains(&crash::DICT_BETWEEN));
             if committed {
                 assert!(
                     (case.after)(&d),
