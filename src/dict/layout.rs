@@ -362,7 +362,7 @@ thread_local! {
 /// A reference, offset or field read from the region is impossible: the region was corrupted
 /// (by a peer writing it, since the dictionary's own updates are crash-consistent). The
 /// operation goes on without reading or writing outside the region, commits nothing
-/// ([`Tx::commit`](super::redo::Tx::commit) checks), and fails with
+/// ([`ZoneTx::commit`](super::redo::ZoneTx::commit) checks), and fails with
 /// [`DictError::Corrupt`](super::DictError::Corrupt).
 #[cold]
 #[inline(never)]

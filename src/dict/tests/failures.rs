@@ -25,7 +25,7 @@ fn a_committed_record_is_replayed_by_the_next_holder() {
     let s = &d.shards[0];
     let e = {
         let _g = s.locked();
-        let tx = redo::Tx::new(&s.mem);
+        let tx = redo::ZoneTx::new(&s.mem);
         let h = index::hash(s.seed, b"k") as u32;
         index::find(&tx, &s.g, b"k", h).unwrap().0
     };
