@@ -14,7 +14,7 @@
 //! * **Large entries** (over 2048 bytes) take a block of 2^k whole pages.
 //!
 //! All allocator state lives outside the chunks (in descriptors and the header), so writing a
-//! new entry into a chunk that is still free changes no structure: a transaction ([`Tx`])
+//! new entry into a chunk that is still free changes no structure: a transaction ([`ZoneTx`])
 //! allocates, the entry is written, and the commit publishes both at once.
 //!
 //! Bounds of one transaction: an allocation splits at most ORDERS − 1 = 23 times and a free
@@ -25,11 +25,11 @@
 //! Every page number, order, class, bitmap and count read from the region is checked before
 //! it is computed with (a page past the zone, a list head naming a block that is not free and
 //! of its order, a full slab page on its class's list, a chunk freed that is not allocated, a
-//! count that would wrap): the zone was damaged, which is reported ([`corrupt`]) and fails the
+//! count that would wrap): the zone was damaged, which is reported ([`Mem::corrupt`]) and fails the
 //! operation, and no arithmetic overflows on such values in any build.
 
 use super::layout::*;
-use super::redo::Tx;
+use super::redo::ZoneTx;
 
 /// The largest slab chunk.
 pub(crate) const MAX_SMALL: usize = 2048;
@@ -86,17 +86,17 @@ fn partial_head(c: u32) -> usize {
 
 /// The page that the list word at `at` names (page + 1; 0 = none). One past the zone is
 /// damage: reported, and taken as none.
-fn linked(tx: &Tx<'_>, g: &Geometry, at: usize) -> Option<u32> {
+fn linked(tx: &ZoneTx<'_>, g: &Geometry, at: usize) -> Option<u32> {
     let p = tx.r32(at).checked_sub(1)?;
     if p >= g.npages {
-        corrupt(at);
+        tx.m.corrupt(at);
         return None;
     }
     Some(p)
 }
 
 /// Push page `p` (of the zone) at the head of the list whose head word is at `head`.
-fn push(tx: &mut Tx<'_>, g: &Geometry, head: usize, p: u32) {
+fn push(tx: &mut ZoneTx<'_>, g: &Geometry, head: usize, p: u32) {
     let (h, first) = (tx.r32(head), linked(tx, g, head));
     tx.w32(Geometry::desc(p) + D_PREV, 0);
     tx.w32(Geometry::desc(p) + D_NEXT, h);
@@ -107,7 +107,7 @@ fn push(tx: &mut Tx<'_>, g: &Geometry, head: usize, p: u32) {
 }
 
 /// Remove page `p` (of the zone) from the list whose head word is at `head`.
-fn remove(tx: &mut Tx<'_>, g: &Geometry, head: usize, p: u32) {
+fn remove(tx: &mut ZoneTx<'_>, g: &Geometry, head: usize, p: u32) {
     let d = Geometry::desc(p);
     let (prev, next) = (tx.r32(d + D_PREV), tx.r32(d + D_NEXT));
     match linked(tx, g, d + D_PREV) {
@@ -123,7 +123,7 @@ fn remove(tx: &mut Tx<'_>, g: &Geometry, head: usize, p: u32) {
 
 /// Whether the descriptor of page `p` (of the zone) starts a block of `kind` and order `k`
 /// that lies in the zone; if not, the zone is damaged (reported).
-fn is_block(tx: &Tx<'_>, g: &Geometry, p: u32, kind: u32, k: u32) -> bool {
+fn is_block(tx: &ZoneTx<'_>, g: &Geometry, p: u32, kind: u32, k: u32) -> bool {
     let d = Geometry::desc(p);
     // `p < npages < 2^24` and `k < ORDERS`: no overflow.
     let ok = (k as usize) < ORDERS
@@ -132,13 +132,13 @@ fn is_block(tx: &Tx<'_>, g: &Geometry, p: u32, kind: u32, k: u32) -> bool {
         && p.is_multiple_of(1 << k)
         && p + (1 << k) <= g.npages;
     if !ok {
-        corrupt(d);
+        tx.m.corrupt(d);
     }
     ok
 }
 
 /// A free block of 2^`order` pages (its first page), or `None`.
-fn pages_alloc(tx: &mut Tx<'_>, g: &Geometry, order: u32) -> Option<u32> {
+fn pages_alloc(tx: &mut ZoneTx<'_>, g: &Geometry, order: u32) -> Option<u32> {
     let mut k = order;
     while (k as usize) < ORDERS && tx.r32(buddy_head(k)) == 0 {
         k += 1;
@@ -167,7 +167,7 @@ fn pages_alloc(tx: &mut Tx<'_>, g: &Geometry, order: u32) -> Option<u32> {
 
 /// Return the block of 2^`order` pages at `p` (a block of the zone: see [`size_at`]), merging
 /// it with free buddies.
-fn pages_free(tx: &mut Tx<'_>, g: &Geometry, mut p: u32, order: u32) {
+fn pages_free(tx: &mut ZoneTx<'_>, g: &Geometry, mut p: u32, order: u32) {
     tx.add64(H_FREE_PAGES, 1 << order);
     let mut k = order;
     while (k as usize) + 1 < ORDERS {
@@ -192,7 +192,7 @@ fn pages_free(tx: &mut Tx<'_>, g: &Geometry, mut p: u32, order: u32) {
 }
 
 /// Whether [`alloc`] of `size` would succeed now.
-pub(crate) fn fits(tx: &Tx<'_>, size: Size) -> bool {
+pub(crate) fn fits(tx: &ZoneTx<'_>, size: Size) -> bool {
     let (partial, order) = match size {
         Size::Class(c) => (tx.r32(partial_head(c)) != 0, 0),
         Size::Order(k) => (false, k),
@@ -202,7 +202,7 @@ pub(crate) fn fits(tx: &Tx<'_>, size: Size) -> bool {
 
 /// Offset of a new chunk for `size`, or `None` if no free memory has it, or if the operation
 /// met a damaged zone (so that no entry is written where the damage points).
-pub(crate) fn alloc(tx: &mut Tx<'_>, g: &Geometry, size: Size) -> Option<usize> {
+pub(crate) fn alloc(tx: &mut ZoneTx<'_>, g: &Geometry, size: Size) -> Option<usize> {
     let off = match size {
         Size::Order(k) => {
             let p = pages_alloc(tx, g, k)?;
@@ -228,7 +228,7 @@ pub(crate) fn alloc(tx: &mut Tx<'_>, g: &Geometry, size: Size) -> Option<usize> 
             let i = (!bm).trailing_zeros();
             // A page on the class's list is a slab page of the class with a free chunk.
             if tx.r32(d + D_KIND) != KIND_SLAB || tx.r32(d + D_ARG) != c || i >= chunks(c) {
-                corrupt(d);
+                tx.m.corrupt(d);
                 return None;
             }
             let bm = bm | 1 << i;
@@ -240,13 +240,13 @@ pub(crate) fn alloc(tx: &mut Tx<'_>, g: &Geometry, size: Size) -> Option<usize> 
         }
     };
     tx.add64(H_USED, size.bytes() as u64);
-    (!corrupt_seen()).then_some(off)
+    (!tx.m.corrupt_seen()).then_some(off)
 }
 
 /// The memory the chunk at `off` occupies (from its page's descriptor); `None` if no
 /// allocated chunk starts there (a damaged reference or descriptor: reported).
-pub(crate) fn size_at(tx: &Tx<'_>, g: &Geometry, off: usize) -> Option<Size> {
-    let p = g.page_of(off);
+pub(crate) fn size_at(tx: &ZoneTx<'_>, g: &Geometry, off: usize) -> Option<Size> {
+    let p = g.page_of(tx.m, off);
     let d = Geometry::desc(p);
     let arg = tx.r32(d + D_ARG);
     // Where `off` is in its page (0 if `page_of` found it outside the pages: reported).
@@ -264,18 +264,18 @@ pub(crate) fn size_at(tx: &Tx<'_>, g: &Geometry, off: usize) -> Option<Size> {
         _ => None,
     };
     if size.is_none() {
-        corrupt(off);
+        tx.m.corrupt(off);
     }
     size
 }
 
 /// Free the chunk at `off` (allocated by [`alloc`]; if it is not, the zone is damaged:
 /// reported, nothing planned).
-pub(crate) fn free(tx: &mut Tx<'_>, g: &Geometry, off: usize) {
+pub(crate) fn free(tx: &mut ZoneTx<'_>, g: &Geometry, off: usize) {
     let Some(size) = size_at(tx, g, off) else {
         return;
     };
-    let p = g.page_of(off);
+    let p = g.page_of(tx.m, off);
     let d = Geometry::desc(p);
     tx.sub64(H_USED, size.bytes() as u64);
     match size {
@@ -304,7 +304,7 @@ pub(crate) fn free(tx: &mut Tx<'_>, g: &Geometry, off: usize) {
 pub(crate) fn free_bytes(m: &Mem, g: &Geometry) -> usize {
     let n = m.ld64(H_FREE_PAGES);
     if n > u64::from(g.npages) {
-        corrupt(H_FREE_PAGES);
+        m.corrupt(H_FREE_PAGES);
         return 0;
     }
     n as usize * PAGE

@@ -15,7 +15,7 @@
 use super::alloc::{self, Size};
 use super::index;
 use super::layout::*;
-use super::redo::{self, Tx};
+use super::redo::{self, ZoneTx};
 use std::collections::{HashMap, HashSet};
 
 /// What [`check`](super::ShmDict::check) found in a valid region.
@@ -266,7 +266,7 @@ fn index(
     pages: &Pages,
     rep: &mut CheckReport,
 ) -> Result<HashSet<usize>, String> {
-    let tx = Tx::new(m);
+    let tx = ZoneTx::new(m);
     let chunks = &pages.chunks;
     let count = m.ld64(H_COUNT);
     let mut indexed: HashSet<usize> = HashSet::new();
@@ -318,7 +318,7 @@ fn index(
 
 /// One entry's fields: its kind, its used word, an integer's or a list's encoding, its size
 /// against its chunk's.
-fn entry(m: &Mem, tx: &Tx, e: usize, chunk: Size) -> Result<(), String> {
+fn entry(m: &Mem, tx: &ZoneTx, e: usize, chunk: Size) -> Result<(), String> {
     let (klen, kind) = index::klen_kind(tx, e);
     let vlen = m.ld32(e + E_VLEN) as usize;
     ensure!(

@@ -5,7 +5,7 @@
 //! chosen by clients cannot be aimed at one chain.
 
 use super::layout::*;
-use super::redo::Tx;
+use super::redo::ZoneTx;
 
 /// The offset an entry reference names (at most [`FAR`], where a reference from a damaged
 /// zone that a 32-bit process cannot address is clamped; never in a 64-bit one).
@@ -50,20 +50,20 @@ pub(crate) fn bucket(g: &Geometry, hash: u32) -> usize {
 
 /// Key length and value kind of entry `e`.
 #[inline]
-pub(crate) fn klen_kind(tx: &Tx<'_>, e: usize) -> (usize, u32) {
+pub(crate) fn klen_kind(tx: &ZoneTx<'_>, e: usize) -> (usize, u32) {
     let w = tx.r32(e + E_KEYLEN_KIND);
     ((w & 0xffff) as usize, w >> 16)
 }
 
 /// The key of entry `e`.
-pub(crate) fn key_of<'m>(tx: &Tx<'m>, e: usize) -> &'m [u8] {
+pub(crate) fn key_of<'m>(tx: &ZoneTx<'m>, e: usize) -> &'m [u8] {
     let (klen, _) = klen_kind(tx, e);
     let vlen = tx.r32(e + E_VLEN) as usize;
     tx.m.bytes(key_off(e, vlen), klen)
 }
 
 /// Where `key` is: `(entry offset, offset of the word that links to it)`.
-pub(crate) fn find(tx: &Tx<'_>, g: &Geometry, key: &[u8], hash: u32) -> Option<(usize, usize)> {
+pub(crate) fn find(tx: &ZoneTx<'_>, g: &Geometry, key: &[u8], hash: u32) -> Option<(usize, usize)> {
     let mut link = bucket(g, hash);
     let mut r = tx.r32(link);
     // A chain is never longer than the number of entries: bound the walk (a corrupt cycle
@@ -82,7 +82,7 @@ pub(crate) fn find(tx: &Tx<'_>, g: &Geometry, key: &[u8], hash: u32) -> Option<(
 }
 
 /// Link the new entry `e` at the head of its bucket's chain.
-pub(crate) fn link(tx: &mut Tx<'_>, g: &Geometry, e: usize, hash: u32) {
+pub(crate) fn link(tx: &mut ZoneTx<'_>, g: &Geometry, e: usize, hash: u32) {
     let b = bucket(g, hash);
     let head = tx.r32(b);
     tx.w32(e + E_HNEXT, head);
@@ -90,20 +90,20 @@ pub(crate) fn link(tx: &mut Tx<'_>, g: &Geometry, e: usize, hash: u32) {
 }
 
 /// Put the new entry `new` where `old` is in its chain (same key, so same bucket).
-pub(crate) fn swap(tx: &mut Tx<'_>, link: usize, old: usize, new: usize) {
+pub(crate) fn swap(tx: &mut ZoneTx<'_>, link: usize, old: usize, new: usize) {
     let next = tx.r32(old + E_HNEXT);
     tx.w32(new + E_HNEXT, next);
     tx.w32(link, reference(new));
 }
 
 /// Remove `e` (linked from `link`) from its chain.
-pub(crate) fn unlink(tx: &mut Tx<'_>, link: usize, e: usize) {
+pub(crate) fn unlink(tx: &mut ZoneTx<'_>, link: usize, e: usize) {
     let next = tx.r32(e + E_HNEXT);
     tx.w32(link, next);
 }
 
 /// The word that links to entry `e` (for an entry found by another route, e.g. the LRU list).
-pub(crate) fn link_of(tx: &Tx<'_>, g: &Geometry, e: usize) -> Option<usize> {
+pub(crate) fn link_of(tx: &ZoneTx<'_>, g: &Geometry, e: usize) -> Option<usize> {
     let mut link = bucket(g, tx.r32(e + E_HASH));
     let mut left = tx.r64(H_COUNT).min(g.max_entries()) + 1;
     loop {

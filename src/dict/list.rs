@@ -16,7 +16,7 @@
 use super::layout::{E_EXPIRES, E_FLAGS, E_VALUE};
 use super::lru;
 use super::ops::{Mode, Write, Zone};
-use super::redo::Tx;
+use super::redo::ZoneTx;
 use super::{index, ttl, DictError, ShmDict, Value};
 
 /// Bytes of an item's length prefix.
@@ -93,7 +93,7 @@ impl Zone<'_> {
     fn list(&self, key: &[u8], now: u64) -> Result<Option<Found<'_>>, DictError> {
         // Found without moving it in the LRU order: the store that follows does (a push or pop
         // is one transaction, or a delete).
-        let tx = Tx::new(self.m);
+        let tx = ZoneTx::new(self.m);
         let hash = index::hash(self.seed, key) as u32;
         let Some((e, _)) = index::find(&tx, &self.g, key, hash) else {
             return Ok(None);
@@ -126,7 +126,7 @@ impl Zone<'_> {
     ) -> Result<(), DictError> {
         let (expires, flags) = match old {
             Some(e) => {
-                let tx = Tx::new(self.m);
+                let tx = ZoneTx::new(self.m);
                 (tx.r64(e + E_EXPIRES), tx.r32(e + E_FLAGS))
             }
             None => (0, 0),
@@ -197,7 +197,7 @@ impl Zone<'_> {
         // In place: the live items' new bounds (offsets in the value), one aligned word, and
         // the move to the LRU head (a pop is a write), committed together.
         let bounds = (base + start) as u64 | ((base + stop) as u64) << 32;
-        let mut tx = Tx::new(self.m);
+        let mut tx = ZoneTx::new(self.m);
         tx.w64(e + E_VALUE, bounds);
         lru::touch(&mut tx, e);
         tx.commit();

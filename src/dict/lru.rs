@@ -10,10 +10,10 @@
 
 use super::index::{off, reference};
 use super::layout::*;
-use super::redo::Tx;
+use super::redo::ZoneTx;
 
 /// Put the unlinked entry `e` at the head.
-pub(crate) fn push_head(tx: &mut Tx<'_>, e: usize) {
+pub(crate) fn push_head(tx: &mut ZoneTx<'_>, e: usize) {
     let head = tx.r32(H_LRU_HEAD);
     tx.w32(e + E_PREV, 0);
     tx.w32(e + E_NEXT, head);
@@ -26,7 +26,7 @@ pub(crate) fn push_head(tx: &mut Tx<'_>, e: usize) {
 }
 
 /// Take `e` out of the list.
-pub(crate) fn unlink(tx: &mut Tx<'_>, e: usize) {
+pub(crate) fn unlink(tx: &mut ZoneTx<'_>, e: usize) {
     let (prev, next) = (tx.r32(e + E_PREV), tx.r32(e + E_NEXT));
     if prev == 0 {
         tx.w32(H_LRU_HEAD, next);
@@ -41,7 +41,7 @@ pub(crate) fn unlink(tx: &mut Tx<'_>, e: usize) {
 }
 
 /// Move `e` to the head (nothing to write if it is there).
-pub(crate) fn touch(tx: &mut Tx<'_>, e: usize) {
+pub(crate) fn touch(tx: &mut ZoneTx<'_>, e: usize) {
     if tx.r32(H_LRU_HEAD) != reference(e) {
         unlink(tx, e);
         push_head(tx, e);
@@ -53,7 +53,7 @@ pub(crate) fn touch(tx: &mut Tx<'_>, e: usize) {
 /// line stays clean, and if the operation met a damaged zone (which it then leaves as it was).
 #[inline]
 pub(crate) fn mark_used(m: &Mem, e: usize) {
-    if !corrupt_seen() && m.ld32(e + E_USED) == 0 {
+    if !m.corrupt_seen() && m.ld32(e + E_USED) == 0 {
         m.st32(e + E_USED, 1);
     }
 }
@@ -61,13 +61,13 @@ pub(crate) fn mark_used(m: &Mem, e: usize) {
 /// Give `e` (used, at the tail) its second chance: to the head with its used word cleared, so
 /// the next pass that reaches it evicts it unless a hit marks it again. Planned in `tx`, like
 /// any other change of the list.
-pub(crate) fn spare(tx: &mut Tx<'_>, e: usize) {
+pub(crate) fn spare(tx: &mut ZoneTx<'_>, e: usize) {
     tx.w32(e + E_USED, 0);
     touch(tx, e);
 }
 
 /// Take `old` out and put the new entry `new` at the head (a write is a use).
-pub(crate) fn replace(tx: &mut Tx<'_>, old: usize, new: usize) {
+pub(crate) fn replace(tx: &mut ZoneTx<'_>, old: usize, new: usize) {
     unlink(tx, old);
     push_head(tx, new);
 }

@@ -1,5 +1,5 @@
 //! The operations, on a [`Zone`]: the region seen by the holder of its lock. Each is one or
-//! more transactions ([`Tx`]). A write that must free room first plans the whole of it on an
+//! more transactions ([`ZoneTx`]). A write that must free room first plans the whole of it on an
 //! overlay (nothing changes if it cannot succeed): from the LRU tail, or, if that frees no
 //! room of its size, by emptying a run of pages near the tail. Then it frees the entries
 //! planned in one transaction (or, when that would overflow the redo record, one entry per
@@ -10,7 +10,7 @@ use super::alloc::{self, Size};
 use super::index;
 use super::layout::*;
 use super::lru;
-use super::redo::Tx;
+use super::redo::ZoneTx;
 use super::ttl;
 use super::{DictError, Value};
 use crate::crash;
@@ -53,7 +53,7 @@ pub(crate) struct Write {
 /// Room planned for a new entry: the plan, its steps in order, and how many live entries it
 /// evicts.
 struct Room<'m> {
-    plan: Tx<'m>,
+    plan: ZoneTx<'m>,
     room: Vec<Step>,
     live: u32,
 }
@@ -81,7 +81,7 @@ impl Zone<'_> {
     }
 
     /// Unlink and free entry `e` (linked from `link`); `evicted`: it is live (statistics).
-    fn remove(&self, tx: &mut Tx<'_>, e: usize, link: usize, evicted: bool) {
+    fn remove(&self, tx: &mut ZoneTx<'_>, e: usize, link: usize, evicted: bool) {
         index::unlink(tx, link, e);
         lru::unlink(tx, e);
         tx.sub64(H_COUNT, 1);
@@ -93,7 +93,7 @@ impl Zone<'_> {
     }
 
     /// Plan the removal of entry `e`, found by a route other than its key (the LRU list).
-    fn remove_found(&self, tx: &mut Tx<'_>, e: usize, evicted: bool) -> Result<(), DictError> {
+    fn remove_found(&self, tx: &mut ZoneTx<'_>, e: usize, evicted: bool) -> Result<(), DictError> {
         // A linked entry is always in its chain (`check` verifies it).
         let link = index::link_of(tx, &self.g, e)
             .ok_or_else(|| DictError::Corrupt(format!("entry at {e:#x} missing from the index")))?;
@@ -103,7 +103,7 @@ impl Zone<'_> {
 
     /// Remove entry `e`, found by a route other than its key, in a transaction of its own.
     fn remove_alone(&self, e: usize, evicted: bool) -> Result<(), DictError> {
-        let mut tx = Tx::new(self.m);
+        let mut tx = ZoneTx::new(self.m);
         self.remove_found(&mut tx, e, evicted)?;
         tx.commit();
         crash::point(crash::DICT_BETWEEN);
@@ -124,11 +124,11 @@ impl Zone<'_> {
         safe: bool,
         now: u64,
     ) -> Result<Room<'_>, DictError> {
-        let mut plan = Tx::plan(self.m);
+        let mut plan = ZoneTx::plan(self.m);
         let mut room = Vec::new();
         // Bounds every walk (a corrupt list may hold a cycle).
         let entries = plan.r64(H_COUNT).min(self.g.max_entries()) as usize;
-        let free = |plan: &mut Tx<'_>, room: &mut Vec<Step>, e, live| {
+        let free = |plan: &mut ZoneTx<'_>, room: &mut Vec<Step>, e, live| {
             room.push(Step::Free { e, live });
             self.remove_found(plan, e, live)
         };
@@ -212,7 +212,7 @@ impl Zone<'_> {
         if run > self.g.npages {
             return Ok(None);
         }
-        let mut plan = Tx::plan(self.m);
+        let mut plan = ZoneTx::plan(self.m);
         let entries = plan.r64(H_COUNT).min(self.g.max_entries()) as usize;
         let mut tried = std::collections::HashSet::new();
         let mut r = plan.r32(H_LRU_TAIL);
@@ -225,7 +225,7 @@ impl Zone<'_> {
             if Some(e) == keep {
                 continue;
             }
-            let first = self.g.page_of(e) & !(run - 1);
+            let first = self.g.page_of(self.m, e) & !(run - 1);
             let victims = match alloc::size_at(&plan, &self.g, e) {
                 // A block at least as large as the run: it alone makes the room.
                 Some(Size::Order(k))
@@ -276,7 +276,7 @@ impl Zone<'_> {
     /// evict with the expired ones beside, or if a descriptor is not a block's start.
     fn entries_in(
         &self,
-        tx: &Tx<'_>,
+        tx: &ZoneTx<'_>,
         first: u32,
         run: u32,
         keep: Option<usize>,
@@ -324,7 +324,7 @@ impl Zone<'_> {
             match step {
                 Step::Free { e, live } => self.remove_alone(e, live)?,
                 Step::Spare(e) => {
-                    let mut tx = Tx::new(self.m);
+                    let mut tx = ZoneTx::new(self.m);
                     lru::spare(&mut tx, e);
                     tx.commit();
                     crash::point(crash::DICT_BETWEEN);
@@ -358,8 +358,8 @@ impl Zone<'_> {
             Value::Int(_) => (VALUE_INT, 8),
         };
         let size = Size::of(entry_size(key.len(), vlen));
-        let mut found = index::find(&Tx::new(self.m), &self.g, key, hash);
-        let live = found.is_some_and(|(e, _)| !ttl::expired(&Tx::new(self.m), e, now));
+        let mut found = index::find(&ZoneTx::new(self.m), &self.g, key, hash);
+        let live = found.is_some_and(|(e, _)| !ttl::expired(&ZoneTx::new(self.m), e, now));
         match mode {
             Mode::Absent if live => return Err(DictError::Exists),
             Mode::Present if !live => return Err(DictError::NotFound),
@@ -371,11 +371,11 @@ impl Zone<'_> {
         let evicted = room.live;
         if !room.room.is_empty() {
             self.make_room(room)?;
-            found = index::find(&Tx::new(self.m), &self.g, key, hash);
+            found = index::find(&ZoneTx::new(self.m), &self.g, key, hash);
         }
         // Allocate first, while the old entry still holds its chunk: the new one is written
         // beside it, never over it.
-        let mut tx = Tx::new(self.m);
+        let mut tx = ZoneTx::new(self.m);
         let Some(e) = alloc::alloc(&mut tx, &self.g, size) else {
             return Err(DictError::Corrupt(
                 "no chunk where the plan found room".to_string(),
@@ -418,7 +418,7 @@ impl Zone<'_> {
     /// The live (or, with `stale`, also expired) entry of `key`, marked used if live:
     /// `(entry, expired)`.
     pub(crate) fn get(&self, key: &[u8], stale: bool, now: u64) -> Option<(usize, bool)> {
-        let tx = Tx::new(self.m);
+        let tx = ZoneTx::new(self.m);
         let (e, _) = index::find(&tx, &self.g, key, self.hash(key))?;
         let expired = ttl::expired(&tx, e, now);
         if expired && !stale {
@@ -432,12 +432,12 @@ impl Zone<'_> {
 
     /// Whether entry `e` holds a list.
     pub(crate) fn is_list(&self, e: usize) -> bool {
-        index::klen_kind(&Tx::new(self.m), e).1 == VALUE_LIST
+        index::klen_kind(&ZoneTx::new(self.m), e).1 == VALUE_LIST
     }
 
     /// Read entry `e`'s value and flags (a list's encoded bytes).
     pub(crate) fn value_of(&self, e: usize) -> (Value<'_>, u32) {
-        let tx = Tx::new(self.m);
+        let tx = ZoneTx::new(self.m);
         let (_, kind) = index::klen_kind(&tx, e);
         let flags = tx.r32(e + E_FLAGS);
         if kind == VALUE_INT {
@@ -457,7 +457,7 @@ impl Zone<'_> {
         init: Option<(i64, u64)>,
         now: u64,
     ) -> Result<(i64, u32), DictError> {
-        let tx = Tx::new(self.m);
+        let tx = ZoneTx::new(self.m);
         if let Some((e, _)) = index::find(&tx, &self.g, key, self.hash(key)) {
             if !ttl::expired(&tx, e, now) {
                 if index::klen_kind(&tx, e).1 != VALUE_INT {
@@ -467,7 +467,7 @@ impl Zone<'_> {
                 let v = v.checked_add(by).ok_or(DictError::Overflow)?;
                 // One aligned 8-byte store, so a death leaves the old number or the new one:
                 // no transaction. A use like a hit (marked, not moved).
-                if !corrupt_seen() {
+                if !self.m.corrupt_seen() {
                     self.m.st64(e + E_VALUE, v as u64);
                     lru::mark_used(self.m, e);
                 }
@@ -491,7 +491,7 @@ impl Zone<'_> {
 
     /// Remove `key`'s entry; whether it had a live one.
     pub(crate) fn delete(&self, key: &[u8], now: u64) -> bool {
-        let mut tx = Tx::new(self.m);
+        let mut tx = ZoneTx::new(self.m);
         match index::find(&tx, &self.g, key, self.hash(key)) {
             Some((e, link)) => {
                 let live = !ttl::expired(&tx, e, now);
@@ -505,7 +505,7 @@ impl Zone<'_> {
 
     /// The live entry of `key`, or `NotFound`.
     fn live(&self, key: &[u8], now: u64) -> Result<usize, DictError> {
-        let tx = Tx::new(self.m);
+        let tx = ZoneTx::new(self.m);
         match index::find(&tx, &self.g, key, self.hash(key)) {
             Some((e, _)) if !ttl::expired(&tx, e, now) => Ok(e),
             _ => Err(DictError::NotFound),
@@ -514,12 +514,12 @@ impl Zone<'_> {
 
     pub(crate) fn ttl(&self, key: &[u8], now: u64) -> Result<Option<Duration>, DictError> {
         let e = self.live(key, now)?;
-        Ok(ttl::left(&Tx::new(self.m), e, now))
+        Ok(ttl::left(&ZoneTx::new(self.m), e, now))
     }
 
     pub(crate) fn expire(&self, key: &[u8], expires: u64, now: u64) -> Result<(), DictError> {
         let e = self.live(key, now)?;
-        let mut tx = Tx::new(self.m);
+        let mut tx = ZoneTx::new(self.m);
         tx.w64(e + E_EXPIRES, expires);
         tx.commit();
         Ok(())
@@ -527,7 +527,7 @@ impl Zone<'_> {
 
     /// Expire every entry at once: one word (entries written up to now count as flushed).
     pub(crate) fn flush_all(&self) {
-        let mut tx = Tx::new(self.m);
+        let mut tx = ZoneTx::new(self.m);
         let seq = tx.r64(H_SEQ);
         tx.w64(H_FLUSH_SEQ, seq);
         tx.commit();
@@ -541,7 +541,7 @@ impl Zone<'_> {
         while r != 0 && left > 0 && (max == 0 || freed < max) {
             left -= 1;
             let e = index::off(r);
-            let tx = Tx::new(self.m);
+            let tx = ZoneTx::new(self.m);
             r = tx.r32(e + E_PREV);
             if ttl::expired(&tx, e, now) {
                 if self.remove_alone(e, false).is_err() {
@@ -555,7 +555,7 @@ impl Zone<'_> {
 
     /// Up to `max` (0: all) live keys, in LRU order (most recently written or spared first).
     pub(crate) fn keys(&self, max: usize, now: u64) -> Vec<Vec<u8>> {
-        let tx = Tx::new(self.m);
+        let tx = ZoneTx::new(self.m);
         let mut out = Vec::new();
         let mut r = tx.r32(H_LRU_HEAD);
         let mut left = tx.r64(H_COUNT).min(self.g.max_entries());

@@ -1,10 +1,10 @@
 //! The redo record: how one update of several words becomes one atomic store.
 //!
-//! An operation plans its changes in a [`Tx`]: every write to a structure word (index link,
+//! An operation plans its changes in a [`ZoneTx`]: every write to a structure word (index link,
 //! LRU link, allocator bitmap or free list, header count) goes into the transaction's overlay,
 //! and every read goes through it, so the plan sees its own writes while the region is left
 //! untouched. Bytes of a *new* entry are written straight into its chunk, which is free (no
-//! structure names it) until the transaction commits. [`Tx::commit`] then
+//! structure names it) until the transaction commits. [`ZoneTx::commit`] then
 //!
 //! 1. copies the pairs `(offset|width, value)` into the region's redo record,
 //! 2. stores their count: **the commit point**, one atomic store,
@@ -16,8 +16,17 @@
 //! the next holder of the lock when the lock reports the death, applies a committed record
 //! again and clears it. So every structure is always either before or after a transaction, and
 //! every key holds its old or its new value.
+//!
+//! The lock's journal (`shm/journal.rs`, its `Txn`) is the same idea, a redo log committed by
+//! one store, on other terms, which is why the two are separate types with separate logs: a
+//! `Txn` writes typed fields (per-participant counts, slot states, a few header counters) and
+//! its commit point is the state word's CAS (or a slot's), decided under the journal lock and
+//! replayed by whoever takes that lock from a dead holder; a [`ZoneTx`] writes any word of a
+//! dictionary zone, reads through its own overlay, holds hundreds of writes, and its commit
+//! point is the record's length, under the shard's `ShmMutex`. Sharing one would put the
+//! zone's words in the lock's region or the lock's fields in the zone's record.
 
-use super::layout::{corrupt, corrupt_seen, Mem, LOG, LOG_CAP, LOG_ENTRIES};
+use super::layout::{Mem, LOG, LOG_CAP, LOG_ENTRIES};
 use crate::crash;
 use core::sync::atomic::{fence, Ordering};
 use std::collections::HashMap;
@@ -25,8 +34,8 @@ use std::collections::HashMap;
 /// Planned writes past which a plan indexes them (a linear search up to there).
 const INDEXED: usize = 64;
 
-/// A transaction being planned: writes kept aside until [`commit`](Tx::commit).
-pub(crate) struct Tx<'m> {
+/// A transaction being planned: writes kept aside until [`commit`](ZoneTx::commit).
+pub(crate) struct ZoneTx<'m> {
     pub(crate) m: &'m Mem,
     /// `(offset << 1 | is_u64, value)`. A `Vec`, so that a transaction is cheap to make and
     /// move (a read-only one, most lookups, allocates nothing).
@@ -38,7 +47,7 @@ pub(crate) struct Tx<'m> {
     cap: usize,
 }
 
-impl<'m> Tx<'m> {
+impl<'m> ZoneTx<'m> {
     pub(crate) fn new(m: &'m Mem) -> Self {
         Self {
             m,
@@ -142,7 +151,7 @@ impl<'m> Tx<'m> {
     pub(crate) fn add64(&mut self, off: usize, n: u64) {
         match self.r64(off).checked_add(n) {
             Some(v) => self.w64(off, v),
-            None => corrupt(off),
+            None => self.m.corrupt(off),
         }
     }
 
@@ -150,14 +159,14 @@ impl<'m> Tx<'m> {
     pub(crate) fn sub64(&mut self, off: usize, n: u64) {
         match self.r64(off).checked_sub(n) {
             Some(v) => self.w64(off, v),
-            None => corrupt(off),
+            None => self.m.corrupt(off),
         }
     }
 
     /// Make the planned writes happen, all or none, whatever instant the process dies at.
     pub(crate) fn commit(self) {
         // A plan made over a corrupt zone is not applied (the operation fails).
-        if self.w.is_empty() || corrupt_seen() {
+        if self.w.is_empty() || self.m.corrupt_seen() {
             return;
         }
         assert!(
@@ -208,7 +217,7 @@ fn apply(m: &Mem, w: &[(u64, u64)]) {
 /// clear the record. Returns whether there was one. Idempotent, so a replayer that dies too
 /// leaves it for the next one.
 ///
-/// A record that [`Tx::commit`] cannot have written (longer than the record, or a pair
+/// A record that [`ZoneTx::commit`] cannot have written (longer than the record, or a pair
 /// outside the zone or misaligned) is damage: reported, nothing applied, and left in place
 /// for [`check`](super::ShmDict::check) to describe.
 pub(crate) fn replay(m: &Mem) -> bool {
@@ -217,7 +226,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
         return false;
     }
     if n > LOG_CAP as u64 {
-        corrupt(LOG);
+        m.corrupt(LOG);
         return false;
     }
     let w: Vec<(u64, u64)> = (0..n as usize)
@@ -236,7 +245,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
             m.a32(target(k));
         }
     }
-    if corrupt_seen() {
+    if m.corrupt_seen() {
         return false;
     }
     apply(m, &w);
@@ -264,7 +273,7 @@ mod tests {
         let mut buf = vec![0u64; 8192 / 8];
         let m = mem(&mut buf);
         m.st32(4096, 7);
-        let mut tx = Tx::new(&m);
+        let mut tx = ZoneTx::new(&m);
         assert_eq!(tx.r32(4096), 7);
         tx.w32(4096, 8);
         tx.w64(4104, 9);

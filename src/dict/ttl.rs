@@ -3,7 +3,7 @@
 //! and `flush_all` as one sequence number: an entry written at or before the flush is expired.
 
 use super::layout::*;
-use super::redo::Tx;
+use super::redo::ZoneTx;
 use std::time::Duration;
 
 /// Milliseconds on `CLOCK_MONOTONIC` (never 0: 0 means "never expires" in an entry).
@@ -25,13 +25,13 @@ pub(crate) fn expiry(ttl: Option<Duration>, now: u64) -> u64 {
 }
 
 /// Whether entry `e` is expired at `now` (its TTL passed, or `flush_all` came after it).
-pub(crate) fn expired(tx: &Tx<'_>, e: usize, now: u64) -> bool {
+pub(crate) fn expired(tx: &ZoneTx<'_>, e: usize, now: u64) -> bool {
     let exp = tx.r64(e + E_EXPIRES);
     (exp != 0 && exp <= now) || tx.r64(e + E_SEQ) <= tx.r64(H_FLUSH_SEQ)
 }
 
 /// Time left of entry `e` (live at `now`): `None` if it never expires.
-pub(crate) fn left(tx: &Tx<'_>, e: usize, now: u64) -> Option<Duration> {
+pub(crate) fn left(tx: &ZoneTx<'_>, e: usize, now: u64) -> Option<Duration> {
     match tx.r64(e + E_EXPIRES) {
         0 => None,
         exp => Some(Duration::from_millis(exp.saturating_sub(now))),

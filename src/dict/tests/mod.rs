@@ -18,7 +18,7 @@ fn dict(cap: usize) -> ShmDict {
 /// The offset of `key`'s entry in shard 0.
 fn entry_of(d: &ShmDict, key: &[u8]) -> usize {
     let s = &d.shards[0];
-    let tx = redo::Tx::new(&s.mem);
+    let tx = redo::ZoneTx::new(&s.mem);
     let h = index::hash(s.seed, key) as u32;
     index::find(&tx, &s.g, key, h).unwrap().0
 }
