@@ -248,7 +248,9 @@ impl PthreadMutex {
     }
 
     /// Lock; returns true when the previous owner died holding it (EOWNERDEAD), after marking
-    /// the mutex consistent again.
+    /// the mutex consistent again. Inline, as gomutex's `lock` is: the loop measures the
+    /// locks, not a call into the bench's wrapper (which the compiler made or not by whim).
+    #[inline(always)]
     fn lock_recover(&self) -> bool {
         // SAFETY: the mutex was initialised in `new` and stays mapped while `self` lives.
         let r = unsafe { libc::pthread_mutex_lock(self.m.as_ptr()) };
@@ -901,103 +903,178 @@ fn child<L: ProcLock>(
         while region.start.0 .0.load(Ordering::Acquire) == 0 {
             std::thread::yield_now();
         }
-        let stop = &region.start.0 .1;
-        let counter = region.counter.0.get().cast::<u64>();
-        // SAFETY: the second u64 of the same array, in bounds.
-        let shadow = unsafe { counter.add(1) };
-        let pct = work.write_pct();
-        let mut lcg = Lcg::new(idx);
-        let mut ops = 0u64;
-        let mut writes = 0u64;
-        let mut torn = 0u64;
-        let mut worst = Duration::ZERO;
-        let mut worst_write = Duration::ZERO;
-        let mut over_1ms = 0u64;
-        let mut x = 1i64;
-        // One clock read per op, never inside the critical section: an op's interval runs
-        // from just before lock() (the previous op's end, or the end of its work) to just
-        // after unlock().
-        let mut t0 = timing.then(Instant::now);
-        let mut own = 0u64;
-        loop {
-            // Mutex workloads: every op writes. Decided before the clock's interval matters
-            // (a few ns, the same for every lock).
-            let write = pct.is_none_or(|p| lcg.percent() < p);
-            match L::COUNT {
-                Count::Locked if pct.is_none() => lock.with_lock(|| {
-                    // SAFETY: the lock under test serialises every access to the counter (that
-                    // is what the final count checks); the mapping outlives the child.
-                    unsafe { *counter += 1 };
-                }),
-                Count::Locked if write => lock.with_lock(|| {
-                    // SAFETY: as above, under the write lock.
-                    unsafe {
-                        *counter += 1;
-                        *shadow = *counter;
-                    }
-                }),
-                Count::Locked => lock.with_read(|| {
-                    // SAFETY: under the read lock no writer is inside (what the shadow
-                    // comparison checks); the mapping outlives the child.
-                    let (a, b) = unsafe { (*counter, *shadow) };
-                    torn += u64::from(a != b);
-                    black_box(a);
-                }),
-                Count::Private if write => lock.with_lock(|| own += 1),
-                Count::Private => lock.with_read(|| {
-                    black_box(own);
-                }),
-                Count::Atomic => {
-                    // SAFETY: the counter is an aligned u64 in the mapping, which outlives the
-                    // child; in an atomic-floor run every process only adds to it atomically.
-                    let c = unsafe { AtomicU64::from_ptr(counter) };
-                    // A read adds 0, opaquely (an `add 0` the compiler knows may become a
-                    // fenced load, which would not move the line).
-                    let by = if write { 1 } else { black_box(0) };
-                    _ = c.fetch_add(by, Ordering::Relaxed);
-                }
-            }
-            ops += 1;
-            writes += u64::from(write);
-            if let Some(start) = t0 {
-                let now = Instant::now();
-                let took = now - start;
-                worst = worst.max(took);
-                if write {
-                    worst_write = worst_write.max(took);
-                }
-                over_1ms += u64::from(took > Duration::from_millis(1));
-                t0 = Some(now);
-            }
-            if work == Workload::Work {
-                x = go_work(x);
-                if t0.is_some() {
-                    t0 = Some(Instant::now());
-                }
-            }
-            if ops >= min_ops && stop.load(Ordering::Relaxed) != 0 {
-                break;
-            }
-        }
-        black_box(x);
-        assert_eq!(torn, 0, "a reader saw a half-done write");
+        let tally = match work.write_pct() {
+            None => mutex_loop(lock, region, work, min_ops, timing),
+            Some(pct) => rw_loop(lock, region, idx, pct, min_ops, timing),
+        };
         if L::COUNT == Count::Private {
             // SAFETY: the counter is an aligned u64 in the mapping, which outlives the child;
             // in a floor run every process only ever adds to it atomically, here.
-            unsafe { AtomicU64::from_ptr(counter) }.fetch_add(own, Ordering::Relaxed);
+            unsafe { AtomicU64::from_ptr(region.counter.0.get().cast::<u64>()) }
+                .fetch_add(tally.own, Ordering::Relaxed);
         }
         let slot = &region.slots[idx].0;
-        slot.ops.store(ops, Ordering::Relaxed);
-        slot.writes.store(writes, Ordering::Relaxed);
+        slot.ops.store(tally.ops, Ordering::Relaxed);
+        slot.writes.store(tally.writes, Ordering::Relaxed);
         slot.worst_write_ns
-            .store(worst_write.as_nanos() as u64, Ordering::Relaxed);
+            .store(tally.worst_write.as_nanos() as u64, Ordering::Relaxed);
         slot.worst_wait_ns
-            .store(worst.as_nanos() as u64, Ordering::Relaxed);
-        slot.waits_over_1ms.store(over_1ms, Ordering::Relaxed);
+            .store(tally.worst.as_nanos() as u64, Ordering::Relaxed);
+        slot.waits_over_1ms.store(tally.over_1ms, Ordering::Relaxed);
         slot.end_ns.store(mono_ns(), Ordering::Release);
     }));
     // SAFETY: _exit is always safe to call; it skips atexit handlers and destructors on purpose.
     unsafe { libc::_exit(if res.is_ok() { 0 } else { 101 }) }
+}
+
+/// What a child's loop counted and timed, for its [`Slot`].
+#[derive(Default)]
+struct Tally {
+    ops: u64,
+    writes: u64,
+    /// A floor's ops, counted in the process's own memory (added to the counter at the end).
+    own: u64,
+    worst: Duration,
+    worst_write: Duration,
+    over_1ms: u64,
+}
+
+impl Tally {
+    /// One more op that ended at `now` and began at `start` (a timed run), a write or not.
+    #[inline]
+    fn time(&mut self, start: Instant, now: Instant, write: bool) {
+        let took = now - start;
+        self.worst = self.worst.max(took);
+        if write {
+            self.worst_write = self.worst_write.max(took);
+        }
+        self.over_1ms += u64::from(took > Duration::from_millis(1));
+    }
+}
+
+/// The mutex workloads' loop (`none`, `work`): every op takes the lock and adds one, then does
+/// the work, if any. A loop of its own, as tight as the one before the readers-writer
+/// workloads came: one shared with them (a per-op read-or-write choice and the shadow copy)
+/// cost every mutex row ~20 instructions an op, as much as pthread's whole uncontended
+/// lock/unlock (docs/benchmarks.md, "The lock statistics' cost").
+#[inline(never)]
+fn mutex_loop<L: ProcLock>(
+    lock: &L,
+    region: &Region,
+    work: Workload,
+    min_ops: u64,
+    timing: bool,
+) -> Tally {
+    let stop = &region.start.0 .1;
+    let counter = region.counter.0.get().cast::<u64>();
+    let mut t = Tally::default();
+    let mut x = 1i64;
+    // One clock read per op, never inside the critical section: an op's interval runs from
+    // just before lock() (the previous op's end, or the end of its work) to just after
+    // unlock().
+    let mut t0 = timing.then(Instant::now);
+    loop {
+        match L::COUNT {
+            Count::Locked => lock.with_lock(|| {
+                // SAFETY: the lock under test serialises every access to the counter (that is
+                // what the final count checks); the mapping outlives the child.
+                unsafe { *counter += 1 };
+            }),
+            Count::Private => lock.with_lock(|| t.own += 1),
+            Count::Atomic => {
+                // SAFETY: the counter is an aligned u64 in the mapping, which outlives the
+                // child; in an atomic-floor run every process only adds to it atomically.
+                _ = unsafe { AtomicU64::from_ptr(counter) }.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        t.ops += 1;
+        if let Some(start) = t0 {
+            let now = Instant::now();
+            t.time(start, now, true);
+            t0 = Some(now);
+        }
+        if work == Workload::Work {
+            x = go_work(x);
+            if t0.is_some() {
+                t0 = Some(Instant::now());
+            }
+        }
+        if t.ops >= min_ops && stop.load(Ordering::Relaxed) != 0 {
+            break;
+        }
+    }
+    black_box(x);
+    t.writes = t.ops;
+    t
+}
+
+/// The readers-writer workloads' loop (`rw1`, `rw10`): `pct` % of the ops, chosen by the
+/// process's [`Lcg`], add one to the counter and its shadow copy under the write lock, the
+/// others read both under the read lock (and fail the run if they differ). Nothing outside the
+/// lock.
+#[inline(never)]
+fn rw_loop<L: ProcLock>(
+    lock: &L,
+    region: &Region,
+    idx: usize,
+    pct: u32,
+    min_ops: u64,
+    timing: bool,
+) -> Tally {
+    let stop = &region.start.0 .1;
+    let counter = region.counter.0.get().cast::<u64>();
+    // SAFETY: the second u64 of the same array, in bounds.
+    let shadow = unsafe { counter.add(1) };
+    let mut lcg = Lcg::new(idx);
+    let mut t = Tally::default();
+    let mut torn = 0u64;
+    // As in `mutex_loop`: one clock read per op, outside the critical section.
+    let mut t0 = timing.then(Instant::now);
+    loop {
+        // Decided before the clock's interval matters (a few ns, the same for every lock).
+        let write = lcg.percent() < pct;
+        match L::COUNT {
+            Count::Locked if write => lock.with_lock(|| {
+                // SAFETY: the lock under test serialises every write (what the final count
+                // checks); the mapping outlives the child.
+                unsafe {
+                    *counter += 1;
+                    *shadow = *counter;
+                }
+            }),
+            Count::Locked => lock.with_read(|| {
+                // SAFETY: under the read lock no writer is inside (what the shadow comparison
+                // checks); the mapping outlives the child.
+                let (a, b) = unsafe { (*counter, *shadow) };
+                torn += u64::from(a != b);
+                black_box(a);
+            }),
+            Count::Private if write => lock.with_lock(|| t.own += 1),
+            Count::Private => lock.with_read(|| {
+                black_box(t.own);
+            }),
+            Count::Atomic => {
+                // SAFETY: as in `mutex_loop`.
+                let c = unsafe { AtomicU64::from_ptr(counter) };
+                // A read adds 0, opaquely (an `add 0` the compiler knows may become a fenced
+                // load, which would not move the line).
+                let by = if write { 1 } else { black_box(0) };
+                _ = c.fetch_add(by, Ordering::Relaxed);
+            }
+        }
+        t.ops += 1;
+        t.writes += u64::from(write);
+        if let Some(start) = t0 {
+            let now = Instant::now();
+            t.time(start, now, write);
+            t0 = Some(now);
+        }
+        if t.ops >= min_ops && stop.load(Ordering::Relaxed) != 0 {
+            break;
+        }
+    }
+    assert_eq!(torn, 0, "a reader saw a half-done write");
+    t
 }
 
 /// A cheap per-process random sequence (Knuth's MMIX LCG), seeded by the process's index: the
