@@ -70,6 +70,7 @@
 
 use gomutex::shm::{LockError, ShmMutex, ShmRwLock};
 
+#[path = "../common.rs"]
 mod common;
 use common::{
     allowed_cpus, busy_from_env, fmt_busy, fmt_round_trips, go_work, line_round_trip_ns, median,
