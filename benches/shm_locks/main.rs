@@ -57,7 +57,8 @@
 //! passes `--bench`; defaults 500 ms per run, 5 rounds); without `--bench` (`cargo test --benches`) it does a short smoke
 //! run (10 ms, one round) that still checks every counter. Environment:
 //! `SHM_LOCKS_DURATION_MS`, `SHM_LOCKS_ROUNDS`, `SHM_LOCKS_PROCS`, `SHM_LOCKS_WORKLOADS`,
-//! `SHM_LOCKS_FILTER` (comma-separated substrings of `lock/Np/workload`), `SHM_LOCKS_TIMING=0`,
+//! `SHM_LOCKS_FILTER` (comma-separated substrings of `lock/Np/workload`; `=ID`: exactly ID, as in
+//! the other benches: `common::selected`), `SHM_LOCKS_TIMING=0`,
 //! `SHM_LOCKS_PIN=1` (`--pin`: child `i` pinned to the `i`-th allowed CPU, round robin, as
 //! prefork servers pin their workers),
 //! and `SHM_LOCKS_JSON=path` for the results as JSON (default for the full bench:
@@ -79,7 +80,7 @@ mod locks;
 mod report;
 mod run;
 
-use common::{allowed_cpus, busy_from_env, target_dir};
+use common::{allowed_cpus, busy_from_env, selected, target_dir, Args};
 use death::{bench_reader_death, print_deaths};
 use locks::{
     check_pthread_robust_recovery, AtomicFloor, Fcntl, Flock, Floor, GoShm, GoShmRw, PosixSem,
@@ -196,8 +197,15 @@ fn parse_procs(s: &str) -> Vec<usize> {
 
 impl Config {
     fn from_env_and_args() -> Config {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let smoke = !args.iter().any(|a| a == "--bench");
+        let args = Args::parse(&[
+            "--duration-ms",
+            "--procs",
+            "--rounds",
+            "--workloads",
+            "--json",
+            "--busy",
+        ]);
+        let smoke = !args.bench;
         let mut cfg = Config {
             smoke,
             duration: Duration::from_millis(if smoke { 10 } else { 500 }),
@@ -247,26 +255,20 @@ impl Config {
         if env("SHM_LOCKS_PIN").is_some_and(|v| v != "0") {
             cfg.pin = allowed_cpus();
         }
-        let mut it = args.into_iter();
-        while let Some(a) = it.next() {
-            let mut value =
-                |flag: &str| it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-            match a.as_str() {
-                "--bench" => {}
+        cfg.filters.extend(args.filters);
+        for (flag, value) in &args.flags {
+            let v = value.as_deref().unwrap_or_default();
+            match flag.as_str() {
                 "--duration-ms" => {
-                    let v = value(&a);
                     cfg.duration = Duration::from_millis(v.parse().expect("--duration-ms N"));
                 }
-                "--procs" => cfg.procs = parse_procs(&value(&a)),
-                "--rounds" => {
-                    let v = value(&a);
-                    cfg.rounds = v.parse::<usize>().expect("--rounds N").max(1);
-                }
-                "--workloads" => (cfg.workloads, cfg.reader_death) = parse_workloads(&value(&a)),
-                "--json" => cfg.json = Some(PathBuf::from(value(&a))),
+                "--procs" => cfg.procs = parse_procs(v),
+                "--rounds" => cfg.rounds = v.parse::<usize>().expect("--rounds N").max(1),
+                "--workloads" => (cfg.workloads, cfg.reader_death) = parse_workloads(v),
+                "--json" => cfg.json = Some(PathBuf::from(v)),
                 "--no-timing" => cfg.timing = false,
                 "--pin" => cfg.pin = allowed_cpus(),
-                "--busy" => cfg.busy.0 = value(&a).parse().expect("--busy N"),
+                "--busy" => cfg.busy.0 = v.parse().expect("--busy N"),
                 "-h" | "--help" => {
                     println!(
                         "shm_locks [FILTER…] [--duration-ms N] [--rounds N] [--procs 1,2,8] \
@@ -276,15 +278,14 @@ impl Config {
                     std::process::exit(0);
                 }
                 // libtest-style flags cargo may forward (--nocapture, --quiet …): ignore.
-                s if s.starts_with('-') => eprintln!("shm_locks: ignoring flag {s}"),
-                s => cfg.filters.push(s.to_owned()),
+                s => eprintln!("shm_locks: ignoring flag {s}"),
             }
         }
         cfg
     }
 
     fn selected(&self, id: &str) -> bool {
-        self.filters.is_empty() || self.filters.iter().any(|f| id.contains(f.as_str()))
+        selected(&self.filters, id)
     }
 }
 

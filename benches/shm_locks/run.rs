@@ -1,6 +1,6 @@
 //! Running: the shared region, the children's loops, one run, and the rounds.
 
-use crate::common::{fmt_round_trips, go_work, line_round_trip_ns, pin_nth, BusyLoops, ShmBox};
+use crate::common::{alternate, fmt_round_trips, go_work, pin_nth, BusyLoops, ShmBox};
 use crate::locks::{Count, ProcLock};
 use crate::report::fmt_opt;
 use crate::{Config, Workload, MAX_PROCS};
@@ -535,26 +535,16 @@ pub fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
             let chosen: Vec<&Contender> =
                 locks.iter().filter(|c| cfg.selected(&id(c.name))).collect();
             let mut plain: Vec<Vec<Run>> = chosen.iter().map(|_| Vec::new()).collect();
-            let mut round_trip_ns = Vec::new();
-            for r in 0..cfg.rounds {
-                // Threads, joined before any fork below; only where figures count (the probe
-                // spins two pinned threads for a few ms).
-                if !cfg.smoke {
-                    round_trip_ns.extend(line_round_trip_ns());
-                }
-                // After the probe (which measures where the CPUs are, not the load); killed
-                // when the round ends.
-                let _busy = BusyLoops::start(cfg.busy.0, cfg.busy.1).expect("fork a busy loop");
-                for k in 0..chosen.len() {
-                    let i = (r + k) % chosen.len();
+            // The probe's threads are joined before any fork.
+            let round_trip_ns =
+                alternate(cfg.rounds, chosen.len(), !cfg.smoke, cfg.busy, |r, i| {
                     if r > 0 && plain[i].is_empty() {
-                        continue; // could not be created in round 0
+                        return; // could not be created in round 0
                     }
                     if let Some(run) = (chosen[i].run)(cfg, procs, work, false) {
                         plain[i].push(run);
                     }
-                }
-            }
+                });
             for (c, plain) in chosen.iter().zip(plain) {
                 if plain.is_empty() {
                     continue;
