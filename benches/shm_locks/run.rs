@@ -120,8 +120,9 @@ impl Tally {
 /// The mutex workloads' loop (`none`, `work`): every op takes the lock and adds one, then does
 /// the work, if any. A loop of its own, as tight as the one before the readers-writer
 /// workloads came: one shared with them (a per-op read-or-write choice and the shadow copy)
-/// cost every mutex row ~20 instructions an op, as much as pthread's whole uncontended
-/// lock/unlock (docs/benchmarks.md, "The lock statistics' cost").
+/// cost every mutex row ~20 instructions an op, a third of pthread's uncontended lock and
+/// unlock (docs/benchmarks.md, "The lock statistics' cost"). Not inlined into the child, so
+/// that the compiler inlines the locks into it.
 #[inline(never)]
 pub fn mutex_loop<L: ProcLock>(
     lock: &L,
