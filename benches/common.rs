@@ -1,5 +1,6 @@
 //! What the bench binaries share: the in-process locks behind one trait, Go's `MutexWork`
-//! body, the steady loop, a zero-filled `MAP_SHARED | MAP_ANONYMOUS` mapping, and small helpers. Each binary
+//! body, the steady loop, a zero-filled `MAP_SHARED | MAP_ANONYMOUS` mapping, the command line
+//! and the alternating rounds ([`Args`], [`alternate`]), and small helpers. Each binary
 //! includes this file with `mod common;` and uses a part of it.
 
 #![allow(dead_code)] // every bench binary uses a different part of this module
@@ -388,6 +389,89 @@ where
         let (first, last) = span.expect("at least one thread");
         (last - first, results)
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command line and the rounds, as every bench reads and runs them.
+
+/// A bench binary's command line: `--bench` (which `cargo bench` passes and `cargo test
+/// --benches` does not: without it the binary runs its short test mode), filters (every
+/// argument that is not a flag), and the other flags, for the binary to apply.
+pub struct Args {
+    /// `--bench` was given: the full bench. Without it: the test mode.
+    pub bench: bool,
+    /// Which cases to run, as [`selected`] reads them; none: every case.
+    pub filters: Vec<String>,
+    /// Every other flag in order (the binary's own, and libtest's that cargo may pass on, for
+    /// it to ignore), with the argument after it for the flags that take one.
+    pub flags: Vec<(String, Option<String>)>,
+}
+
+impl Args {
+    /// This process's arguments; the flags in `with_value` take the argument after them
+    /// (panics if there is none).
+    pub fn parse(with_value: &[&str]) -> Args {
+        let mut args = Args {
+            bench: false,
+            filters: Vec::new(),
+            flags: Vec::new(),
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(a) = it.next() {
+            if a == "--bench" {
+                args.bench = true;
+            } else if with_value.contains(&a.as_str()) {
+                let v = it.next().unwrap_or_else(|| panic!("{a} needs a value"));
+                args.flags.push((a, Some(v)));
+            } else if a.starts_with('-') {
+                args.flags.push((a, None));
+            } else {
+                args.filters.push(a);
+            }
+        }
+        args
+    }
+
+    /// This process's arguments, for a binary without flags of its own.
+    pub fn get() -> Args {
+        Args::parse(&[])
+    }
+}
+
+/// Whether the case `name` runs: no filters, or one that is a substring of `name`, or `=NAME`
+/// with exactly `name`.
+pub fn selected(filters: &[String], name: &str) -> bool {
+    filters.is_empty()
+        || filters.iter().any(|f| match f.strip_prefix('=') {
+            Some(exact) => name == exact,
+            None => name.contains(f.as_str()),
+        })
+}
+
+/// The benches' rounds: `rounds` times, probe where the CPUs are ([`line_round_trip_ns`],
+/// when `probe`: it spins two pinned threads for a few ms, so only where figures count), start
+/// `busy` loops ([`BusyLoops`], after the probe, which measures placement, not load; killed
+/// when the round ends), and run `run(round, entry)` for every entry once, the first entry
+/// rotating from round to round, so that load on a shared machine hits all of them alike.
+/// Returns the round trips probed. Call it with one thread running (the busy loops fork).
+pub fn alternate(
+    rounds: usize,
+    entries: usize,
+    probe: bool,
+    busy: (usize, bool),
+    mut run: impl FnMut(usize, usize),
+) -> Vec<f64> {
+    let mut round_trip_ns = Vec::new();
+    for r in 0..rounds {
+        if probe {
+            round_trip_ns.extend(line_round_trip_ns());
+        }
+        let _busy = BusyLoops::start(busy.0, busy.1).expect("fork a busy loop");
+        for k in 0..entries {
+            run(r, (r + k) % entries);
+        }
+    }
+    round_trip_ns
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -359,7 +359,7 @@ fn memory(server: Option<&Server>) {
 }
 
 fn main() {
-    let bench = std::env::args().any(|a| a == "--bench");
+    let bench = common::Args::get().bench;
     let rounds = if bench {
         common::env_or("DICT_ROUNDS", 5)
     } else {

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{env_or, fmt_round_trips, line_round_trip_ns, median, paired_ratio, procs, Padded};
+use common::{alternate, env_or, fmt_round_trips, median, paired_ratio, procs, Args, Padded};
 use gomutex::{profile, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
@@ -62,7 +62,7 @@ fn run(threads: usize, duration: Duration, min_ops: u64) -> f64 {
 }
 
 fn main() {
-    let test = !std::env::args().any(|a| a == "--bench");
+    let test = !Args::get().bench;
     let (duration, rounds, min_ops) = if test {
         (Duration::from_millis(10), 1, 200)
     } else {
@@ -84,16 +84,11 @@ fn main() {
     );
     for (name, threads) in [("Mutex", p), ("MutexSlack", 10 * p)] {
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); RATES.len()];
-        let mut trips = Vec::new();
-        for round in 0..rounds {
-            trips.extend(line_round_trip_ns().filter(|_| !test));
-            for k in 0..RATES.len() {
-                let i = (round + k) % RATES.len();
-                profile::set_mutex_profile_fraction(RATES[i]);
-                ns[i].push(run(threads, duration, min_ops));
-            }
-            profile::set_mutex_profile_fraction(0);
-        }
+        let trips = alternate(rounds, RATES.len(), !test, (0, false), |_, i| {
+            profile::set_mutex_profile_fraction(RATES[i]);
+            ns[i].push(run(threads, duration, min_ops));
+        });
+        profile::set_mutex_profile_fraction(0);
         println!(
             "{name:<11} {threads:>4} {:>10.1} {:>10.1} {:>10.1} {:>9.3} {:>9.3}  {}",
             median(&ns[0]),

@@ -47,8 +47,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    env_or, fmt_round_trips, go_work, line_round_trip_ns, median, paired_ratio, procs, steady,
-    Padded,
+    alternate, env_or, fmt_round_trips, go_work, median, paired_ratio, procs, selected, steady,
+    Args, Padded,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -67,14 +67,8 @@ struct Config {
 
 impl Config {
     fn from_env_and_args() -> Config {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        // Same rule as criterion: `cargo test --benches` passes no `--bench`.
-        let test = !args.iter().any(|a| a == "--bench");
-        let filters = args
-            .iter()
-            .filter(|a| !a.starts_with('-'))
-            .cloned()
-            .collect();
+        let Args { bench, filters, .. } = Args::get();
+        let test = !bench;
         if test {
             return Config {
                 test,
@@ -100,11 +94,7 @@ impl Config {
     }
 
     fn selected(&self, name: &str) -> bool {
-        self.filters.is_empty()
-            || self.filters.iter().any(|f| match f.strip_prefix('=') {
-                Some(exact) => name == exact,
-                None => name.contains(f.as_str()),
-            })
+        selected(&self.filters, name)
     }
 }
 
@@ -387,16 +377,9 @@ fn rounds(
     run: impl Fn(usize) -> Option<f64>,
 ) -> (Vec<Vec<f64>>, Vec<f64>) {
     let mut samples = vec![Vec::new(); entries];
-    let mut rt = Vec::new();
-    for r in 0..rounds {
-        if !cfg.test {
-            rt.extend(line_round_trip_ns());
-        }
-        for k in 0..entries {
-            let entry = (r + k) % entries;
-            samples[entry].extend(run(entry));
-        }
-    }
+    let rt = alternate(rounds, entries, !cfg.test, (0, false), |_, entry| {
+        samples[entry].extend(run(entry))
+    });
     (samples, rt)
 }
 

@@ -60,9 +60,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    allowed_cpus, busy_from_env, env_or, fmt_busy, fmt_round_trips, go_work, line_round_trip_ns,
-    local_array, median, paired_ratio, pin_nth, procs, steady, stride4_increment, target_dir,
-    BusyLoops, Lock, Padded,
+    allowed_cpus, alternate, busy_from_env, env_or, fmt_busy, fmt_round_trips, go_work,
+    local_array, median, paired_ratio, pin_nth, procs, selected, steady, stride4_increment,
+    target_dir, Args, Lock, Padded,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -85,14 +85,8 @@ struct Config {
 
 impl Config {
     fn from_env_and_args() -> Config {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        // Same rule as criterion: `cargo test --benches` passes no `--bench`.
-        let test = !args.iter().any(|a| a == "--bench");
-        let filters = args
-            .iter()
-            .filter(|a| !a.starts_with('-'))
-            .cloned()
-            .collect();
+        let Args { bench, filters, .. } = Args::get();
+        let test = !bench;
         if test {
             return Config {
                 test,
@@ -136,11 +130,7 @@ impl Config {
     }
 
     fn selected(&self, name: &str) -> bool {
-        self.filters.is_empty()
-            || self.filters.iter().any(|f| match f.strip_prefix('=') {
-                Some(exact) => name == exact,
-                None => name.contains(f.as_str()),
-            })
+        selected(&self.filters, name)
     }
 }
 
@@ -650,24 +640,18 @@ struct Row {
 /// `None`: the case has no such floor), rotating the order from round to round.
 fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> Option<f64>) -> Row {
     let mut samples: [Vec<f64>; LOCKS.len() + FLOORS.len()] = Default::default();
-    let mut round_trip_ns = Vec::new();
-    for r in 0..cfg.rounds {
-        if !cfg.test {
-            // Only where figures count: the probe spins two pinned threads for a few ms.
-            round_trip_ns.extend(line_round_trip_ns());
-        }
-        // Started after the probe (which measures where the CPUs are, not the load), killed
-        // when the round ends; every thread of this process has been joined here.
-        let busy = BusyLoops::start(cfg.busy.0, cfg.busy.1).expect("fork a busy loop");
-        for k in 0..samples.len() {
-            let entry = (r + k) % samples.len();
-            if entry < LOCKS.len() && !cfg.locks[entry] {
-                continue;
+    // Every thread of this process has been joined between two runs (the busy loops fork).
+    let round_trip_ns = alternate(
+        cfg.rounds,
+        samples.len(),
+        !cfg.test,
+        cfg.busy,
+        |_, entry| {
+            if entry >= LOCKS.len() || cfg.locks[entry] {
+                samples[entry].extend(run(entry));
             }
-            samples[entry].extend(run(entry));
-        }
-        drop(busy);
-    }
+        },
+    );
     let row = Row {
         name,
         threads,
