@@ -67,7 +67,8 @@ pub(crate) fn chunks(c: u32) -> u32 {
     (PAGE as u32) / CLASSES[c as usize]
 }
 
-fn full_mask(c: u32) -> u64 {
+/// The bitmap of a slab page of class `c` with every chunk in use.
+pub(crate) fn full_mask(c: u32) -> u64 {
     let n = chunks(c);
     if n == 64 {
         u64::MAX

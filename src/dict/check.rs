@@ -216,7 +216,6 @@ fn free_lists(m: &Mem, g: &Geometry, pages: &Pages) -> Result<(), String> {
 
 /// A slab page is on its class's list exactly when it has a free chunk.
 fn slab_lists(m: &Mem, g: &Geometry, pages: &Pages) -> Result<(), String> {
-    let full = |n: u32| if n == 64 { u64::MAX } else { (1 << n) - 1 };
     let mut partial = 0usize;
     for c in 0..CLASSES.len() as u32 {
         for p in page_list(
@@ -235,7 +234,7 @@ fn slab_lists(m: &Mem, g: &Geometry, pages: &Pages) -> Result<(), String> {
                 "class {c} list: page {p} of another class"
             );
             ensure!(
-                m.ld64(d + D_BITMAP) != full(alloc::chunks(c)),
+                m.ld64(d + D_BITMAP) != alloc::full_mask(c),
                 "class {c} list: page {p} is full"
             );
             partial += 1;
@@ -246,7 +245,7 @@ fn slab_lists(m: &Mem, g: &Geometry, pages: &Pages) -> Result<(), String> {
         .iter()
         .filter(|&&p| {
             let d = Geometry::desc(p);
-            m.ld64(d + D_BITMAP) != full(alloc::chunks(m.ld32(d + D_ARG)))
+            m.ld64(d + D_BITMAP) != alloc::full_mask(m.ld32(d + D_ARG))
         })
         .count();
     ensure!(

@@ -1,7 +1,8 @@
 //! [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key), kept in a [`ShmDict`] that
 //! worker processes share, so that the rate holds across them.
 
-use super::{DictError, ShmDict, Value};
+use super::types::{DictError, Value};
+use super::ShmDict;
 use crate::shm::ShmError;
 use std::time::Duration;
 

@@ -17,7 +17,8 @@ use super::layout::{E_EXPIRES, E_FLAGS, E_VALUE};
 use super::lru;
 use super::ops::{Mode, Write, Zone};
 use super::redo::ZoneTx;
-use super::{index, ttl, DictError, ShmDict, Value};
+use super::types::{DictError, Value};
+use super::{index, ttl, ShmDict};
 
 /// Bytes of an item's length prefix.
 const LEN: usize = 4;

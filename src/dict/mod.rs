@@ -38,7 +38,7 @@ mod types;
 pub use check::CheckReport;
 pub use config::DictConfig;
 pub use limit_req::{Decision, RateLimiter};
-pub use types::{DictError, DictStats, Incr, Item, OwnedValue, Value};
+pub use types::{DictError, DictStats, Incr, Item, OwnedValue, Value, MAX_KEY};
 
 use self::layout::PAGE;
 use self::ops::{Mode, Write};
@@ -48,9 +48,6 @@ use crate::shm::ShmMutex;
 use crate::shm::{Mapping, ShmError};
 use core::fmt;
 use std::time::Duration;
-
-/// The longest key, in bytes.
-pub const MAX_KEY: usize = 0xffff;
 
 /// A dictionary in memory shared between processes, with OpenResty's `lua_shared_dict`
 /// operations, that stays whole when a process is killed at any instruction.

@@ -1,7 +1,8 @@
 //! Named dictionaries, for unrelated processes: a named [`Mapping`] (`shm_open`, published by
 //! its own header once the dictionary is made) holding the dictionary at offset 0.
 
-use super::{DictConfig, ShmDict};
+use super::config::DictConfig;
+use super::ShmDict;
 use crate::shm::{Mapping, MappingLayout, OpenOptions, ShmError};
 
 /// The mapping's contents: the dictionary, from offset 0.

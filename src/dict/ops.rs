@@ -12,7 +12,7 @@ use super::layout::*;
 use super::lru;
 use super::redo::ZoneTx;
 use super::ttl;
-use super::{DictError, Value};
+use super::types::{DictError, Value};
 use crate::crash;
 use std::time::Duration;
 

@@ -4,7 +4,8 @@
 
 use super::layout::{self, Geometry, Mem, PAGE};
 use super::ops::Zone;
-use super::{alloc, redo, ttl, DictError};
+use super::types::DictError;
+use super::{alloc, redo, ttl};
 use crate::shm::seam;
 use crate::shm::{Config, Mapping, ShmError, ShmMutex, ShmMutexGuard};
 use core::cell::Cell;

@@ -1,12 +1,12 @@
 //! The values, results and errors of the dictionary's operations.
 
-#[cfg(doc)]
-use super::ShmDict;
-use super::MAX_KEY;
 use core::fmt;
 
+/// The longest key, in bytes.
+pub const MAX_KEY: usize = 0xffff;
+
 /// A value to store, or one borrowed from the zone: bytes, or an integer (what
-/// [`ShmDict::incr`] counts with).
+/// [`ShmDict::incr`](crate::dict::ShmDict::incr) counts with).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Value<'a> {
     /// A byte string.
@@ -77,18 +77,18 @@ impl OwnedValue {
     }
 }
 
-/// What [`ShmDict::get`] and [`ShmDict::get_stale`] return.
+/// What [`ShmDict::get`](crate::dict::ShmDict::get) and [`ShmDict::get_stale`](crate::dict::ShmDict::get_stale) return.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
     /// The value.
     pub value: OwnedValue,
     /// The flags stored with it (0 if none were given).
     pub flags: u32,
-    /// Whether it is expired (only [`get_stale`](ShmDict::get_stale) returns those).
+    /// Whether it is expired (only [`get_stale`](crate::dict::ShmDict::get_stale) returns those).
     pub stale: bool,
 }
 
-/// What [`ShmDict::incr`] returns.
+/// What [`ShmDict::incr`](crate::dict::ShmDict::incr) returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Incr {
     /// The new value.
@@ -131,7 +131,7 @@ pub enum DictError {
     },
     /// The zone was written by something other than this dictionary: the operation met an
     /// impossible reference, count or record and committed nothing from there on, or
-    /// [`ShmDict::check`] found a broken structure (described).
+    /// [`ShmDict::check`](crate::dict::ShmDict::check) found a broken structure (described).
     Corrupt(String),
 }
 
