@@ -134,6 +134,8 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(all(gomutex_loom, gomutex_coherence))]
+compile_error!("`--cfg gomutex_loom` and `--cfg gomutex_coherence` are two different models");
 #[cfg(all(gomutex_loom, not(feature = "__loom")))]
 compile_error!("`--cfg gomutex_loom` needs gomutex's `__loom` feature (loom-tests/ enables both)");
 
@@ -184,6 +186,10 @@ pub mod sema;
 pub mod shm;
 mod spin;
 mod sync;
+/// The coherence model's run and counters, for `tests/coherence.rs` (`scripts/coherence.sh`).
+#[cfg(gomutex_coherence)]
+#[doc(hidden)]
+pub use sync::coherence as __coherence;
 
 /// Under loom only: let sleepers with a deadline time out at arbitrary points of this
 /// execution (loom has no time; a model opts in).
