@@ -40,7 +40,8 @@
 //! of the per-round ratios. The cache-line round trip between the first two CPUs is probed
 //! before each round and printed with that round's gomutex / best; the table also gives
 //! gomutex / best over the near rounds (round trip below [`FAR_NS`], ~60–150 ns) and over the
-//! far ones (~300 ns) apart, since a read-mostly row's ratio depends on the placement.
+//! far ones (~300 ns) apart, since a read-mostly row's ratio depends on the placement (a probe
+//! of [`STOLEN_NS`] or more was preempted, and its round counts as neither).
 //!
 //! `cargo bench --bench rwlock [-- FILTER…]` (substrings of case names; `=NAME` exact).
 //! Environment: `RWLOCK_DURATION_MS` (default 500), `RWLOCK_ROUNDS` (default 5),
@@ -417,6 +418,9 @@ fn rounds(
 /// A round whose probed round trip is at least this (ns) ran in the far placement (~300 ns on
 /// this machine's two vCPUs), one below it in the near one (~60–150 ns).
 const FAR_NS: f64 = 200.0;
+/// A probe at least this long (ns) was preempted (a loaded machine): its round's placement is
+/// unknown, and the round counts as neither near nor far.
+const STOLEN_NS: f64 = 1000.0;
 
 /// The rounds' round trips as the benches print them (`min–max`).
 fn fmt_rt(rt: &[Option<f64>]) -> String {
@@ -447,7 +451,7 @@ fn placement_ratio(ratios: &[f64], rt: &[Option<f64>], far: bool) -> String {
     let picked: Vec<f64> = ratios
         .iter()
         .zip(rt)
-        .filter(|(_, t)| t.is_some_and(|t| (t >= FAR_NS) == far))
+        .filter(|(_, t)| t.is_some_and(|t| t < STOLEN_NS && (t >= FAR_NS) == far))
         .map(|(r, _)| *r)
         .collect();
     if picked.is_empty() {
@@ -564,8 +568,8 @@ fn main() {
              min(std, parking_lot); floor: a std RwLock per thread; atomic: one shared \
              fetch_add per op in place of the lock; atomic2: a shared fetch_add and fetch_sub \
              around each read, nothing for a write; near / far: gomutex/best over the rounds \
-             whose line round trip was below / at least {FAR_NS} ns (rounds); line RT: \
-             cache-line round trip (min–max)",
+             whose line round trip was below {FAR_NS} / {FAR_NS}–{STOLEN_NS} ns (rounds; a \
+             longer probe was preempted); line RT: cache-line round trip (min–max)",
             cfg.duration.as_millis(),
             cfg.rounds
         );
