@@ -453,19 +453,19 @@ pub fn selected(filters: &[String], name: &str) -> bool {
 /// `busy` loops ([`BusyLoops`], after the probe, which measures placement, not load; killed
 /// when the round ends), and run `run(round, entry)` for every entry once, the first entry
 /// rotating from round to round, so that load on a shared machine hits all of them alike.
-/// Returns the round trips probed. Call it with one thread running (the busy loops fork).
+/// Returns each round's round trip (`None`: not probed, or the probe was preempted), so a
+/// round's figures can be told near or far. Call it with one thread running (the busy loops
+/// fork).
 pub fn alternate(
     rounds: usize,
     entries: usize,
     probe: bool,
     busy: (usize, bool),
     mut run: impl FnMut(usize, usize),
-) -> Vec<f64> {
+) -> Vec<Option<f64>> {
     let mut round_trip_ns = Vec::new();
     for r in 0..rounds {
-        if probe {
-            round_trip_ns.extend(line_round_trip_ns());
-        }
+        round_trip_ns.push(if probe { line_round_trip_ns() } else { None });
         let _busy = BusyLoops::start(busy.0, busy.1).expect("fork a busy loop");
         for k in 0..entries {
             run(r, (r + k) % entries);

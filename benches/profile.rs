@@ -87,7 +87,10 @@ fn main() {
         let trips = alternate(rounds, RATES.len(), !test, (0, false), |_, i| {
             profile::set_mutex_profile_fraction(RATES[i]);
             ns[i].push(run(threads, duration, min_ops));
-        });
+        })
+        .into_iter()
+        .flatten()
+        .collect::<Vec<f64>>();
         profile::set_mutex_profile_fraction(0);
         println!(
             "{name:<11} {threads:>4} {:>10.1} {:>10.1} {:>10.1} {:>9.3} {:>9.3}  {}",

@@ -12,8 +12,14 @@
 //! | Write10 | 1 × P, 10 × P | as Write100, every 10th op a write |
 //! | WorkWrite100 | 1 × P, 10 × P | as Write100, the reads doing 100 × `foo *= 2; foo /= 2` inside the read lock |
 //! | WorkWrite10 | 1 × P, 10 × P | as WorkWrite100, every 10th op a write |
+//! | ReadOnly | 1 × P, 10 × P | as Write100 with no write: readers only, always overlapping |
+//! | WorkReadOnly | 1 × P | as WorkWrite100 with no write |
+//! | Write10000 | 1 × P | as Write100, every 10 000th op a write |
+//! | WriteAll | 1 × P | as Write100, every op a write |
 //!
-//! (P = CPUs; 10 × P is Go's `GOMAXPROCS=10`-style slack, called `Slack` as in steady's table.)
+//! (P = CPUs; 10 × P is Go's `GOMAXPROCS=10`-style slack, called `Slack` as in steady's table.
+//! The last four rows are not Go's: the read-mostly end, where a lock whose readers share one
+//! word pays a line transfer per read lock and per unlock, and the write-only end.)
 //! The writers count their writes under the lock, which must equal the threads' own tally.
 //! Floors beside the shared-lock rows, in the same rotation: `floor`, the same loop with a
 //! `std::sync::RwLock` of its own per thread (nobody waits, no line moves); `atomic`, one
@@ -32,7 +38,10 @@
 //! **Rounds.** Every case runs `rounds` times per contender, alternating within a round (the
 //! first contender rotates from round to round); tables show medians, and ratios are medians
 //! of the per-round ratios. The cache-line round trip between the first two CPUs is probed
-//! before each round and printed.
+//! before each round and printed with that round's gomutex / best; the table also gives
+//! gomutex / best over the near rounds (round trip below [`FAR_NS`], ~60–150 ns) and over the
+//! far ones (~300 ns) apart, since a read-mostly row's ratio depends on the placement (a probe
+//! of [`STOLEN_NS`] or more was preempted, and its round counts as neither).
 //!
 //! `cargo bench --bench rwlock [-- FILTER…]` (substrings of case names; `=NAME` exact).
 //! Environment: `RWLOCK_DURATION_MS` (default 500), `RWLOCK_ROUNDS` (default 5),
@@ -162,8 +171,11 @@ enum Kind {
     },
 }
 
+/// `write_ratio` of the read-only workloads: no op is a write.
+const NO_WRITES: u64 = u64::MAX;
+
 /// Name, body, thread multiplier (× P).
-const WORKLOADS: [(&str, Kind, usize); 9] = [
+const WORKLOADS: [(&str, Kind, usize); 14] = [
     ("Uncontended", Kind::Uncontended, 1),
     ("Write100", shared(false, 100), 1),
     ("Write100Slack", shared(false, 100), 10),
@@ -173,6 +185,11 @@ const WORKLOADS: [(&str, Kind, usize); 9] = [
     ("WorkWrite100Slack", shared(true, 100), 10),
     ("WorkWrite10", shared(true, 10), 1),
     ("WorkWrite10Slack", shared(true, 10), 10),
+    ("ReadOnly", shared(false, NO_WRITES), 1),
+    ("ReadOnlySlack", shared(false, NO_WRITES), 10),
+    ("WorkReadOnly", shared(true, NO_WRITES), 1),
+    ("Write10000", shared(false, 10_000), 1),
+    ("WriteAll", shared(false, 1), 1),
 ];
 
 const fn shared(work: bool, write_ratio: u64) -> Kind {
@@ -369,18 +386,30 @@ fn run_fairness<L: RwBench<u64>>(readers: usize, cfg: &Config) -> f64 {
 
 /// Runs `run(entry)` `rounds` times for every entry (`LOCKS` then `FLOORS`; `None`: the case
 /// has no such entry), rotating the order from round to round. Returns the samples per entry
-/// and the round trips probed.
+/// and each round's round trip (`None` in test mode or with one CPU).
 fn rounds(
     cfg: &Config,
     rounds: usize,
     entries: usize,
     run: impl Fn(usize) -> Option<f64>,
-) -> (Vec<Vec<f64>>, Vec<f64>) {
+) -> (Vec<Vec<f64>>, Vec<Option<f64>>) {
     let mut samples = vec![Vec::new(); entries];
     let rt = alternate(rounds, entries, !cfg.test, (0, false), |_, entry| {
         samples[entry].extend(run(entry))
     });
     (samples, rt)
+}
+
+/// A round whose probed round trip is at least this (ns) ran in the far placement (~300 ns on
+/// this machine's two vCPUs), one below it in the near one (~60–150 ns).
+const FAR_NS: f64 = 200.0;
+/// A probe at least this long (ns) was preempted (a loaded machine): its round's placement is
+/// unknown, and the round counts as neither near nor far.
+const STOLEN_NS: f64 = 1000.0;
+
+/// The rounds' round trips as the benches print them (`min–max`).
+fn fmt_rt(rt: &[Option<f64>]) -> String {
+    fmt_round_trips(&rt.iter().flatten().copied().collect::<Vec<_>>())
 }
 
 fn fmt_ns(x: f64) -> String {
@@ -393,10 +422,41 @@ fn fmt_ns(x: f64) -> String {
     }
 }
 
-/// `gomutex / min(std, parking_lot)` per round, median.
-fn ratio_to_best(s: &[Vec<f64>]) -> f64 {
-    let best: Vec<f64> = s[1].iter().zip(&s[2]).map(|(a, b)| a.min(*b)).collect();
-    paired_ratio(&s[0], &best)
+/// `gomutex / min(std, parking_lot)` in each round.
+fn ratios_to_best(s: &[Vec<f64>]) -> Vec<f64> {
+    s[0].iter()
+        .zip(s[1].iter().zip(&s[2]))
+        .map(|(g, (a, b))| g / a.min(*b))
+        .collect()
+}
+
+/// The median of `ratios` over the rounds in the far (`far`) or near placement, as `x.xx (n)`
+/// with n the number of such rounds, or `–`.
+fn placement_ratio(ratios: &[f64], rt: &[Option<f64>], far: bool) -> String {
+    let picked: Vec<f64> = ratios
+        .iter()
+        .zip(rt)
+        .filter(|(_, t)| t.is_some_and(|t| t < STOLEN_NS && (t >= FAR_NS) == far))
+        .map(|(r, _)| *r)
+        .collect();
+    if picked.is_empty() {
+        "–".into()
+    } else {
+        format!("{:.2} ({})", median(&picked), picked.len())
+    }
+}
+
+/// Each round's round trip and gomutex / best, as `RT ns: ratio` pairs.
+fn fmt_per_round(ratios: &[f64], rt: &[Option<f64>]) -> String {
+    let each: Vec<String> = ratios
+        .iter()
+        .zip(rt)
+        .map(|(r, t)| match t {
+            Some(t) => format!("{t:.0} ns: {r:.2}"),
+            None => format!("–: {r:.2}"),
+        })
+        .collect();
+    each.join(", ")
 }
 
 fn main() {
@@ -425,32 +485,35 @@ fn main() {
                 format!("{:.2}", paired_ratio(&s[0], &s[i]))
             }
         };
+        let per_round = ratios_to_best(&s);
         eprintln!(
             "{name}: gomutex {:.1}, std {:.1}, parking_lot {:.1}, floor {}, atomic {}, atomic2 {}; \
-             line RT {} ns",
+             per round (line RT: gomutex/best) {}",
             m(0),
             m(1),
             m(2),
             fmt_ns(m(3)),
             fmt_ns(m(4)),
             fmt_ns(m(5)),
-            fmt_round_trips(&rt)
+            fmt_per_round(&per_round, &rt)
         );
         table.push(format!(
-            "| {name} | {threads} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
+            "| {name} | {threads} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |",
             fmt_ns(m(0)),
             fmt_ns(m(1)),
             fmt_ns(m(2)),
             fmt_ns(m(3)),
             fmt_ns(m(4)),
             fmt_ns(m(5)),
-            ratio_to_best(&s),
+            median(&per_round),
+            placement_ratio(&per_round, &rt, false),
+            placement_ratio(&per_round, &rt, true),
             r(2),
             r(1),
             r(3),
             r(4),
             r(5),
-            fmt_round_trips(&rt)
+            fmt_rt(&rt)
         ));
     }
     let mut fair = Vec::new();
@@ -468,17 +531,14 @@ fn main() {
         });
         let max = |i: usize| s[i].iter().copied().fold(f64::NAN, f64::max);
         let cell = |i: usize| format!("{} ({})", fmt_ns(median(&s[i])), fmt_ns(max(i)));
-        eprintln!(
-            "{name}: worst waits µs {s:?}; line RT {} ns",
-            fmt_round_trips(&rt)
-        );
+        eprintln!("{name}: worst waits µs {s:?}; line RT {} ns", fmt_rt(&rt));
         fair.push(format!(
             "| {readers} | {} | {} | {} | {:.2} | {} |",
             cell(0),
             cell(1),
             cell(2),
             paired_ratio(&s[0], &s[2]),
-            fmt_round_trips(&rt)
+            fmt_rt(&rt)
         ));
     }
     assert!(
@@ -492,17 +552,21 @@ fn main() {
              {p} CPUs; medians, ns per op; ratios: medians of per-round ratios; best = \
              min(std, parking_lot); floor: a std RwLock per thread; atomic: one shared \
              fetch_add per op in place of the lock; atomic2: a shared fetch_add and fetch_sub \
-             around each read, nothing for a write; line RT: cache-line round trip (min–max)",
+             around each read, nothing for a write; near / far: gomutex/best over the rounds \
+             whose line round trip was below {FAR_NS} / {FAR_NS}–{STOLEN_NS} ns (rounds; a \
+             longer probe was preempted); line RT: cache-line round trip (min–max)",
             cfg.duration.as_millis(),
             cfg.rounds
         );
         println!();
         println!(
             "| case | threads | gomutex | std | parking_lot | floor | atomic | atomic2 | \
-             gomutex/best | gomutex/parking_lot | gomutex/std | gomutex/floor | gomutex/atomic | \
-             gomutex/atomic2 | line RT ns |"
+             gomutex/best | near | far | gomutex/parking_lot | gomutex/std | gomutex/floor | \
+             gomutex/atomic | gomutex/atomic2 | line RT ns |"
         );
-        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!(
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
         for row in &table {
             println!("{row}");
         }

@@ -651,7 +651,10 @@ fn rounds(cfg: &Config, name: String, threads: String, run: impl Fn(usize) -> Op
                 samples[entry].extend(run(entry));
             }
         },
-    );
+    )
+    .into_iter()
+    .flatten()
+    .collect::<Vec<f64>>();
     let row = Row {
         name,
         threads,

@@ -5,7 +5,9 @@
 #      crate, so criterion is never built for the library, its tests or examples);
 #   3. the derive macros (derive/ is its own crate: positive tests with gomutex's `derive`
 #      feature, and trybuild compile-fail tests of what they refuse);
-#   4. every loom model (loom-tests/ is its own crate: it builds gomutex with --cfg gomutex_loom).
+#   4. every loom model (loom-tests/ is its own crate: it builds gomutex with --cfg gomutex_loom);
+#   5. the coherence model's own tests (tests/coherence.rs, built with --cfg gomutex_coherence in
+#      target/coherence; the full table is scripts/coherence.sh).
 # This is the command README.md gives and .ci/run runs.
 #
 # Each part's whole output goes to target/test-all/PART.log; the terminal gets one line per
@@ -72,6 +74,9 @@ part bench-profile benches --release --features profile --bench profile
 part derive derive --release
 
 part loom loom-tests --release
+
+RUSTFLAGS="${RUSTFLAGS:-} --cfg gomutex_coherence" CARGO_TARGET_DIR=target/coherence \
+    part coherence . --release --test coherence
 
 [[ ${#failed_parts[@]} -eq 0 ]] || echo "failed parts: ${failed_parts[*]} (logs in $logs)"
 echo "total: $passed passed, $failed failed, $skipped skipped"

@@ -37,7 +37,7 @@ pub trait Clock {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Monotonic;
 
-#[cfg(not(gomutex_loom))]
+#[cfg(not(any(gomutex_loom, gomutex_coherence)))]
 impl Clock for Monotonic {
     type Instant = std::time::Instant;
     #[inline]
@@ -53,6 +53,21 @@ impl Clock for Monotonic {
         let waited = since.elapsed();
         let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
         (waited > STARVATION_THRESHOLD, ns)
+    }
+}
+
+/// In the coherence model: the rounds of its schedule, each standing for
+/// `crate::sync::coherence::NS_PER_ROUND` ns.
+#[cfg(gomutex_coherence)]
+impl Clock for Monotonic {
+    type Instant = u64;
+    fn now() -> u64 {
+        crate::sync::coherence::rounds()
+    }
+    fn starving_since(since: u64) -> bool {
+        let threshold =
+            STARVATION_THRESHOLD.as_nanos() as u64 / crate::sync::coherence::NS_PER_ROUND;
+        crate::sync::coherence::rounds().saturating_sub(since) > threshold
     }
 }
 

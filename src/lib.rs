@@ -134,6 +134,8 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(all(gomutex_loom, gomutex_coherence))]
+compile_error!("`--cfg gomutex_loom` and `--cfg gomutex_coherence` are two different models");
 #[cfg(all(gomutex_loom, not(feature = "__loom")))]
 compile_error!("`--cfg gomutex_loom` needs gomutex's `__loom` feature (loom-tests/ enables both)");
 
@@ -190,6 +192,10 @@ pub mod sema;
 pub mod shm;
 mod spin;
 mod sync;
+/// The coherence model's run and counters, for `tests/coherence.rs` (`scripts/coherence.sh`).
+#[cfg(gomutex_coherence)]
+#[doc(hidden)]
+pub use sync::coherence as __coherence;
 
 /// For tests, examples and benchmarks, not part of the API: pin a thread to a CPU, name the
 /// CPUs this thread may run on.

@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 /// assert_eq!(*counter.lock().unwrap(), 4000);
 /// ```
 pub struct Mutex<T: ?Sized> {
+    /// The lock, and the poison flag (a bit of its wait queue's word).
     raw: RawMutex,
-    poison: poison::Flag,
     data: UnsafeCell<T>,
 }
 
@@ -93,7 +93,6 @@ impl<T> Mutex<T> {
         pub fn new(t: T) -> Self {
             Self {
                 raw: RawMutex::new(),
-                poison: poison::Flag::new(),
                 data: UnsafeCell::new(t),
             }
         }
@@ -106,7 +105,7 @@ impl<T> Mutex<T> {
     /// assert_eq!(m.into_inner().unwrap(), 7);
     /// ```
     pub fn into_inner(self) -> LockResult<T> {
-        let poisoned = self.poison.get();
+        let poisoned = Poison::get(&self.raw);
         poison::map_result(poisoned, self.data.into_inner())
     }
 }
@@ -185,7 +184,7 @@ impl<T: ?Sized> Mutex<T> {
     /// Whether a thread panicked while holding the lock.
     #[inline]
     pub fn is_poisoned(&self) -> bool {
-        self.poison.get()
+        Poison::get(&self.raw)
     }
 
     /// Clear the poisoned state (after the data has been made consistent again).
@@ -205,12 +204,12 @@ impl<T: ?Sized> Mutex<T> {
     /// ```
     #[inline]
     pub fn clear_poison(&self) {
-        self.poison.clear();
+        Poison::clear(&self.raw);
     }
 
     /// A mutable reference to the data; no locking needed since we have `&mut self`.
     pub fn get_mut(&mut self) -> LockResult<&mut T> {
-        let poisoned = self.poison.get();
+        let poisoned = Poison::get(&self.raw);
         poison::map_result(poisoned, self.data.get_mut())
     }
 
@@ -248,7 +247,7 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for Mutex<T> {
                 d.field("data", &"<locked>"); // std (1.95) prints it as a string
             }
         }
-        d.field("poisoned", &self.poison.get());
+        d.field("poisoned", &Poison::get(&self.raw));
         d.finish_non_exhaustive()
     }
 }
@@ -257,7 +256,7 @@ impl<'a, T: ?Sized> MutexGuard<'a, T> {
     /// # Safety
     /// `lock.raw` must be held by the caller, who hands that ownership to the guard.
     unsafe fn new(lock: &'a Mutex<T>) -> LockResult<Self> {
-        match lock.poison.guard() {
+        match lock.raw.guard() {
             Ok(poison) => Ok(Self {
                 lock,
                 poison,
@@ -352,7 +351,7 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     pub(crate) fn poisoned(&self) -> bool {
-        self.poison.get()
+        Poison::get(&self.raw)
     }
 }
 
@@ -374,7 +373,7 @@ impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
 impl<T: ?Sized> Drop for MutexGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.lock.poison.done(&self.poison);
+        self.lock.raw.done(&self.poison);
         // SAFETY: the guard holds the lock.
         unsafe { self.lock.raw.unlock() }
     }
@@ -405,7 +404,7 @@ pub struct MappedMutexGuard<'a, T: ?Sized + 'a> {
     /// Points into the mutex's data; valid and exclusive while the lock is held.
     data: NonNull<T>,
     raw: &'a RawMutex,
-    poison_flag: &'a poison::Flag,
+    poison_flag: &'a RawMutex,
     poison: poison::Guard,
     /// Invariant in `T`, as `&'a mut T` (std's choice: the guard hands out `&mut T`).
     _variance: PhantomData<&'a mut T>,
@@ -424,7 +423,7 @@ impl<'a, T: ?Sized> MappedMutexGuard<'a, T> {
         Self {
             data,
             raw: &lock.raw,
-            poison_flag: &lock.poison,
+            poison_flag: &lock.raw,
             poison: orig.poison,
             _variance: PhantomData,
             _not_send: PhantomData,

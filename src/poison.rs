@@ -2,15 +2,8 @@
 //! panicking when it locked; if the thread starts panicking while holding the guard, dropping
 //! the guard marks the lock poisoned.
 
-use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{LockResult, PoisonError};
 use std::thread;
-
-/// A lock's poison flag.
-#[derive(Debug, Default)]
-pub(crate) struct Flag {
-    failed: AtomicBool,
-}
 
 /// What a guard remembers about its thread at lock time (copied into a mapped guard).
 #[derive(Debug, Clone, Copy)]
@@ -18,16 +11,9 @@ pub(crate) struct Guard {
     panicking: bool,
 }
 
-impl Flag {
-    pub(crate) const fn new() -> Self {
-        Self {
-            failed: AtomicBool::new(false),
-        }
-    }
-}
-
-/// Where a lock keeps its poison flag: a [`Flag`] of its own, or a bit of a lock word
-/// ([`crate::RawRwLock`]'s, so that `RwLock<()>` stays 16 bytes).
+/// Where a lock keeps its poison flag: a bit of a word it has anyway ([`crate::RawMutex`]'s wait
+/// queue word, so that `Mutex<()>` is 8 bytes; [`crate::RawRwLock`]'s state word, so that
+/// `RwLock<()>` is 16).
 pub(crate) trait Poison {
     /// Whether poisoned.
     fn get(&self) -> bool;
@@ -55,21 +41,6 @@ pub(crate) trait Poison {
         if !guard.panicking && thread::panicking() {
             self.set();
         }
-    }
-}
-
-impl Poison for Flag {
-    #[inline]
-    fn get(&self) -> bool {
-        self.failed.load(Relaxed)
-    }
-    #[inline]
-    fn set(&self) {
-        self.failed.store(true, Relaxed);
-    }
-    #[inline]
-    fn clear(&self) {
-        self.failed.store(false, Relaxed);
     }
 }
 

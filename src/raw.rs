@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 /// Go's `sync.Mutex` as a raw lock: no data, no guard, no poisoning.
 ///
-/// 12 bytes: the 32-bit Go state word and an in-process wait queue (wake-up tokens and the
-/// count of re-queued sleepers; the sleepers themselves live in `parking_lot_core`'s table).
+/// 8 bytes, as Go's: the 32-bit Go state word and a 32-bit in-process wait queue (the count of
+/// wake-up tokens or of re-queued sleepers, and [`Mutex`](crate::Mutex)'s poison flag; the
+/// sleepers themselves live in `parking_lot_core`'s table).
 /// Like Go's mutex it has no owner: one thread may lock and another unlock.
 ///
 /// ```
@@ -156,6 +157,23 @@ impl RawMutex {
     #[doc(hidden)] // for tests and models; not part of the API
     pub fn parked(&self) -> usize {
         self.queue.parked()
+    }
+}
+
+/// [`Mutex`](crate::Mutex)'s poison flag, the wait queue's spare bit (so that `Mutex<()>` is
+/// 8 bytes, as std's and Go's are).
+impl crate::poison::Poison for RawMutex {
+    #[inline]
+    fn get(&self) -> bool {
+        self.queue.flag()
+    }
+    #[inline]
+    fn set(&self) {
+        self.queue.set_flag(true);
+    }
+    #[inline]
+    fn clear(&self) {
+        self.queue.set_flag(false);
     }
 }
 

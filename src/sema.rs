@@ -48,28 +48,48 @@ const BACK: usize = 0;
 /// bits may carry the sleeper's stamp (`profile::Waiter`), so tokens are tested by this bit.
 const FRONT: usize = 1;
 
-/// The in-process [`WaitQueue`]: `parking_lot_core`'s per-address queue plus two counters that
-/// are only touched while that queue is locked (inside `park`'s `validate`/`timed_out` and
-/// `unpark_filter`'s `filter`/`callback`), so `Relaxed` is enough for them.
+/// The in-process [`WaitQueue`]: `parking_lot_core`'s per-address queue plus one 32-bit word
+/// (Go's `sema` is one too), 4 bytes:
+///
+/// | bits | meaning |
+/// |---|---|
+/// | 0 | a flag of the queue's owner (`Mutex`'s poison flag), never touched by the queue |
+/// | 1..32 | a signed count in units of 2: > 0, wake-ups released while nobody slept (tokens); < 0, re-queued sleepers parked (with `FRONT`) |
+///
+/// Tokens and re-queued sleepers never coexist, so one count holds both: a token is kept only
+/// when nobody sleeps, and a thread that comes to sleep while a token is kept takes it instead
+/// (both decided while `parking_lot_core`'s queue for our key is locked). The count only
+/// changes while that queue is locked (inside `park`'s `validate`/`timed_out` and
+/// `unpark_filter`'s `filter`/`callback`), so its reads need no ordering; its changes are
+/// read-modify-writes (adding ±2) so that they never undo a concurrent change of the owner's
+/// flag, which is set and cleared without the queue's lock.
 ///
 /// `parking_lot_core` only appends, so "front" is implemented with park tokens: re-queued
-/// sleepers park with the token `FRONT`, and while `front` says one is parked, `release` skips
-/// ordinary sleepers until it reaches it.
+/// sleepers park with the token `FRONT`, and while the count says one is parked, `release`
+/// skips ordinary sleepers until it reaches it.
 #[derive(Debug)]
 pub struct ParkSema {
-    /// Wake-ups released while nobody slept.
-    tokens: AtomicU32,
-    /// Sleepers parked with [`FRONT`].
-    front: AtomicU32,
+    /// The owner's flag and the count (above).
+    word: AtomicU32,
+}
+
+/// The owner's flag in [`ParkSema`]'s word.
+const FLAG: u32 = 1;
+/// One unit of [`ParkSema`]'s count.
+const UNIT: u32 = 2;
+
+/// [`ParkSema`]'s count in the word `w`: tokens if positive, re-queued sleepers if negative.
+#[inline]
+fn count(w: u32) -> i32 {
+    (w as i32) >> 1
 }
 
 impl ParkSema {
     const_new! {
-        /// An empty queue with no tokens.
+        /// An empty queue with no tokens, the owner's flag clear.
         pub fn new() -> Self {
             Self {
-                tokens: AtomicU32::new(0),
-                front: AtomicU32::new(0),
+                word: AtomicU32::new(0),
             }
         }
     }
@@ -78,9 +98,31 @@ impl ParkSema {
         self as *const Self as usize
     }
 
+    /// The count of the word as it is now (only meaningful under the queue's lock).
+    fn count(&self) -> i32 {
+        count(self.word.load(Relaxed))
+    }
+
     /// Tokens kept for future sleepers (for tests and models: 0 when quiescent).
     pub fn stored_tokens(&self) -> u32 {
-        self.tokens.load(Relaxed)
+        self.count().max(0) as u32
+    }
+
+    /// The owner's flag (`Relaxed`: the owner orders it, as `Mutex` does its poison flag by
+    /// the lock).
+    #[inline]
+    pub(crate) fn flag(&self) -> bool {
+        self.word.load(Relaxed) & FLAG != 0
+    }
+
+    /// Set or clear the owner's flag.
+    #[inline]
+    pub(crate) fn set_flag(&self, on: bool) {
+        if on {
+            self.word.fetch_or(FLAG, Relaxed);
+        } else {
+            self.word.fetch_and(!FLAG, Relaxed);
+        }
     }
 
     /// Threads parked on this queue right now (for tests and models: a snapshot).
@@ -98,24 +140,24 @@ impl Default for ParkSema {
 impl WaitQueue for ParkSema {
     fn acquire(&self, lifo: bool, deadline: Option<Instant>) -> bool {
         let validate = || {
-            let t = self.tokens.load(Relaxed);
-            if t > 0 {
+            if self.count() > 0 {
                 // A wake-up arrived before we slept: take it instead of sleeping.
-                self.tokens.store(t - 1, Relaxed);
+                self.word.fetch_sub(UNIT, Relaxed);
                 return false;
             }
             if lifo {
-                self.front.store(self.front.load(Relaxed) + 1, Relaxed);
+                // One more re-queued sleeper (the count is 0 or below: no token kept).
+                self.word.fetch_sub(UNIT, Relaxed);
             }
             true
         };
         let timed_out = || {
             if lifo {
-                self.front.store(self.front.load(Relaxed) - 1, Relaxed);
+                self.word.fetch_add(UNIT, Relaxed);
             }
         };
         let token = if lifo { FRONT } else { BACK };
-        // SAFETY: the key is our own address; the closures only touch our two counters, never
+        // SAFETY: the key is our own address; the closures only touch our count, never
         // panic and never call back into the parking module.
         match unsafe { park_stamped(self.key(), validate, timed_out, token, deadline) } {
             ParkResult::Unparked(_) | ParkResult::Invalid => true,
@@ -129,19 +171,21 @@ impl WaitQueue for ParkSema {
             if picked {
                 return FilterOp::Stop;
             }
-            let front = self.front.load(Relaxed);
-            if front > 0 && t & FRONT == 0 {
+            let front = self.count() < 0;
+            if front && t & FRONT == 0 {
                 return FilterOp::Skip;
             }
             if t & FRONT != 0 {
-                self.front.store(front - 1, Relaxed);
+                // One re-queued sleeper fewer.
+                self.word.fetch_add(UNIT, Relaxed);
             }
             picked = true;
             FilterOp::Unpark
         };
         let callback = |r: park::UnparkResult| {
             if r.unparked_threads == 0 {
-                self.tokens.store(self.tokens.load(Relaxed) + 1, Relaxed);
+                // Nobody sleeps (so no re-queued sleeper: the count is 0 or above): keep it.
+                self.word.fetch_add(UNIT, Relaxed);
             }
             0
         };
@@ -198,4 +242,60 @@ pub(crate) unsafe fn unpark_charged(
     unsafe { park::unpark_filter(key, filter, callback) };
     #[cfg(all(feature = "profile", not(gomutex_loom)))]
     charge.finish();
+}
+
+#[cfg(all(test, not(gomutex_loom)))]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Tokens kept and the owner's flag share the word without touching each other.
+    #[test]
+    fn tokens_leave_the_flag_alone() {
+        let q = ParkSema::new();
+        q.set_flag(true);
+        for _ in 0..3 {
+            q.release(false);
+        }
+        assert_eq!((q.stored_tokens(), q.flag()), (3, true));
+        q.set_flag(false);
+        q.set_flag(true);
+        for _ in 0..3 {
+            assert!(q.acquire(false, None), "a kept token is taken at once");
+        }
+        assert_eq!((q.stored_tokens(), q.count(), q.flag()), (0, 0, true));
+        q.set_flag(false);
+        assert_eq!(q.word.load(Relaxed), 0);
+    }
+
+    /// Re-queued sleepers count below zero, beside the flag, and are served first.
+    #[test]
+    fn requeued_sleepers_count_below_zero_and_go_first() {
+        let q = &ParkSema::new();
+        std::thread::scope(|s| {
+            let back = s.spawn(|| q.acquire(false, None));
+            while q.parked() < 1 {
+                std::thread::yield_now();
+            }
+            let front = s.spawn(|| q.acquire(true, None));
+            while q.parked() < 2 {
+                std::thread::yield_now();
+            }
+            q.set_flag(true);
+            assert_eq!((q.count(), q.stored_tokens(), q.flag()), (-1, 0, true));
+            q.release(false);
+            assert!(
+                front.join().unwrap(),
+                "the re-queued sleeper is woken first"
+            );
+            assert_eq!((q.count(), q.parked(), q.flag()), (0, 1, true));
+            q.release(false);
+            assert!(back.join().unwrap());
+        });
+        assert_eq!((q.count(), q.flag()), (0, true));
+        // A re-queued sleeper that times out leaves the count as it found it.
+        let deadline = Instant::now() + Duration::from_millis(5);
+        assert!(!q.acquire(true, Some(deadline)));
+        assert_eq!((q.count(), q.flag()), (0, true));
+    }
 }

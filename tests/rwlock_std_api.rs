@@ -387,4 +387,6 @@ fn size_is_small() {
     );
     // Issue 35: std's size class (std 12, parking_lot 8; it was 32 on Go's mechanics).
     assert!(ours <= 16, "RwLock<()> grew to {ours} bytes");
+    assert!(std::mem::size_of::<gomutex::RawRwLock>() <= 16);
+    assert!(std::mem::size_of::<RwLock<u64>>() <= 24);
 }

@@ -545,7 +545,10 @@ pub fn bench_all(locks: &[Contender], cfg: &Config, rows: &mut Vec<Row>) {
                     if let Some(run) = (chosen[i].run)(cfg, procs, work, false) {
                         plain[i].push(run);
                     }
-                });
+                })
+                .into_iter()
+                .flatten()
+                .collect::<Vec<f64>>();
             for (c, plain) in chosen.iter().zip(plain) {
                 if plain.is_empty() {
                     continue;

@@ -2,7 +2,8 @@
 //!
 //! The in-process waiter queue ([`crate::sema::ParkSema`]), the readers-writer lock
 //! ([`crate::rwalgo`]) and the [`crate::Condvar`] only use these four calls. A normal build
-//! forwards them to `parking_lot_core`; under `--cfg gomutex_loom` they are a loom mock (a queue behind a loom `Mutex`, one loom `Notify`
+//! forwards them to `parking_lot_core`; under `--cfg gomutex_coherence` a mock on the coherence
+//! model's schedule (`crate::sync::coherence`); under `--cfg gomutex_loom` they are a loom mock (a queue behind a loom `Mutex`, one loom `Notify`
 //! per parked thread) with the same contract: `validate`, `timed_out`, `filter` and `callback`
 //! run while the queue for `key` is locked, so no unpark can slip between a successful
 //! `validate` and the thread being queued.
@@ -38,8 +39,9 @@ pub(crate) enum FilterOp {
 
 // The one switch between the real parking lot and the loom mock; both files define the same
 // functions with the same contract (and `parked`, introspection for tests and models).
-#[cfg_attr(not(gomutex_loom), path = "real.rs")]
+#[cfg_attr(not(any(gomutex_loom, gomutex_coherence)), path = "real.rs")]
 #[cfg_attr(gomutex_loom, path = "loom.rs")]
+#[cfg_attr(gomutex_coherence, path = "coherence.rs")]
 mod imp;
 
 #[cfg(gomutex_loom)]
