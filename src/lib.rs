@@ -176,6 +176,8 @@ mod raw_rwlock;
 pub mod rwalgo;
 mod rwlock;
 #[doc(hidden)]
+pub mod rwtable;
+#[doc(hidden)]
 pub mod rwword;
 #[doc(hidden)]
 pub mod sema;

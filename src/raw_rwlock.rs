@@ -2,8 +2,8 @@
 
 use crate::algo::{StateWord, LOCKED, STARVING};
 use crate::clock::Monotonic;
-use crate::rwalgo::{self, RwParts};
-use crate::rwword::{readers, RwState, RwWord, PHASE, POISON};
+use crate::rwalgo::{self, ReadToken, RwParts};
+use crate::rwword::{readers, RwState, RwWord, BIAS, IDLE_SCANS, OVERLAPS, PHASE, POISON};
 use crate::sema::ParkSema;
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,41 @@ impl RawRwLock {
         rwalgo::read_until(self, Some(deadline))
     }
 
+    /// Acquire a read lock, through the global slot table if readers of this lock overlap
+    /// (the lock is biased), blocking while a writer holds the lock or waits for it. What
+    /// [`RwLock`](crate::RwLock)'s read guards and `lock_api`'s do; the token says where the
+    /// read lock is held, for [`unlock_read_token`](Self::unlock_read_token).
+    #[doc(hidden)] // the guards' path; not part of the API
+    #[inline]
+    pub fn read_token(&self) -> ReadToken {
+        rwalgo::read_token(self)
+    }
+
+    /// [`try_read`](Self::try_read) with a token.
+    #[doc(hidden)] // the guards' path; not part of the API
+    #[inline]
+    pub fn try_read_token(&self) -> Option<ReadToken> {
+        rwalgo::try_read_token(self)
+    }
+
+    /// [`try_read_until`](Self::try_read_until) with a token (`None`: forever).
+    #[doc(hidden)] // the guards' path; not part of the API
+    #[inline]
+    pub fn try_read_token_until(&self, deadline: Option<Instant>) -> Option<ReadToken> {
+        rwalgo::read_token_until(self, deadline)
+    }
+
+    /// Release the read lock `token` stands for.
+    ///
+    /// # Safety
+    ///
+    /// `token` came from this lock's `read_token` (or its `try_` forms).
+    #[doc(hidden)] // the guards' path; not part of the API
+    #[inline]
+    pub unsafe fn unlock_read_token(&self, token: ReadToken) {
+        rwalgo::read_unlock_token(self, token);
+    }
+
     /// Release a read lock.
     ///
     /// # Safety
@@ -202,7 +237,9 @@ impl RawRwLock {
     #[inline]
     pub fn is_locked(&self) -> bool {
         let v = self.word.load_all();
-        readers(v) != 0 || v as u32 & (LOCKED | STARVING) != 0
+        readers(v) != 0
+            || v as u32 & (LOCKED | STARVING) != 0
+            || (v & BIAS != 0 && rwalgo::table_readers(self) != 0)
     }
 
     /// Whether a writer holds the lock or waits for the readers inside to leave, right now (a
@@ -212,17 +249,32 @@ impl RawRwLock {
         self.word.load_all() & PHASE != 0
     }
 
-    /// The state word without the poison flag (`crate::rwword`'s layout): for tests and
-    /// models. A snapshot only.
+    /// The state word without the poison flag and the bias bits (`crate::rwword`'s layout):
+    /// for tests and models. A snapshot only.
     #[doc(hidden)] // for tests and models; not part of the API
     pub fn state(&self) -> u64 {
-        self.word.load_all() & !POISON
+        self.word.load_all() & !(POISON | BIAS | OVERLAPS | IDLE_SCANS)
     }
 
-    /// Readers inside, right now (a snapshot, for tests and models).
+    /// Readers inside, through the word and through the table, right now (a snapshot, for
+    /// tests and models).
     #[doc(hidden)] // for tests and models; not part of the API
     pub fn readers(&self) -> u64 {
-        readers(self.word.load_all())
+        readers(self.word.load_all()) + rwalgo::table_readers(self) as u64
+    }
+
+    /// Whether readers enter through the slot table right now (a snapshot, for tests and
+    /// models).
+    #[doc(hidden)] // for tests and models; not part of the API
+    pub fn is_biased(&self) -> bool {
+        self.word.load_all() & BIAS != 0
+    }
+
+    /// Bias the lock now, as if its readers had overlapped often enough; `false` if a writer
+    /// is announced (for tests and models).
+    #[doc(hidden)] // for tests and models; not part of the API
+    pub fn bias(&self) -> bool {
+        rwalgo::bias(self)
     }
 
     /// The writers' mutex state (`crate::algo`'s word): for tests and models. A snapshot only.
@@ -278,28 +330,29 @@ impl Default for RawRwLock {
 #[cfg_attr(docsrs, doc(cfg(feature = "lock_api")))]
 mod lock_api_impl {
     use super::RawRwLock;
+    use crate::rwalgo::ReadToken;
     use lock_api::GuardNoSend;
     use std::time::{Duration, Instant};
 
     // SAFETY: `lock_shared`/`lock_exclusive` and their `try_` forms provide readers-writer
     // exclusion (Go's algorithm); the unlocks require the matching lock held, as `lock_api`
-    // guarantees. The guards are `!Send`, like std's.
+    // guarantees. The guards are `!Send`, like std's; a shared guard carries where its read
+    // lock is held (a slot of the table, or the word).
     unsafe impl lock_api::RawRwLock for RawRwLock {
         #[allow(clippy::declare_interior_mutable_const)]
         const INIT: Self = RawRwLock::new();
-        type SharedGuard = GuardNoSend;
+        type SharedGuard = ReadToken;
         type ExclusiveGuard = GuardNoSend;
 
-        fn lock_shared(&self) -> GuardNoSend {
-            self.read();
-            GuardNoSend::new()
+        fn lock_shared(&self) -> ReadToken {
+            self.read_token()
         }
-        fn try_lock_shared(&self) -> Option<GuardNoSend> {
-            self.try_read().then(GuardNoSend::new)
+        fn try_lock_shared(&self) -> Option<ReadToken> {
+            self.try_read_token()
         }
-        unsafe fn unlock_shared(&self, _: GuardNoSend) {
-            // SAFETY: lock_api only calls this while a read lock is held.
-            unsafe { self.unlock_read() }
+        unsafe fn unlock_shared(&self, t: ReadToken) {
+            // SAFETY: lock_api gives back the token its lock_shared returned.
+            unsafe { self.unlock_read_token(t) }
         }
         fn lock_exclusive(&self) -> GuardNoSend {
             self.write();
@@ -320,12 +373,13 @@ mod lock_api_impl {
         }
     }
 
-    // SAFETY: as above; a downgrade keeps a read lock without letting a writer in between.
+    // SAFETY: as above; a downgrade keeps a read lock (counted in the word) without letting a
+    // writer in between.
     unsafe impl lock_api::RawRwLockDowngrade for RawRwLock {
-        unsafe fn downgrade(&self, _: GuardNoSend) -> GuardNoSend {
+        unsafe fn downgrade(&self, _: GuardNoSend) -> ReadToken {
             // SAFETY: lock_api only calls this while the write lock is held.
             unsafe { RawRwLock::downgrade(self) };
-            GuardNoSend::new()
+            ReadToken::word()
         }
     }
 
@@ -333,11 +387,11 @@ mod lock_api_impl {
     unsafe impl lock_api::RawRwLockTimed for RawRwLock {
         type Duration = Duration;
         type Instant = Instant;
-        fn try_lock_shared_for(&self, timeout: Duration) -> Option<GuardNoSend> {
-            self.try_read_for(timeout).then(GuardNoSend::new)
+        fn try_lock_shared_for(&self, timeout: Duration) -> Option<ReadToken> {
+            self.try_read_token_until(crate::clock::deadline_after(timeout))
         }
-        fn try_lock_shared_until(&self, deadline: Instant) -> Option<GuardNoSend> {
-            self.try_read_until(deadline).then(GuardNoSend::new)
+        fn try_lock_shared_until(&self, deadline: Instant) -> Option<ReadToken> {
+            self.try_read_token_until(Some(deadline))
         }
         fn try_lock_exclusive_for(&self, timeout: Duration) -> Option<GuardNoSend> {
             self.try_write_for(timeout).then(GuardNoSend::new)
