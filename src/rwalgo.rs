@@ -52,9 +52,9 @@
 //!
 //! A reader that takes a [`ReadToken`] ([`read_token`]) of a *biased* lock ([`BIAS`]) writes
 //! nothing in the lock: it stores the lock's key into its thread's slot of the global table
-//! ([`crate::rwtable`]), then loads the word again (`SeqCst` both); if [`BIAS`] is still set
+//! ([`crate::rwtable`]), then, after a `SeqCst` fence, loads the word again; if [`BIAS`] is still set
 //! and no writer is announced, it is in; otherwise it takes its slot back and reads through the
-//! word. A writer announces [`PHASE`] (`SeqCst`), then scans the claimed slots; for each one
+//! word. A writer announces [`PHASE`], fences, then scans the claimed slots; for each one
 //! naming its lock it adds a reader to the word *first*, then moves the slot to 0 with a
 //! compare-and-swap (folly's folding), taking the addition back if the reader had left
 //! meanwhile. From there the table's readers are ordinary counted readers: the last to leave
@@ -79,7 +79,7 @@ pub use crate::rwword::{
 };
 use crate::sema::{park_stamped, unpark_charged, WaitQueue};
 use crate::spin;
-use crate::sync::{fatal, Ordering};
+use crate::sync::{fatal, fence, Ordering};
 use core::marker::PhantomData;
 use std::cell::Cell;
 use std::time::Instant;
@@ -116,18 +116,20 @@ pub enum BiasFault {
     CheckBeforePublish,
     /// A writer scans the table before announcing [`PHASE`], not after.
     ScanBeforeAnnounce,
-    /// Every access of the Dekker pair `Relaxed` (the slot's store and release, the re-check,
-    /// the announcement and the scan) instead of `SeqCst`.
+    /// The Dekker pair without its `SeqCst` fences, and the table's accesses `Relaxed`.
     Relaxed,
 }
 
-impl BiasFault {
-    /// The ordering of the Dekker pair's accesses.
-    const fn order(self) -> Ordering {
-        match self {
-            BiasFault::Relaxed => Ordering::Relaxed,
-            _ => Ordering::SeqCst,
-        }
+/// Each side of the Dekker pair: a `SeqCst` fence between its store (the reader's slot, the
+/// writer's `PHASE`) and its loads (the word, the slots). Fences rather than `SeqCst` accesses:
+/// the C11 guarantee is the same (of two `SeqCst` fences one comes first in the total order,
+/// and the loads after the later one see the stores before the earlier), and it is the one
+/// loom checks (loom treats `SeqCst` loads and stores as acquire/release; its `fence(SeqCst)`
+/// is exact).
+#[inline]
+fn dekker_fence<P: RwParts>() {
+    if P::BIAS_FAULT != BiasFault::Relaxed {
+        fence(Ordering::SeqCst);
     }
 }
 
@@ -264,14 +266,15 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
         return None;
     }
     let key = p.key() as u64;
-    let order = P::BIAS_FAULT.order();
     let v = if P::BIAS_FAULT == BiasFault::CheckBeforePublish {
-        let v = w.load_sc();
-        rwtable::publish(i, key, order);
+        let v = w.load_all();
+        rwtable::publish(i, key);
+        dekker_fence::<P>();
         v
     } else {
-        rwtable::publish(i, key, order);
-        w.load_sc()
+        rwtable::publish(i, key);
+        dekker_fence::<P>();
+        w.load_all()
     };
     if v & (BIAS | PHASE) == BIAS {
         return Some(ReadToken::at(i as u32));
@@ -456,14 +459,21 @@ fn announce_and_wait<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
     let w = p.word();
     let (prev, folded) = if P::BIAS_FAULT == BiasFault::ScanBeforeAnnounce {
         let folded = if w.load_all() & BIAS != 0 {
+            dekker_fence::<P>();
             revoke(p)
         } else {
             0
         };
-        (w.or_sc(PHASE), folded)
+        (w.or_all(PHASE), folded)
     } else {
-        let prev = w.or_sc(PHASE);
-        (prev, if prev & BIAS != 0 { revoke(p) } else { 0 })
+        let prev = w.or_all(PHASE);
+        let folded = if prev & BIAS != 0 {
+            dekker_fence::<P>();
+            revoke(p)
+        } else {
+            0
+        };
+        (prev, folded)
     };
     if prev & PHASE != 0 {
         fatal("sync: inconsistent RWMutex state");
@@ -472,19 +482,19 @@ fn announce_and_wait<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
 }
 
 /// Take every read lock the table holds of this lock into the word's count (the writer has
-/// announced [`PHASE`], so no reader enters the table any more), and adapt the bias. Returns
-/// the read locks taken over.
+/// announced [`PHASE`] and fenced, so no reader enters the table any more), and adapt the
+/// bias. Returns the read locks taken over.
 #[cold]
 fn revoke<P: RwParts>(p: &P) -> u64 {
     let w = p.word();
     let key = p.key() as u64;
-    let order = P::BIAS_FAULT.order();
+    let relaxed = P::BIAS_FAULT == BiasFault::Relaxed;
     let (mut seen, mut folded) = (0u64, 0u64);
-    rwtable::scan(key, order, |i| {
+    rwtable::scan(key, relaxed, |i| {
         seen += 1;
         // Counted first: the reader whose release then fails leaves through the count.
         w.add_all(ONE_READER);
-        if rwtable::fold(i, key, order) {
+        if rwtable::fold(i, key, relaxed) {
             folded += 1;
         } else {
             // It left meanwhile (or withdrew); we are before any sleep, nobody to wake.
@@ -565,14 +575,17 @@ pub fn try_write<P: RwParts>(p: &P) -> bool {
         if v as u32 & (algo::LOCKED | algo::STARVING) != 0 || readers(v) != 0 {
             return false;
         }
-        match w.cas_sc(v, v | algo::LOCKED as u64 | PHASE) {
+        match w.cas_all(v, v | algo::LOCKED as u64 | PHASE) {
             Ok(_) => break,
             Err(cur) => v = cur,
         }
     }
     if v & BIAS != 0 {
+        dekker_fence::<P>();
         let mut inside = false;
-        rwtable::scan(p.key() as u64, P::BIAS_FAULT.order(), |_| inside = true);
+        rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
+            inside = true
+        });
         if inside {
             // A reader in the table: we held the lock for no time at all.
             write_unlock(p);

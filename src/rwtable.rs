@@ -15,7 +15,7 @@
 //!
 //! The exclusion is a Dekker pair (`crate::rwalgo` has the protocol): the reader stores its key
 //! into its slot, then loads the lock's word; the writer sets `PHASE` in the word, then loads
-//! the slots. Both sides `SeqCst`, so at least one sees the other. Every access of the table
+//! the slots; a `SeqCst` fence on each side between the two, so at least one sees the other. Every access of the table
 //! goes through the atomics facade ([`crate::sync`]), which loom switches.
 
 use crate::sync::{AtomicU64, Ordering};
@@ -175,10 +175,11 @@ pub(crate) fn is_free(i: usize) -> bool {
     table().slots[i].0.load(Ordering::Relaxed) == 0
 }
 
-/// Record in slot `i` (this thread's, free) a read lock of the lock `key`.
+/// Record in slot `i` (this thread's, free) a read lock of the lock `key` (`Relaxed`: the
+/// caller's `SeqCst` fence follows).
 #[inline]
-pub(crate) fn publish(i: usize, key: u64, order: Ordering) {
-    table().slots[i].0.store(key, order);
+pub(crate) fn publish(i: usize, key: u64) {
+    table().slots[i].0.store(key, Ordering::Relaxed);
 }
 
 /// Clear slot `i` if it still names `key` (a reader releasing or withdrawing its read lock):
@@ -199,29 +200,35 @@ pub(crate) fn release(i: usize, key: u64, relaxed: bool) -> bool {
 }
 
 /// A writer taking the read lock recorded in slot `i` over into the lock's reader count
-/// (folly's folding): `true` if the slot still named `key`.
+/// (folly's folding): `true` if the slot still named `key`. `AcqRel`: the writer's addition to
+/// the count, before, happens before the reader's failed release, and the reader's reads
+/// before the writer's writes.
 #[inline]
-pub(crate) fn fold(i: usize, key: u64, order: Ordering) -> bool {
+pub(crate) fn fold(i: usize, key: u64, relaxed: bool) -> bool {
+    let (ok, fail) = if relaxed {
+        (Ordering::Relaxed, Ordering::Relaxed)
+    } else {
+        (Ordering::AcqRel, Ordering::Acquire)
+    };
     table().slots[i]
         .0
-        .compare_exchange(key, 0, order, order_on_failure(order))
+        .compare_exchange(key, 0, ok, fail)
         .is_ok()
 }
 
-fn order_on_failure(o: Ordering) -> Ordering {
-    match o {
-        Ordering::SeqCst => Ordering::SeqCst,
-        Ordering::Relaxed => Ordering::Relaxed,
-        _ => Ordering::Acquire,
-    }
-}
-
-/// Call `f(i)` for every claimed slot `i` that names `key` (loads with `order`).
+/// Call `f(i)` for every claimed slot `i` that names `key`. The slots' loads are `Acquire`
+/// (a slot a reader released happens before the writer's critical section), unless `relaxed`;
+/// the caller's `SeqCst` fence comes before.
 #[inline]
-pub(crate) fn scan(key: u64, order: Ordering, mut f: impl FnMut(usize)) {
+pub(crate) fn scan(key: u64, relaxed: bool, mut f: impl FnMut(usize)) {
+    let order = if relaxed {
+        Ordering::Relaxed
+    } else {
+        Ordering::Acquire
+    };
     let t = table();
     for w in 0..CLAIM_WORDS {
-        let mut claimed = t.claims.0[w].load(order);
+        let mut claimed = t.claims.0[w].load(Ordering::Relaxed);
         while claimed != 0 {
             let i = w * 64 + claimed.trailing_zeros() as usize;
             claimed &= claimed - 1;
@@ -235,7 +242,7 @@ pub(crate) fn scan(key: u64, order: Ordering, mut f: impl FnMut(usize)) {
 /// Slots naming `key` right now (a snapshot, for `is_locked` and tests).
 pub(crate) fn count(key: u64) -> usize {
     let mut n = 0;
-    scan(key, Ordering::SeqCst, |_| n += 1);
+    scan(key, false, |_| n += 1);
     n
 }
 

@@ -86,14 +86,6 @@ pub trait RwState: StateWord {
     fn or_all(&self, bits: u64) -> u64;
     /// Clear `bits`, returning the previous value.
     fn clear_all(&self, bits: u64) -> u64;
-    /// The whole word, `SeqCst`: a reader re-checking [`BIAS`] and [`PHASE`] after publishing
-    /// itself in the slot table (one side of the Dekker pair, [`crate::rwtable`]).
-    fn load_sc(&self) -> u64;
-    /// Set `bits`, `SeqCst`, returning the previous value: a writer announcing [`PHASE`] before
-    /// it scans the slot table (the other side).
-    fn or_sc(&self, bits: u64) -> u64;
-    /// Compare-and-swap of the whole word, `SeqCst`: `try_write` announcing [`PHASE`].
-    fn cas_sc(&self, old: u64, new: u64) -> Result<u64, u64>;
 }
 
 /// The in-process readers-writer lock's state word.
@@ -140,19 +132,6 @@ impl RwState for RwWord {
     #[inline]
     fn clear_all(&self, bits: u64) -> u64 {
         self.0.fetch_and(!bits, Ordering::AcqRel)
-    }
-    #[inline]
-    fn load_sc(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-    #[inline]
-    fn or_sc(&self, bits: u64) -> u64 {
-        self.0.fetch_or(bits, Ordering::SeqCst)
-    }
-    #[inline]
-    fn cas_sc(&self, old: u64, new: u64) -> Result<u64, u64> {
-        self.0
-            .compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
     }
 }
 

@@ -12,9 +12,9 @@
 //!   own `Mutex` and `Notify` (a real futex or `parking_lot_core::park` would hang the model).
 
 #[cfg(not(gomutex_loom))]
-pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(gomutex_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// One CPU spin hint (`PAUSE` on x86). Under loom a yield, so loom's scheduler moves on.
 #[inline]
