@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 /// Any number of readers or one writer. A writer that arrives excludes new readers at once
 /// (writer preference) and waits only for the readers already inside; when it unlocks, the
 /// readers that queued meanwhile are all admitted before the next writer. Writers queue on
-/// Go's mutex. A read lock is one atomic add.
+/// Go's mutex. A read lock is one atomic add (the guards of [`RwLock`](crate::RwLock) and
+/// `lock_api` move overlapping readers to a global slot table; these token-less reads never).
 ///
 /// 16 bytes: one 64-bit word with the writers' mutex state, the write phase, the waiting bits,
 /// the reader count and [`RwLock`](crate::RwLock)'s poison flag, and the writers' wait queue

@@ -61,8 +61,8 @@
 //! wakes the writer, or ends a ghost's phase. A reader releases a slot with a
 //! compare-and-swap; if it fails, a writer folded it, and the reader leaves through the word.
 //!
-//! When: a lock is biased by its third overlapping token read ([`OVERLAPS_TO_BIAS`]) seen
-//! while not biased; it stays biased across write phases (each writer scans), and a writer
+//! When: a lock is biased by the fourth overlapping token read seen while it is not biased
+//! ([`OVERLAPS_TO_BIAS`] counted before); it stays biased across write phases (each writer scans), and a writer
 //! clears [`BIAS`] after four revocations in a row that found no reader of the lock in the
 //! table (readers come rarely compared with writes: scanning is then all cost). A lock never
 //! read concurrently never touches the table; neither do the token-less reads ([`read`]):

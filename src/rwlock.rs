@@ -16,11 +16,13 @@ use std::time::{Duration, Instant};
 /// A readers-writer lock: `std::sync::RwLock`'s API and poisoning, Go's `sync.RWMutex`
 /// policy underneath.
 ///
-/// Any number of readers, or one writer. A read lock is one atomic add. A writer that arrives
-/// keeps new readers out at once (writer preference) and waits only for the readers already
-/// inside; when it unlocks, every reader that queued meanwhile is admitted before the next
-/// writer, so neither side starves. Writers queue on Go's mutex (normal mode, then starvation
-/// mode's hand-off after 1 ms).
+/// Any number of readers, or one writer. A read lock is one atomic add; once readers overlap,
+/// they record themselves in their thread's slot of a global table instead, so that a read
+/// writes no line another reader writes (folly's `SharedMutex`, BRAVO; the writer revokes by
+/// scanning the table). A writer that arrives keeps new readers out at once (writer
+/// preference) and waits only for the readers already inside; when it unlocks, every reader
+/// that queued meanwhile is admitted before the next writer, so neither side starves. Writers
+/// queue on Go's mutex (normal mode, then starvation mode's hand-off after 1 ms).
 /// How, step by step, and what was measured: [`crate::guide::rwlock`].
 ///
 /// Replace `use std::sync::RwLock;` with `use gomutex::RwLock;`; results, errors and poisoning
