@@ -6,7 +6,7 @@
 //!
 //! * [`SLOTS`] slots, one 64-byte line each, holding the key (the state word's address) of the
 //!   lock its reader holds, or 0.
-//! * A thread *claims* a slot the first time it reads a biased lock (a bit in [`Table`]'s
+//! * A thread *claims* a slot the first time it reads a biased lock (a bit in the table's
 //!   claim map, on a line of its own) and keeps it until it exits; only its owner ever
 //!   publishes in a slot, and only while the slot is 0. With every slot claimed, a thread reads
 //!   through the word as if the lock were not biased.
@@ -16,7 +16,7 @@
 //! The exclusion is a Dekker pair (`crate::rwalgo` has the protocol): the reader stores its key
 //! into its slot, then loads the lock's word; the writer sets `PHASE` in the word, then loads
 //! the slots; a `SeqCst` fence on each side between the two, so at least one sees the other. Every access of the table
-//! goes through the atomics facade ([`crate::sync`]), which loom switches.
+//! goes through the atomics facade (`crate::sync`), which loom switches.
 
 use crate::sync::{AtomicU64, Ordering};
 
