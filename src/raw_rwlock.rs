@@ -209,6 +209,29 @@ impl RawRwLock {
         rwalgo::write_unlock(self);
     }
 
+    /// Release the write lock fairly: the readers queued behind it are admitted (as always),
+    /// and the writers' mutex is handed to the writer queued first, if one is, so this thread
+    /// cannot take the lock back in between (`RawMutex::unlock_fair`'s hand-off).
+    ///
+    /// ```
+    /// use gomutex::RawRwLock;
+    ///
+    /// let l = RawRwLock::new();
+    /// l.write();
+    /// // SAFETY: we hold the write lock.
+    /// unsafe { l.unlock_write_fair() };
+    /// assert!(l.try_write());
+    /// unsafe { l.unlock_write() };
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// As for [`unlock_write`](Self::unlock_write).
+    #[inline]
+    pub unsafe fn unlock_write_fair(&self) {
+        rwalgo::write_unlock_fair(self);
+    }
+
     /// Turn the write lock into a read lock, atomically: no writer can come in between, and
     /// the readers that queued meanwhile are admitted with it.
     ///
@@ -374,6 +397,20 @@ mod lock_api_impl {
         }
     }
 
+    // SAFETY: as above. A read lock's release is already fair: once a writer has announced
+    // itself no reader can enter, and the last reader to leave wakes it; the fair write unlock
+    // hands the writers' mutex to the writer queued first.
+    unsafe impl lock_api::RawRwLockFair for RawRwLock {
+        unsafe fn unlock_shared_fair(&self, t: ReadToken) {
+            // SAFETY: lock_api gives back the token its lock_shared returned.
+            unsafe { self.unlock_read_token(t) }
+        }
+        unsafe fn unlock_exclusive_fair(&self, _: GuardNoSend) {
+            // SAFETY: lock_api only calls this while the write lock is held.
+            unsafe { self.unlock_write_fair() }
+        }
+    }
+
     // SAFETY: as above; a downgrade keeps a read lock (counted in the word) without letting a
     // writer in between.
     unsafe impl lock_api::RawRwLockDowngrade for RawRwLock {
@@ -442,6 +479,18 @@ mod lock_api_04_impl {
         }
         fn is_locked_exclusive(&self) -> bool {
             RawRwLock::is_locked_exclusive(self)
+        }
+    }
+
+    // SAFETY: as above (the fair read unlock is the read unlock; see the 0.5 impl).
+    unsafe impl lock_api::RawRwLockFair for RawRwLock {
+        unsafe fn unlock_shared_fair(&self) {
+            // SAFETY: lock_api only calls this while a read lock is held.
+            unsafe { self.unlock_read() }
+        }
+        unsafe fn unlock_exclusive_fair(&self) {
+            // SAFETY: lock_api only calls this while the write lock is held.
+            unsafe { self.unlock_write_fair() }
         }
     }
 

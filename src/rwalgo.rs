@@ -626,6 +626,17 @@ pub fn write_unlock<P: RwParts>(p: &P) {
     }
 }
 
+/// Release the write lock fairly: end the write phase (admitting the readers queued behind it,
+/// as always), then hand the writers' mutex to the writer queued first, if one is
+/// ([`algo::unlock_fair`]), so that the releasing thread cannot take it back in between.
+#[inline]
+pub fn write_unlock_fair<P: RwParts>(p: &P) {
+    if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
+        end_phase(p, 0);
+        algo::unlock_fair(p.word(), p.queue());
+    }
+}
+
 /// Turn the write lock into a read lock: the end of the write phase counts the writer in with
 /// the readers it admits, so no writer can come in between.
 #[inline]

@@ -764,6 +764,42 @@ fn lock_api_rwlock_has_parking_lots_api() {
     assert_quiescent(unsafe { l.raw() });
 }
 
+/// `RawRwLockFair`: a fair write unlock hands the lock to the writer queued first, so the
+/// releasing thread's `try_write` right after fails (an unfair one lets it barge back in);
+/// `bump_exclusive` with nobody waiting keeps the lock.
+#[cfg(feature = "lock_api")]
+#[test]
+fn lock_api_fair_write_unlock_hands_off_to_the_queued_writer() {
+    use lock_api::{RwLock, RwLockWriteGuard};
+    let l: Arc<RwLock<RawRwLock, u32>> = Arc::new(RwLock::new(0));
+    let mut w = l.write();
+    RwLockWriteGuard::bump(&mut w);
+    *w += 1;
+    let go = Arc::new(AtomicBool::new(false));
+    let b = {
+        let (l, go) = (l.clone(), go.clone());
+        thread::spawn(move || {
+            let mut g = l.write();
+            *g += 1;
+            wait_for("the go-ahead", || go.load(SeqCst));
+        })
+    };
+    // SAFETY: the raw lock is only inspected.
+    wait_for("the writer to queue", || {
+        unsafe { l.raw() }.writers() >> 3 == 1
+    });
+    RwLockWriteGuard::unlock_fair(w);
+    assert!(
+        l.try_write().is_none(),
+        "the releasing thread barged back in"
+    );
+    go.store(true, SeqCst);
+    join_within(LIMIT, vec![b]);
+    assert_eq!(*l.read(), 2);
+    // SAFETY: the raw lock is only inspected, never unlocked through.
+    assert_quiescent(unsafe { l.raw() });
+}
+
 #[cfg(feature = "lock_api_04")]
 #[test]
 fn lock_api_04_rwlock_works() {
