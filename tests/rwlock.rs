@@ -784,10 +784,9 @@ fn lock_api_fair_write_unlock_hands_off_to_the_queued_writer() {
             wait_for("the go-ahead", || go.load(SeqCst));
         })
     };
-    // SAFETY: the raw lock is only inspected.
-    wait_for("the writer to queue", || {
-        unsafe { l.raw() }.writers() >> 3 == 1
-    });
+    // SAFETY: the raw lock is only inspected, never unlocked through.
+    let raw = unsafe { l.raw() };
+    wait_for("the writer to queue", || raw.writers() >> 3 == 1);
     RwLockWriteGuard::unlock_fair(w);
     assert!(
         l.try_write().is_none(),
