@@ -354,7 +354,7 @@ impl Default for RawRwLock {
 #[cfg_attr(docsrs, doc(cfg(feature = "lock_api")))]
 mod lock_api_impl {
     use super::RawRwLock;
-    use crate::rwalgo::ReadToken;
+    use crate::rwalgo::{self, ReadToken};
     use lock_api::GuardNoSend;
     use std::time::{Duration, Instant};
 
@@ -421,6 +421,56 @@ mod lock_api_impl {
         }
     }
 
+    // SAFETY: an upgradable read lock holds the writers' mutex (so no writer, and no other
+    // upgradable reader, gets in) and one reader counted in the word (so a writer's phase
+    // waits for it); the upgrade announces the phase and stops counting itself in one step,
+    // then waits for the other readers (those in the table are folded first) as any writer.
+    // `try_upgrade` fails unless it was the only reader, leaving the upgradable lock held.
+    unsafe impl lock_api::RawRwLockUpgrade for RawRwLock {
+        type UpgradableGuard = GuardNoSend;
+        fn lock_upgradable(&self) -> GuardNoSend {
+            rwalgo::read_upgradable(self);
+            GuardNoSend::new()
+        }
+        fn try_lock_upgradable(&self) -> Option<GuardNoSend> {
+            rwalgo::try_read_upgradable(self).then(GuardNoSend::new)
+        }
+        unsafe fn unlock_upgradable(&self, _: GuardNoSend) {
+            rwalgo::upgradable_unlock(self, false);
+        }
+        unsafe fn upgrade(&self, _: GuardNoSend) -> GuardNoSend {
+            rwalgo::upgrade(self);
+            GuardNoSend::new()
+        }
+        unsafe fn try_upgrade(&self, g: GuardNoSend) -> Result<GuardNoSend, GuardNoSend> {
+            if rwalgo::try_upgrade(self) {
+                Ok(g)
+            } else {
+                Err(g)
+            }
+        }
+    }
+
+    // SAFETY: as above; the fair unlock hands the writers' mutex to the writer queued first.
+    unsafe impl lock_api::RawRwLockUpgradeFair for RawRwLock {
+        unsafe fn unlock_upgradable_fair(&self, _: GuardNoSend) {
+            rwalgo::upgradable_unlock(self, true);
+        }
+    }
+
+    // SAFETY: as above. Upgradable to shared releases the writers' mutex and keeps the counted
+    // reader; exclusive to upgradable ends the phase counting itself in, keeping the mutex.
+    unsafe impl lock_api::RawRwLockUpgradeDowngrade for RawRwLock {
+        unsafe fn downgrade_upgradable(&self, _: GuardNoSend) -> ReadToken {
+            rwalgo::downgrade_upgradable(self);
+            ReadToken::word()
+        }
+        unsafe fn downgrade_to_upgradable(&self, _: GuardNoSend) -> GuardNoSend {
+            rwalgo::downgrade_to_upgradable(self);
+            GuardNoSend::new()
+        }
+    }
+
     // SAFETY: as above; the timed variants only add a deadline.
     unsafe impl lock_api::RawRwLockTimed for RawRwLock {
         type Duration = Duration;
@@ -445,6 +495,7 @@ mod lock_api_impl {
 #[cfg_attr(docsrs, doc(cfg(feature = "lock_api_04")))]
 mod lock_api_04_impl {
     use super::RawRwLock;
+    use crate::rwalgo;
     use lock_api_04 as lock_api;
     use std::time::{Duration, Instant};
 
@@ -499,6 +550,42 @@ mod lock_api_04_impl {
         unsafe fn downgrade(&self) {
             // SAFETY: lock_api only calls this while the write lock is held.
             unsafe { RawRwLock::downgrade(self) }
+        }
+    }
+
+    // SAFETY: as for lock_api 0.5's upgradable traits above.
+    unsafe impl lock_api::RawRwLockUpgrade for RawRwLock {
+        fn lock_upgradable(&self) {
+            rwalgo::read_upgradable(self);
+        }
+        fn try_lock_upgradable(&self) -> bool {
+            rwalgo::try_read_upgradable(self)
+        }
+        unsafe fn unlock_upgradable(&self) {
+            rwalgo::upgradable_unlock(self, false);
+        }
+        unsafe fn upgrade(&self) {
+            rwalgo::upgrade(self);
+        }
+        unsafe fn try_upgrade(&self) -> bool {
+            rwalgo::try_upgrade(self)
+        }
+    }
+
+    // SAFETY: as above.
+    unsafe impl lock_api::RawRwLockUpgradeFair for RawRwLock {
+        unsafe fn unlock_upgradable_fair(&self) {
+            rwalgo::upgradable_unlock(self, true);
+        }
+    }
+
+    // SAFETY: as above.
+    unsafe impl lock_api::RawRwLockUpgradeDowngrade for RawRwLock {
+        unsafe fn downgrade_upgradable(&self) {
+            rwalgo::downgrade_upgradable(self);
+        }
+        unsafe fn downgrade_to_upgradable(&self) {
+            rwalgo::downgrade_to_upgradable(self);
         }
     }
 

@@ -799,6 +799,58 @@ fn lock_api_fair_write_unlock_hands_off_to_the_queued_writer() {
     assert_quiescent(unsafe { l.raw() });
 }
 
+/// `RawRwLockUpgrade`: one upgradable reader beside plain readers, excluding writers and other
+/// upgradable readers; `try_upgrade` fails while another reader is inside; `upgrade` waits
+/// for the readers inside (one through the table, folded) and keeps new ones out; the
+/// downgrades.
+#[cfg(feature = "lock_api")]
+#[test]
+fn lock_api_upgradable_reads() {
+    let _table = table_tests();
+    use lock_api::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
+    let l: Arc<RwLock<RawRwLock, u32>> = Arc::new(RwLock::new(0));
+    // SAFETY: the raw lock is only inspected (and biased), never unlocked through.
+    let raw = unsafe { l.raw() };
+    let u = l.upgradable_read();
+    let r = l.read();
+    assert!(l.try_upgradable_read().is_none() && l.try_write().is_none());
+    let u = RwLockUpgradableReadGuard::try_upgrade(u).unwrap_err();
+    drop(r);
+    // Upgrade and downgrade without anyone else.
+    let w = RwLockUpgradableReadGuard::try_upgrade(u).unwrap();
+    assert!(l.try_read().is_none());
+    let u = RwLockWriteGuard::downgrade_to_upgradable(w);
+    assert_eq!(*l.read() + *u, 0);
+    drop(RwLockUpgradableReadGuard::downgrade(u));
+    assert!(l.try_upgradable_read().is_some());
+    // A blocking upgrade behind a reader in the table, which it folds.
+    assert!(raw.bias());
+    let u = l.upgradable_read();
+    let r = {
+        let t = raw.read_token();
+        assert!(t.in_table());
+        t
+    };
+    let up = {
+        let l = l.clone();
+        thread::spawn(move || {
+            let u = l.upgradable_read();
+            let mut w = RwLockUpgradableReadGuard::upgrade(u);
+            *w += 1;
+        })
+    };
+    drop(u);
+    wait_for("the upgrade to fold the table reader", || {
+        raw.state() >> 42 == 1 && raw.is_locked_exclusive()
+    });
+    assert!(l.try_read().is_none(), "a reader got in beside the upgrade");
+    // SAFETY: read-locked above, where the token says.
+    unsafe { raw.unlock_read_token(r) };
+    join_within(LIMIT, vec![up]);
+    assert_eq!(*l.read(), 1);
+    assert_quiescent(raw);
+}
+
 #[cfg(feature = "lock_api_04")]
 #[test]
 fn lock_api_04_rwlock_works() {
@@ -812,5 +864,12 @@ fn lock_api_04_rwlock_works() {
     assert!(l
         .try_read_until(Instant::now() + Duration::from_millis(5))
         .is_some());
+    assert!(!l.is_locked());
+    let u = l.upgradable_read();
+    assert!(l.try_upgradable_read().is_none() && l.try_read().is_some());
+    let mut w = lock_api_04::RwLockUpgradableReadGuard::upgrade(u);
+    *w += 1;
+    lock_api_04::RwLockWriteGuard::unlock_fair(w);
+    assert_eq!(*l.read(), 3);
     assert!(!l.is_locked());
 }
