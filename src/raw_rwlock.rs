@@ -572,6 +572,29 @@ mod lock_api_04_impl {
         }
     }
 
+    // SAFETY: as above. A recursive read enters beside the readers inside even while a writer
+    // waits for them (so a thread holding a read lock cannot deadlock on a second one): that
+    // writer cannot be inside while readers are. With no reader inside it waits as any read.
+    // (All of lock_api 0.4's reads are counted in the word, which is what it looks at.)
+    unsafe impl lock_api::RawRwLockRecursive for RawRwLock {
+        fn lock_shared_recursive(&self) {
+            rwalgo::read_recursive_until(self, None);
+        }
+        fn try_lock_shared_recursive(&self) -> bool {
+            rwalgo::try_read_recursive(self)
+        }
+    }
+
+    // SAFETY: as above, with a deadline for the wait.
+    unsafe impl lock_api::RawRwLockRecursiveTimed for RawRwLock {
+        fn try_lock_shared_recursive_for(&self, timeout: Duration) -> bool {
+            rwalgo::read_recursive_until(self, crate::clock::deadline_after(timeout))
+        }
+        fn try_lock_shared_recursive_until(&self, deadline: Instant) -> bool {
+            rwalgo::read_recursive_until(self, Some(deadline))
+        }
+    }
+
     // SAFETY: as above.
     unsafe impl lock_api::RawRwLockUpgradeFair for RawRwLock {
         unsafe fn unlock_upgradable_fair(&self) {

@@ -359,6 +359,34 @@ fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>, note: bool) -> bool {
     }
 }
 
+/// Acquire a read lock even while a writer waits, if readers are inside (lock_api 0.4's
+/// recursive read: a thread that holds a read lock can take another without deadlocking
+/// behind a waiting writer, which then waits longer). With no reader inside, a writer holds
+/// the lock (or is about to): wait as [`read_until`] does. Only for locks whose reads are all
+/// counted in the word (token-less reads): a read held in the table is not seen here.
+pub fn read_recursive_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+    try_read_recursive(p) || read_until(p, deadline)
+}
+
+/// [`read_recursive_until`] without waiting: `false` if a writer is announced and no reader
+/// is inside.
+pub fn try_read_recursive<P: RwParts>(p: &P) -> bool {
+    let w = p.word();
+    let mut v = w.load_all();
+    loop {
+        if v & PHASE != 0 && readers(v) == 0 {
+            return false;
+        }
+        if readers(v) == MAX_READERS {
+            fatal("sync: too many readers of RWMutex");
+        }
+        match w.cas_all(v, v + ONE_READER) {
+            Ok(_) => return true,
+            Err(cur) => v = cur,
+        }
+    }
+}
+
 /// Acquire a read lock if no writer is announced; never blocks.
 #[inline]
 pub fn try_read<P: RwParts>(p: &P) -> bool {

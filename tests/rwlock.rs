@@ -873,3 +873,36 @@ fn lock_api_04_rwlock_works() {
     assert_eq!(*l.read(), 3);
     assert!(!l.is_locked());
 }
+
+/// lock_api 0.4's recursive reads: with a writer waiting behind a reader, a plain read waits
+/// (writer preference) but a recursive one enters beside the reader; with the writer inside,
+/// it waits.
+#[cfg(feature = "lock_api_04")]
+#[test]
+fn lock_api_04_recursive_read_enters_beside_readers() {
+    let l: Arc<lock_api_04::RwLock<RawRwLock, u32>> = Arc::new(lock_api_04::RwLock::new(0));
+    let r = l.read();
+    let w = {
+        let l = l.clone();
+        thread::spawn(move || *l.write() += 1)
+    };
+    // SAFETY: the raw lock is only inspected, never unlocked through.
+    let raw = unsafe { l.raw() };
+    wait_for("the writer to announce itself", || {
+        raw.is_locked_exclusive()
+    });
+    assert!(l.try_read().is_none());
+    let r2 = l
+        .try_read_recursive()
+        .expect("a recursive read waited for the writer");
+    let r3 = l.read_recursive();
+    assert_eq!(*r + *r2 + *r3, 0);
+    drop((r, r2, r3));
+    join_within(LIMIT, vec![w]);
+    let g = l.write();
+    assert!(l.try_read_recursive().is_none());
+    assert!(l.try_read_recursive_for(Duration::from_millis(2)).is_none());
+    drop(g);
+    assert_eq!(*l.read_recursive(), 1);
+    assert_quiescent(raw);
+}
