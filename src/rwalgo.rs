@@ -208,6 +208,13 @@ pub fn read_token<P: RwParts>(p: &P) -> ReadToken {
     if !read_fast(p, true) {
         read_slow(p, None, true);
     }
+    word_token(p)
+}
+
+/// A token read counted in the word: remembered by the thread (see `rwtable::holds`).
+#[inline]
+fn word_token<P: RwParts>(p: &P) -> ReadToken {
+    rwtable::hold(p.key() as u64);
     ReadToken::word()
 }
 
@@ -217,7 +224,7 @@ pub fn read_token_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> Option<
     if let Some(t) = read_biased(p) {
         return Some(t);
     }
-    (read_fast(p, true) || read_slow(p, deadline, true)).then(ReadToken::word)
+    (read_fast(p, true) || read_slow(p, deadline, true)).then(|| word_token(p))
 }
 
 /// [`try_read`] through the slot table if the lock is biased; never blocks.
@@ -226,7 +233,7 @@ pub fn try_read_token<P: RwParts>(p: &P) -> Option<ReadToken> {
     if let Some(t) = read_biased(p) {
         return Some(t);
     }
-    try_read(p).then(ReadToken::word)
+    try_read(p).then(|| word_token(p))
 }
 
 /// Release a read lock taken by [`read_token`] (or its `try_`/`_until` forms).
@@ -242,6 +249,9 @@ pub fn read_unlock_token<P: RwParts>(p: &P, t: ReadToken) {
         return;
     }
     // Counted in the word: read that way, or folded there by a writer.
+    if !t.in_table() {
+        rwtable::unhold(p.key() as u64);
+    }
     read_unlock(p);
 }
 
@@ -288,7 +298,8 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
 }
 
 /// One atomic add; taken back (an unlock) if a writer is announced. A token read (`note`)
-/// that finds other readers inside counts an overlap towards biasing the lock.
+/// that finds other readers inside, this thread not among them, counts an overlap towards
+/// biasing the lock.
 #[inline]
 fn read_fast<P: RwParts>(p: &P, note: bool) -> bool {
     let prev = p.word().add_all(ONE_READER);
@@ -296,7 +307,7 @@ fn read_fast<P: RwParts>(p: &P, note: bool) -> bool {
         if readers(prev) == MAX_READERS {
             fatal("sync: too many readers of RWMutex");
         }
-        if note && readers(prev) != 0 && prev & BIAS == 0 {
+        if note && readers(prev) != 0 && prev & BIAS == 0 && !rwtable::holds(p.key() as u64) {
             note_overlap(p, prev + ONE_READER);
         }
         return true;

@@ -449,23 +449,52 @@ fn table_read(l: &RawRwLock) -> gomutex::rwalgo::ReadToken {
     t
 }
 
-/// The third overlapping read (with another held) biases the lock; from then on a reader
-/// enters the table and writes nothing in the lock's word.
+/// Run `f` while another thread holds a read lock of `l` (through its word).
+fn beside_a_reader(l: &RwLock<()>, f: impl FnOnce()) {
+    let (inside, done) = (Barrier::new(2), AtomicBool::new(false));
+    thread::scope(|s| {
+        s.spawn(|| {
+            let g = l.read().unwrap();
+            inside.wait();
+            wait_for("the main thread", || done.load(SeqCst));
+            drop(g);
+        });
+        inside.wait();
+        f();
+        done.store(true, SeqCst);
+    });
+}
+
+/// The fourth read that finds another thread's reader inside biases the lock; from then on a
+/// reader enters the table and writes nothing in the lock's word. A thread's own recursive
+/// reads do not count.
 #[test]
 fn overlapping_reads_bias_the_lock_and_readers_enter_the_table() {
     let _table = table_tests();
     let l = RwLock::new(());
-    let held = l.read().unwrap();
-    for i in 0..3 {
-        assert!(!l.raw().is_biased(), "biased after {i} overlaps");
-        drop(l.read().unwrap());
+    {
+        let held = l.read().unwrap();
+        for _ in 0..10 {
+            drop(l.read().unwrap());
+        }
+        drop(held);
     }
-    drop(l.read().unwrap()); // the fourth overlap biases
+    assert!(!l.raw().is_biased(), "biased by recursive reads");
+    beside_a_reader(&l, || {
+        for i in 0..3 {
+            assert!(!l.raw().is_biased(), "biased after {i} overlaps");
+            drop(l.read().unwrap());
+        }
+        drop(l.read().unwrap()); // the fourth overlap biases
+    });
     assert!(l.raw().is_biased());
     let before = l.raw().state();
     let g = l.read().unwrap();
     // Counted in the table, not in the word.
     assert_eq!(l.raw().state(), before);
+    // This thread's slot is taken: a second read goes through the word.
+    let held = l.read().unwrap();
+    assert_eq!(l.raw().state() >> 42, 1);
     assert_eq!(l.raw().readers(), 2);
     assert!(matches!(l.try_write(), Err(TryLockError::WouldBlock)));
     drop((g, held));
@@ -570,12 +599,12 @@ fn idle_revocations_unbias_and_overlaps_bias_again() {
     }
     drop(l.write().unwrap());
     assert!(!l.raw().is_biased());
-    let held = l.read().unwrap();
-    for _ in 0..4 {
-        drop(l.read().unwrap());
-    }
+    beside_a_reader(&l, || {
+        for _ in 0..4 {
+            drop(l.read().unwrap());
+        }
+    });
     assert!(l.raw().is_biased());
-    drop(held);
     // A write that finds a reader in the table keeps the bias.
     let r = l.read().unwrap();
     let l2 = &l;

@@ -626,3 +626,27 @@ fn rw_table_unbias_races_a_reader() {
         s.assert_quiescent(4);
     });
 }
+
+/// An upgradable reader upgrading past a table reader (which it folds) while a writer waits
+/// for the writers' mutex: the upgrade's write excludes the reader and the writer, nobody is
+/// lost asleep, the lock ends quiescent.
+#[test]
+fn rw_table_upgrade_folds_reader() {
+    model("rw_table_upgrade_folds_reader", 2, || {
+        let s = Shared::new();
+        assert!(s.l.bias());
+        let s1 = s.clone();
+        let r = thread::spawn(move || s1.token_read());
+        let s2 = s.clone();
+        let w = thread::spawn(move || s2.write());
+        gomutex::rwalgo::read_upgradable(&s.l);
+        s.read_cs();
+        gomutex::rwalgo::upgrade(&s.l);
+        s.write_cs();
+        // SAFETY: write-locked by the upgrade.
+        unsafe { s.l.unlock_write() };
+        assert!(r.join().unwrap() <= 2);
+        w.join().unwrap();
+        s.assert_quiescent(2);
+    });
+}
