@@ -27,8 +27,9 @@
 //! [`RawMutex`] instantiates it for threads of one process.
 //!
 //! [`RwLock`] is Go's `sync.RWMutex` on that mutex, a drop-in for [`std::sync::RwLock`]: a read
-//! lock is one atomic add, a waiting writer keeps new readers out, and the readers that queued
-//! behind a writer go before the next writer ([`RawRwLock`] without data).
+//! lock is one atomic add, or, once readers overlap, a store to the thread's own slot of a
+//! global table (folly's `SharedMutex`, BRAVO); a waiting writer keeps new readers out, and the
+//! readers that queued behind a writer go before the next writer ([`RawRwLock`] without data).
 //!
 //! ```
 //! use gomutex::RwLock; // instead of std::sync::RwLock
@@ -183,6 +184,8 @@ mod raw_rwlock;
 #[doc(hidden)]
 pub mod rwalgo;
 mod rwlock;
+#[doc(hidden)]
+pub mod rwtable;
 #[doc(hidden)]
 pub mod rwword;
 #[doc(hidden)]

@@ -50,17 +50,40 @@
 //! the lock behaves as if that writer had taken the lock when they left and released it at
 //! once: readers that arrived after it wait until then. `downgrade` is the end of a write
 //! phase that counts the writer in as a reader with the readers it admits.
+//!
+//! # Readers through the slot table (folly's `SharedMutex`, BRAVO)
+//!
+//! A reader that takes a [`ReadToken`] ([`read_token`]) of a *biased* lock ([`BIAS`]) writes
+//! nothing in the lock: it stores the lock's key into its thread's slot of the global table
+//! ([`crate::rwtable`]), then, after a `SeqCst` fence, loads the word again; if [`BIAS`] is still set
+//! and no writer is announced, it is in; otherwise it takes its slot back and reads through the
+//! word. A writer announces [`PHASE`], fences, then scans the claimed slots; for each one
+//! naming its lock it adds a reader to the word *first*, then moves the slot to 0 with a
+//! compare-and-swap (folly's folding), taking the addition back if the reader had left
+//! meanwhile. From there the table's readers are ordinary counted readers: the last to leave
+//! wakes the writer, or ends a ghost's phase. A reader releases a slot with a
+//! compare-and-swap; if it fails, a writer folded it, and the reader leaves through the word.
+//!
+//! When: a lock is biased by the fourth overlapping token read seen while it is not biased
+//! ([`OVERLAPS_TO_BIAS`] counted before); it stays biased across write phases (each writer scans), and a writer
+//! clears [`BIAS`] after four revocations in a row that found no reader of the lock in the
+//! table (readers come rarely compared with writes: scanning is then all cost). A lock never
+//! read concurrently never touches the table; neither do the token-less reads ([`read`]):
+//! only a token says which slot to release, so [`crate::RawRwLock::unlock_read`] may still be
+//! called from any thread.
 
 use crate::algo;
 use crate::clock::Clock;
 use crate::park::{self, FilterOp, ParkResult};
+use crate::rwtable;
 pub use crate::rwword::{
-    readers, RwState, GHOST, MAX_READERS, ONE_READER, PHASE, READERS_PARKED, WRITER_PARKED,
-    WRITE_LOCKED,
+    readers, RwState, BIAS, GHOST, IDLE_SCANS, MAX_READERS, ONE_IDLE_SCAN, ONE_OVERLAP, ONE_READER,
+    OVERLAPS, OVERLAPS_TO_BIAS, PHASE, READERS_PARKED, WRITER_PARKED, WRITE_LOCKED,
 };
 use crate::sema::{park_stamped, unpark_charged, WaitQueue};
 use crate::spin;
-use crate::sync::fatal;
+use crate::sync::{fatal, fence, Ordering};
+use core::marker::PhantomData;
 use std::cell::Cell;
 use std::time::Instant;
 
@@ -78,8 +101,75 @@ pub trait RwParts {
     fn queue(&self) -> &Self::Queue;
     /// The parking key of this lock: the writer waiting for readers parks on `key() + 1`,
     /// readers waiting for a write phase to end on `key() + 2`. Neither may be used by
-    /// anything else (the word's own address fits, the word being wider than 2 bytes).
+    /// anything else (the word's own address fits, the word being wider than 2 bytes). It
+    /// also names the lock in the slot table.
     fn key(&self) -> usize;
+    /// How the slot table's protocol is broken: [`BiasFault::Sound`] but in loom's negative
+    /// controls.
+    const BIAS_FAULT: BiasFault = BiasFault::Sound;
+}
+
+/// A deliberately broken slot-table protocol, for loom's negative controls (the shipped locks
+/// are [`BiasFault::Sound`]; the choice is a constant, so the sound code has no branch left).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BiasFault {
+    /// The shipped protocol.
+    Sound,
+    /// A reader checks the word before publishing itself, not after.
+    CheckBeforePublish,
+    /// A writer scans the table before announcing [`PHASE`], not after.
+    ScanBeforeAnnounce,
+    /// The Dekker pair without its `SeqCst` fences, and the table's accesses `Relaxed`.
+    Relaxed,
+}
+
+/// Each side of the Dekker pair: a `SeqCst` fence between its store (the reader's slot, the
+/// writer's `PHASE`) and its loads (the word, the slots). Fences rather than `SeqCst` accesses:
+/// the C11 guarantee is the same (of two `SeqCst` fences one comes first in the total order,
+/// and the loads after the later one see the stores before the earlier), and it is the one
+/// loom checks (loom treats `SeqCst` loads and stores as acquire/release; its `fence(SeqCst)`
+/// is exact).
+#[inline]
+fn dekker_fence<P: RwParts>() {
+    if P::BIAS_FAULT != BiasFault::Relaxed {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// Where a read lock is held: a slot of the table (the reader's thread's) or the word's reader
+/// count. What [`read_token`] returns and [`read_unlock_token`] takes; `!Send`, like the read
+/// guards that carry it (it may be released from another thread only through a raw API that
+/// moves it there).
+#[derive(Debug)]
+#[must_use = "a read lock is held until the token is given back"]
+pub struct ReadToken {
+    /// The slot, or [`ReadToken::WORD`].
+    slot: u32,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl ReadToken {
+    const WORD: u32 = u32::MAX;
+
+    /// A read lock counted in the word.
+    #[inline]
+    pub const fn word() -> Self {
+        Self::at(Self::WORD)
+    }
+
+    #[inline]
+    const fn at(slot: u32) -> Self {
+        Self {
+            slot,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Whether this read lock is held through the slot table.
+    #[inline]
+    pub fn in_table(&self) -> bool {
+        self.slot != Self::WORD
+    }
 }
 
 /// Writers asleep waiting for the readers inside to leave (0 or 1): for tests and models, a
@@ -96,27 +186,132 @@ pub fn parked_readers<P: RwParts>(p: &P) -> usize {
 /// Token the end of a write phase passes to the readers it admits.
 const ADMITTED: usize = 1;
 
-/// Acquire a read lock, blocking while a writer is announced.
+/// Acquire a read lock, blocking while a writer is announced. Counted in the word, never in
+/// the table (so it may be released from any thread by [`read_unlock`]).
 #[inline]
 pub fn read<P: RwParts>(p: &P) {
-    if !read_fast(p) {
-        read_slow(p, None);
+    if !read_fast(p, false) {
+        read_slow(p, None, false);
     }
 }
 
 /// [`read`] giving up at `deadline`; `true` if read-locked.
 #[inline]
 pub fn read_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
-    read_fast(p) || read_slow(p, deadline)
+    read_fast(p, false) || read_slow(p, deadline, false)
 }
 
-/// One atomic add; taken back (an unlock) if a writer is announced.
+/// Acquire a read lock, through the slot table if the lock is biased, blocking while a writer
+/// is announced. Released by [`read_unlock_token`].
 #[inline]
-fn read_fast<P: RwParts>(p: &P) -> bool {
+pub fn read_token<P: RwParts>(p: &P) -> ReadToken {
+    if let Some(t) = read_biased(p) {
+        return t;
+    }
+    if !read_fast(p, true) {
+        read_slow(p, None, true);
+    }
+    word_token(p)
+}
+
+/// A token read counted in the word: remembered by the thread (see `rwtable::holds`).
+#[inline]
+fn word_token<P: RwParts>(p: &P) -> ReadToken {
+    rwtable::hold(p.key() as u64);
+    ReadToken::word()
+}
+
+/// [`read_token`] giving up at `deadline`.
+#[inline]
+pub fn read_token_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> Option<ReadToken> {
+    if let Some(t) = read_biased(p) {
+        return Some(t);
+    }
+    (read_fast(p, true) || read_slow(p, deadline, true)).then(|| word_token(p))
+}
+
+/// [`try_read`] through the slot table if the lock is biased; never blocks.
+#[inline]
+pub fn try_read_token<P: RwParts>(p: &P) -> Option<ReadToken> {
+    if let Some(t) = read_biased(p) {
+        return Some(t);
+    }
+    try_read(p).then(|| word_token(p))
+}
+
+/// Release a read lock taken by [`read_token`] (or its `try_`/`_until` forms).
+#[inline]
+pub fn read_unlock_token<P: RwParts>(p: &P, t: ReadToken) {
+    if t.in_table()
+        && rwtable::release(
+            t.slot as usize,
+            p.key() as u64,
+            P::BIAS_FAULT == BiasFault::Relaxed,
+        )
+    {
+        return;
+    }
+    // Counted in the word: read that way, or folded there by a writer.
+    if !t.in_table() {
+        rwtable::unhold(p.key() as u64);
+    }
+    read_unlock(p);
+}
+
+/// The reader's side of the Dekker pair: if the lock is biased and no writer is announced,
+/// publish the lock's key in this thread's slot, then look again. `None`: read through the
+/// word (not biased, a writer announced, or no slot for this thread).
+#[inline]
+fn read_biased<P: RwParts>(p: &P) -> Option<ReadToken> {
+    let w = p.word();
+    if w.load_all() & (BIAS | PHASE) != BIAS {
+        return None;
+    }
+    enter_table(p)
+}
+
+#[inline]
+fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
+    let w = p.word();
+    let i = rwtable::my_slot()?;
+    // Our slot names a lock we still hold a read of (through a token): read through the word.
+    if !rwtable::is_free(i) {
+        return None;
+    }
+    let key = p.key() as u64;
+    let v = if P::BIAS_FAULT == BiasFault::CheckBeforePublish {
+        let v = w.load_all();
+        rwtable::publish(i, key);
+        dekker_fence::<P>();
+        v
+    } else {
+        rwtable::publish(i, key);
+        dekker_fence::<P>();
+        w.load_all()
+    };
+    if v & (BIAS | PHASE) == BIAS {
+        return Some(ReadToken::at(i as u32));
+    }
+    // A writer came (or the bias went): take the slot back, unless the writer already moved
+    // it into the count, which we then leave as any reader does.
+    if !rwtable::release(i, key, P::BIAS_FAULT == BiasFault::Relaxed) {
+        read_unlock(p);
+    }
+    None
+}
+
+/// One atomic add; taken back (an unlock) if a writer is announced. A token read (`note`)
+/// that finds other readers inside, this thread not among them, counts an overlap towards
+/// biasing the lock.
+#[inline]
+fn read_fast<P: RwParts>(p: &P, note: bool) -> bool {
     let prev = p.word().add_all(ONE_READER);
     if prev & PHASE == 0 {
         if readers(prev) == MAX_READERS {
             fatal("sync: too many readers of RWMutex");
+        }
+        if note && readers(prev) != 0 && prev & BIAS == 0 && !rwtable::holds(p.key() as u64) {
+            note_overlap(p, prev + ONE_READER);
         }
         return true;
     }
@@ -124,15 +319,36 @@ fn read_fast<P: RwParts>(p: &P) -> bool {
     false
 }
 
+/// Readers overlapped: count it, and at [`OVERLAPS_TO_BIAS`] bias the lock (a few tries: a
+/// lost race only delays the bias).
+#[cold]
+fn note_overlap<P: RwParts>(p: &P, mut v: u64) {
+    let w = p.word();
+    for _ in 0..4 {
+        if v & (BIAS | PHASE) != 0 {
+            return;
+        }
+        let next = if (v & OVERLAPS) / ONE_OVERLAP >= OVERLAPS_TO_BIAS {
+            (v & !(OVERLAPS | IDLE_SCANS)) | BIAS
+        } else {
+            v + ONE_OVERLAP
+        };
+        match w.cas_all(v, next) {
+            Ok(_) => return,
+            Err(cur) => v = cur,
+        }
+    }
+}
+
 /// Wait for the write phase to end: spin a few rounds, then sleep until its end admits us.
 #[cold]
-fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>, note: bool) -> bool {
     let w = p.word();
     let mut iter = 0;
     loop {
         let v = w.load_all();
         if v & PHASE == 0 {
-            if read_fast(p) {
+            if read_fast(p, note) {
                 return true;
             }
             continue;
@@ -153,6 +369,34 @@ fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
             ParkResult::Unparked(_) => return true,
             ParkResult::Invalid => {}
             ParkResult::TimedOut => return false,
+        }
+    }
+}
+
+/// Acquire a read lock even while a writer waits, if readers are inside (lock_api 0.4's
+/// recursive read: a thread that holds a read lock can take another without deadlocking
+/// behind a waiting writer, which then waits longer). With no reader inside, a writer holds
+/// the lock (or is about to): wait as [`read_until`] does. Only for locks whose reads are all
+/// counted in the word (token-less reads): a read held in the table is not seen here.
+pub fn read_recursive_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+    try_read_recursive(p) || read_until(p, deadline)
+}
+
+/// [`read_recursive_until`] without waiting: `false` if a writer is announced and no reader
+/// is inside.
+pub fn try_read_recursive<P: RwParts>(p: &P) -> bool {
+    let w = p.word();
+    let mut v = w.load_all();
+    loop {
+        if v & PHASE != 0 && readers(v) == 0 {
+            return false;
+        }
+        if readers(v) == MAX_READERS {
+            fatal("sync: too many readers of RWMutex");
+        }
+        match w.cas_all(v, v + ONE_READER) {
+            Ok(_) => return true,
+            Err(cur) => v = cur,
         }
     }
 }
@@ -250,14 +494,82 @@ fn write_fast<P: RwParts>(p: &P) -> bool {
     p.word().cas_all(0, WRITE_LOCKED).is_ok()
 }
 
-/// After taking `w`: announce the write phase, then wait for the readers inside.
+/// After taking `w`: announce the write phase, revoke the table's readers if the lock is
+/// biased, then wait for the readers inside.
 #[inline]
 fn announce_and_wait<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
-    let prev = p.word().or_all(PHASE);
+    announce_then_wait(p, PHASE, deadline)
+}
+
+/// Add `delta` to the word (`PHASE`, less one reader for an upgrade), revoke the table's
+/// readers if the lock is biased, then wait for the readers inside.
+#[inline]
+fn announce_then_wait<P: RwParts>(p: &P, delta: u64, deadline: Option<Instant>) -> bool {
+    let w = p.word();
+    let (prev, folded) = if P::BIAS_FAULT == BiasFault::ScanBeforeAnnounce {
+        let folded = if w.load_all() & BIAS != 0 {
+            dekker_fence::<P>();
+            revoke(p)
+        } else {
+            0
+        };
+        (w.add_all(delta), folded)
+    } else {
+        let prev = w.add_all(delta);
+        let folded = if prev & BIAS != 0 {
+            dekker_fence::<P>();
+            revoke(p)
+        } else {
+            0
+        };
+        (prev, folded)
+    };
     if prev & PHASE != 0 {
         fatal("sync: inconsistent RWMutex state");
     }
-    readers(prev) == 0 || wait_for_readers(p, deadline)
+    (readers(prev.wrapping_add(delta)) == 0 && folded == 0) || wait_for_readers(p, deadline)
+}
+
+/// Take every read lock the table holds of this lock into the word's count (the writer has
+/// announced [`PHASE`] and fenced, so no reader enters the table any more), and adapt the
+/// bias. Returns the read locks taken over.
+#[cold]
+fn revoke<P: RwParts>(p: &P) -> u64 {
+    let w = p.word();
+    let key = p.key() as u64;
+    let relaxed = P::BIAS_FAULT == BiasFault::Relaxed;
+    let (mut seen, mut folded) = (0u64, 0u64);
+    rwtable::scan(key, relaxed, |i| {
+        seen += 1;
+        // Counted first: the reader whose release then fails leaves through the count.
+        w.add_all(ONE_READER);
+        if rwtable::fold(i, key, relaxed) {
+            folded += 1;
+        } else {
+            // It left meanwhile (or withdrew); we are before any sleep, nobody to wake.
+            w.sub_all(ONE_READER);
+        }
+    });
+    // Readers were there: the bias pays. Nobody, four times in a row: reads are rare next to
+    // writes, and each scan is all cost; unbias (readers bias it again if they overlap again).
+    let mut v = w.load_all();
+    loop {
+        let next = if seen != 0 {
+            v & !IDLE_SCANS
+        } else if v & IDLE_SCANS == IDLE_SCANS {
+            v & !(BIAS | IDLE_SCANS | OVERLAPS)
+        } else {
+            v + ONE_IDLE_SCAN
+        };
+        if next == v {
+            break;
+        }
+        match w.cas_all(v, next) {
+            Ok(_) => break,
+            Err(cur) => v = cur,
+        }
+    }
+    folded
 }
 
 /// Wait for the readers inside to leave: spin a few rounds, then sleep until the last wakes
@@ -313,6 +625,40 @@ pub fn try_write<P: RwParts>(p: &P) -> bool {
             return false;
         }
         match w.cas_all(v, v | algo::LOCKED as u64 | PHASE) {
+            Ok(_) => break,
+            Err(cur) => v = cur,
+        }
+    }
+    if v & BIAS != 0 {
+        dekker_fence::<P>();
+        let mut inside = false;
+        rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
+            inside = true
+        });
+        if inside {
+            // A reader in the table: we held the lock for no time at all.
+            write_unlock(p);
+            return false;
+        }
+    }
+    true
+}
+
+/// Read locks of this lock held through the table right now (a snapshot).
+pub fn table_readers<P: RwParts>(p: &P) -> usize {
+    rwtable::count(p.key() as u64)
+}
+
+/// Bias the lock now, if no writer is announced (for tests and models: as if readers had
+/// overlapped [`OVERLAPS_TO_BIAS`] times).
+pub fn bias<P: RwParts>(p: &P) -> bool {
+    let w = p.word();
+    let mut v = w.load_all();
+    loop {
+        if v & PHASE != 0 {
+            return false;
+        }
+        match w.cas_all(v, (v & !(OVERLAPS | IDLE_SCANS)) | BIAS) {
             Ok(_) => return true,
             Err(cur) => v = cur,
         }
@@ -326,6 +672,108 @@ pub fn write_unlock<P: RwParts>(p: &P) {
     if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
         end_phase(p, 0);
         algo::unlock(p.word(), p.queue());
+    }
+}
+
+/// Acquire an upgradable read lock: the writers' mutex (so no writer and no other upgradable
+/// reader gets in; writers queue behind it), then one reader counted in the word, at once (no
+/// write phase is announced while the mutex is ours). Plain readers come and go beside it.
+#[inline]
+pub fn read_upgradable<P: RwParts>(p: &P) {
+    algo::lock::<_, _, P::Clock>(p.word(), p.queue());
+    p.word().add_all(ONE_READER);
+}
+
+/// [`read_upgradable`] if the writers' mutex is free right now; never blocks.
+#[inline]
+pub fn try_read_upgradable<P: RwParts>(p: &P) -> bool {
+    algo::try_lock(p.word()) && {
+        p.word().add_all(ONE_READER);
+        true
+    }
+}
+
+/// [`read_upgradable`] giving up at `deadline` (while waiting for the writers' mutex).
+#[inline]
+pub fn read_upgradable_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
+    algo::lock_until::<_, _, P::Clock>(p.word(), p.queue(), deadline) && {
+        p.word().add_all(ONE_READER);
+        true
+    }
+}
+
+/// Release an upgradable read lock (`fair`: hand the writers' mutex to the writer queued
+/// first).
+#[inline]
+pub fn upgradable_unlock<P: RwParts>(p: &P, fair: bool) {
+    read_unlock(p);
+    if fair {
+        algo::unlock_fair(p.word(), p.queue());
+    } else {
+        algo::unlock(p.word(), p.queue());
+    }
+}
+
+/// Upgrade an upgradable read lock to the write lock: announce the write phase and stop
+/// counting ourselves in one step, then wait for the other readers as any writer.
+#[inline]
+pub fn upgrade<P: RwParts>(p: &P) {
+    announce_then_wait(p, PHASE.wrapping_sub(ONE_READER), None);
+}
+
+/// Upgrade if no other reader is inside (through the word or the table) right now; never
+/// blocks. On failure the upgradable read lock is still held.
+#[inline]
+pub fn try_upgrade<P: RwParts>(p: &P) -> bool {
+    let w = p.word();
+    let mut v = w.load_all();
+    loop {
+        if readers(v) != 1 {
+            return false;
+        }
+        match w.cas_all(v, v.wrapping_add(PHASE.wrapping_sub(ONE_READER))) {
+            Ok(_) => break,
+            Err(cur) => v = cur,
+        }
+    }
+    if v & BIAS != 0 {
+        dekker_fence::<P>();
+        let mut inside = false;
+        rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
+            inside = true
+        });
+        if inside {
+            // A reader in the table: back to an upgradable read lock (the readers that
+            // queued behind our phase meanwhile are admitted with us).
+            end_phase(p, 1);
+            return false;
+        }
+    }
+    true
+}
+
+/// Turn an upgradable read lock into a plain read lock (counted in the word): release the
+/// writers' mutex, keeping the reader.
+#[inline]
+pub fn downgrade_upgradable<P: RwParts>(p: &P) {
+    algo::unlock(p.word(), p.queue());
+}
+
+/// Turn the write lock into an upgradable read lock: end the write phase counting ourselves
+/// in (with the readers queued behind it), keeping the writers' mutex.
+#[inline]
+pub fn downgrade_to_upgradable<P: RwParts>(p: &P) {
+    end_phase(p, 1);
+}
+
+/// Release the write lock fairly: end the write phase (admitting the readers queued behind it,
+/// as always), then hand the writers' mutex to the writer queued first, if one is
+/// ([`algo::unlock_fair`]), so that the releasing thread cannot take it back in between.
+#[inline]
+pub fn write_unlock_fair<P: RwParts>(p: &P) {
+    if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
+        end_phase(p, 0);
+        algo::unlock_fair(p.word(), p.queue());
     }
 }
 

@@ -2,6 +2,7 @@
 
 use crate::poison::{self, Poison};
 use crate::raw_rwlock::RawRwLock;
+use crate::rwalgo::ReadToken;
 use core::cell::UnsafeCell;
 use core::fmt;
 use core::marker::PhantomData;
@@ -15,11 +16,13 @@ use std::time::{Duration, Instant};
 /// A readers-writer lock: `std::sync::RwLock`'s API and poisoning, Go's `sync.RWMutex`
 /// policy underneath.
 ///
-/// Any number of readers, or one writer. A read lock is one atomic add. A writer that arrives
-/// keeps new readers out at once (writer preference) and waits only for the readers already
-/// inside; when it unlocks, every reader that queued meanwhile is admitted before the next
-/// writer, so neither side starves. Writers queue on Go's mutex (normal mode, then starvation
-/// mode's hand-off after 1 ms).
+/// Any number of readers, or one writer. A read lock is one atomic add; once readers overlap,
+/// they record themselves in their thread's slot of a global table instead, so that a read
+/// writes no line another reader writes (folly's `SharedMutex`, BRAVO; the writer revokes by
+/// scanning the table). A writer that arrives keeps new readers out at once (writer
+/// preference) and waits only for the readers already inside; when it unlocks, every reader
+/// that queued meanwhile is admitted before the next writer, so neither side starves. Writers
+/// queue on Go's mutex (normal mode, then starvation mode's hand-off after 1 ms).
 /// How, step by step, and what was measured: [`crate::guide::rwlock`].
 ///
 /// Replace `use std::sync::RwLock;` with `use gomutex::RwLock;`; results, errors and poisoning
@@ -74,6 +77,8 @@ pub struct RwLockReadGuard<'a, T: ?Sized + 'a> {
     /// not `&'a T`, as std's (the guard may be dropped while the data is borrowed elsewhere).
     data: NonNull<T>,
     raw: &'a RawRwLock,
+    /// Where the read lock is held (a slot of the readers' table, or the word).
+    token: ReadToken,
     _not_send: NotSendRead,
 }
 
@@ -137,9 +142,9 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
-        self.raw.read();
+        let token = self.raw.read_token();
         // SAFETY: we just read-locked.
-        unsafe { RwLockReadGuard::new(self) }
+        unsafe { RwLockReadGuard::new(self, token) }
     }
 
     /// Acquire a read lock if no writer holds the lock or waits for it; never blocks.
@@ -155,7 +160,7 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        self.read_guard_if(RawRwLock::try_read)
+        self.read_guard_if(RawRwLock::try_read_token)
     }
 
     /// Acquire a read lock, waiting at most `timeout` (not in std: parking_lot's name). Errors
@@ -171,29 +176,28 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn try_read_for(&self, timeout: Duration) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        self.read_guard_if(|raw| raw.try_read_for(timeout))
+        self.read_guard_if(|raw| raw.try_read_token_until(crate::clock::deadline_after(timeout)))
     }
 
     /// Acquire a read lock, waiting at most until `deadline`. Errors as
     /// [`try_read`](Self::try_read).
     #[inline]
     pub fn try_read_until(&self, deadline: Instant) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        self.read_guard_if(|raw| raw.try_read_until(deadline))
+        self.read_guard_if(|raw| raw.try_read_token_until(Some(deadline)))
     }
 
     /// The one body of the `try_read*` methods: a guard if `acquire` (one of [`RawRwLock`]'s
-    /// `try_read*`, which return whether they read-locked) read-locked, else `WouldBlock`.
+    /// `try_read_token*`, which return the read lock's token) read-locked, else `WouldBlock`.
     #[inline]
     fn read_guard_if(
         &self,
-        acquire: impl FnOnce(&RawRwLock) -> bool,
+        acquire: impl FnOnce(&RawRwLock) -> Option<ReadToken>,
     ) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        if acquire(&self.raw) {
-            // SAFETY: `acquire` returned true, so it read-locked `self.raw`; the guard takes
+        match acquire(&self.raw) {
+            // SAFETY: `acquire` read-locked `self.raw` (its token says where); the guard takes
             // over that read lock.
-            Ok(unsafe { RwLockReadGuard::new(self) }?)
-        } else {
-            Err(TryLockError::WouldBlock)
+            Some(token) => Ok(unsafe { RwLockReadGuard::new(self, token) }?),
+            None => Err(TryLockError::WouldBlock),
         }
     }
 
@@ -342,15 +346,26 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
 
 impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
     /// # Safety
-    /// `lock.raw` must be read-held by the caller, who hands that read lock to the guard.
-    unsafe fn new(lock: &'a RwLock<T>) -> LockResult<Self> {
+    /// `lock.raw` must be read-held by the caller (where `token` says), who hands that read
+    /// lock to the guard.
+    unsafe fn new(lock: &'a RwLock<T>, token: ReadToken) -> LockResult<Self> {
         let guard = Self {
             // SAFETY: `UnsafeCell::get` is never null.
             data: unsafe { NonNull::new_unchecked(lock.data.get()) },
             raw: &lock.raw,
+            token,
             _not_send: PhantomData,
         };
         poison::map_result(Poison::get(&lock.raw), guard)
+    }
+
+    /// Take the guard apart without releasing its read lock: the lock and the token.
+    fn into_parts(orig: Self) -> (&'a RawRwLock, ReadToken) {
+        let mut orig = ManuallyDrop::new(orig);
+        (
+            orig.raw,
+            core::mem::replace(&mut orig.token, ReadToken::word()),
+        )
     }
 
     /// Make a guard for a part of the read-locked data, e.g. one field (beyond std: std's
@@ -375,7 +390,8 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
         // SAFETY: the guard read-holds the lock, so no `&mut T` exists; the closure's
         // signature keeps the reference from escaping it. If it panics, `orig` unlocks.
         let data = NonNull::from(f(unsafe { orig.data.as_ref() }));
-        MappedRwLockReadGuard::new(data, ManuallyDrop::new(orig).raw)
+        let (raw, token) = Self::into_parts(orig);
+        MappedRwLockReadGuard::new(data, raw, token)
     }
 
     /// Like [`map`](Self::map), but `f` may decline (`None`), which gives the original guard
@@ -396,10 +412,11 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
     {
         // SAFETY: as in `map`.
         match f(unsafe { orig.data.as_ref() }) {
-            Some(data) => Ok(MappedRwLockReadGuard::new(
-                NonNull::from(data),
-                ManuallyDrop::new(orig).raw,
-            )),
+            Some(data) => {
+                let data = NonNull::from(data);
+                let (raw, token) = Self::into_parts(orig);
+                Ok(MappedRwLockReadGuard::new(data, raw, token))
+            }
             None => Err(orig),
         }
     }
@@ -449,6 +466,7 @@ impl<'a, T: ?Sized> RwLockWriteGuard<'a, T> {
             // SAFETY: `UnsafeCell::get` is never null.
             data: unsafe { NonNull::new_unchecked(lock.data.get()) },
             raw: &lock.raw,
+            token: ReadToken::word(),
             _not_send: PhantomData,
         }
     }
@@ -536,8 +554,9 @@ impl<T: ?Sized> DerefMut for RwLockWriteGuard<'_, T> {
 impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: the guard read-holds the lock.
-        unsafe { self.raw.unlock_read() }
+        let token = core::mem::replace(&mut self.token, ReadToken::word());
+        // SAFETY: the guard read-holds the lock where `token` says.
+        unsafe { self.raw.unlock_read_token(token) }
     }
 }
 
@@ -559,6 +578,8 @@ pub struct MappedRwLockReadGuard<'a, T: ?Sized + 'a> {
     /// Points into the lock's data; no `&mut T` exists while the read lock is held.
     data: NonNull<T>,
     raw: &'a RawRwLock,
+    /// Where the read lock is held.
+    token: ReadToken,
     _not_send: NotSendRead,
 }
 
@@ -566,14 +587,24 @@ pub struct MappedRwLockReadGuard<'a, T: ?Sized + 'a> {
 unsafe impl<T: ?Sized + Sync> Sync for MappedRwLockReadGuard<'_, T> {}
 
 impl<'a, T: ?Sized> MappedRwLockReadGuard<'a, T> {
-    /// Take over a read lock of `raw` (whose guard is not dropped) for `data`, which points
-    /// into the same lock's data.
-    fn new(data: NonNull<T>, raw: &'a RawRwLock) -> Self {
+    /// Take over a read lock of `raw` (held where `token` says; its guard is not dropped) for
+    /// `data`, which points into the same lock's data.
+    fn new(data: NonNull<T>, raw: &'a RawRwLock, token: ReadToken) -> Self {
         Self {
             data,
             raw,
+            token,
             _not_send: PhantomData,
         }
+    }
+
+    /// Take the guard apart without releasing its read lock: the lock and the token.
+    fn into_parts(orig: Self) -> (&'a RawRwLock, ReadToken) {
+        let mut orig = ManuallyDrop::new(orig);
+        (
+            orig.raw,
+            core::mem::replace(&mut orig.token, ReadToken::word()),
+        )
     }
 
     /// Narrow the guard further (as [`RwLockReadGuard::map`]).
@@ -584,7 +615,8 @@ impl<'a, T: ?Sized> MappedRwLockReadGuard<'a, T> {
     {
         // SAFETY: the guard read-holds the lock, so no `&mut T` exists.
         let data = NonNull::from(f(unsafe { orig.data.as_ref() }));
-        MappedRwLockReadGuard::new(data, ManuallyDrop::new(orig).raw)
+        let (raw, token) = Self::into_parts(orig);
+        MappedRwLockReadGuard::new(data, raw, token)
     }
 
     /// Narrow the guard further if `f` says so, else give it back (as
@@ -596,10 +628,11 @@ impl<'a, T: ?Sized> MappedRwLockReadGuard<'a, T> {
     {
         // SAFETY: as in `map`.
         match f(unsafe { orig.data.as_ref() }) {
-            Some(data) => Ok(MappedRwLockReadGuard::new(
-                NonNull::from(data),
-                ManuallyDrop::new(orig).raw,
-            )),
+            Some(data) => {
+                let data = NonNull::from(data);
+                let (raw, token) = Self::into_parts(orig);
+                Ok(MappedRwLockReadGuard::new(data, raw, token))
+            }
             None => Err(orig),
         }
     }
@@ -616,8 +649,9 @@ impl<T: ?Sized> Deref for MappedRwLockReadGuard<'_, T> {
 impl<T: ?Sized> Drop for MappedRwLockReadGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: the guard read-holds the lock.
-        unsafe { self.raw.unlock_read() }
+        let token = core::mem::replace(&mut self.token, ReadToken::word());
+        // SAFETY: the guard read-holds the lock where `token` says.
+        unsafe { self.raw.unlock_read_token(token) }
     }
 }
 

@@ -9,7 +9,10 @@
 //! | 34 [`GHOST`] | that writer gave up at its deadline: the last reader to leave ends its phase |
 //! | 35 [`READERS_PARKED`] | readers sleep until the write phase ends |
 //! | 36 [`POISON`] | [`RwLock`](crate::RwLock)'s poison flag (not used by the raw lock itself) |
-//! | 37..64 | readers inside, in units of [`ONE_READER`] |
+//! | 37 [`BIAS`] | readers may enter through the global slot table ([`crate::rwtable`]) |
+//! | 38..40 [`OVERLAPS`] | overlapping reads seen while not biased (at [`OVERLAPS_TO_BIAS`]: bias) |
+//! | 40..42 [`IDLE_SCANS`] | write phases in a row whose revocation found no table reader |
+//! | 42..64 | readers inside (through the word), in units of [`ONE_READER`] |
 //!
 //! The low half behaves as one 32-bit atomic ([`StateWord`]): an operation on it never changes
 //! the high half (the algorithm's additions there stay within `0..2^32`, see
@@ -30,10 +33,26 @@ pub const GHOST: u64 = 1 << 34;
 pub const READERS_PARKED: u64 = 1 << 35;
 /// [`RwLock`](crate::RwLock)'s poison flag.
 pub const POISON: u64 = 1 << 36;
+/// Readers may enter through the global slot table ([`crate::rwtable`]) instead of the reader
+/// count: set by a reader that saw readers overlap often enough, cleared by a writer whose
+/// revocations keep finding nobody there.
+pub const BIAS: u64 = 1 << 37;
+/// Overlapping reads seen while the lock was not biased (a 2-bit count, in units of
+/// [`ONE_OVERLAP`]).
+pub const OVERLAPS: u64 = 3 << 38;
+/// One overlapping read.
+pub const ONE_OVERLAP: u64 = 1 << 38;
+/// The overlapping reads after which the next one biases the lock.
+pub const OVERLAPS_TO_BIAS: u64 = 3;
+/// Write phases in a row whose revocation found no reader of the lock in the table (a 2-bit
+/// count, in units of [`ONE_IDLE_SCAN`]); one more at the maximum clears [`BIAS`].
+pub const IDLE_SCANS: u64 = 3 << 40;
+/// One idle revocation.
+pub const ONE_IDLE_SCAN: u64 = 1 << 40;
 /// One reader inside.
-pub const ONE_READER: u64 = 1 << 37;
-/// The most readers inside at once.
-pub const MAX_READERS: u64 = (1 << 27) - 1;
+pub const ONE_READER: u64 = 1 << 42;
+/// The most readers inside at once (through the word; the table's readers are not counted).
+pub const MAX_READERS: u64 = (1 << 22) - 1;
 /// Write-locked, nobody else counted: the writers' mutex `LOCKED` with no waiter, the phase
 /// announced, no reader inside or waiting.
 pub const WRITE_LOCKED: u64 = PHASE | LOCKED as u64;
@@ -41,7 +60,7 @@ pub const WRITE_LOCKED: u64 = PHASE | LOCKED as u64;
 /// Readers inside, in the state `v`.
 #[inline]
 pub const fn readers(v: u64) -> u64 {
-    v >> 37
+    v >> 42
 }
 
 #[inline]
@@ -207,7 +226,7 @@ mod tests {
         let v = w.load_all();
         assert_eq!(
             (readers(v), v & (ONE_READER - 1)),
-            ((1 << 27) - 1, WRITER_PARKED)
+            (MAX_READERS, WRITER_PARKED)
         );
         assert_eq!(readers(w.add_all(ONE_READER)), MAX_READERS);
         assert_eq!(w.load_all(), WRITER_PARKED);

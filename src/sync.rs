@@ -18,16 +18,16 @@
 //! counterpart in `coherence` too.
 
 #[cfg(not(any(gomutex_loom, gomutex_coherence)))]
-pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(gomutex_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(gomutex_coherence)]
 pub mod coherence;
 #[cfg(gomutex_coherence)]
 pub(crate) use coherence::{AtomicU32, AtomicU64};
 #[cfg(gomutex_coherence)]
-pub(crate) use core::sync::atomic::Ordering;
+pub(crate) use core::sync::atomic::{fence, Ordering};
 
 /// One CPU spin hint (`PAUSE` on x86). Under loom a yield, so loom's scheduler moves on; in
 /// the coherence model a step.

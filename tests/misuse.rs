@@ -7,7 +7,7 @@
 //! reaching "test completed", and the control case to exit 0.
 #![cfg(unix)] // child processes killed by `SIGABRT`
 
-use gomutex::RawMutex;
+use gomutex::{RawMutex, RawRwLock};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output};
 
@@ -35,6 +35,26 @@ fn run_case(name: &str) {
             unsafe { m.unlock() };
             // SAFETY: deliberately not held: this is the misuse under test.
             unsafe { m.unlock_fair() };
+        }
+        // Go's "RWMutex.RUnlock": a read unlock of an unlocked lock, here biased (its readers
+        // use the slot table), which must abort as the unbiased lock does.
+        "runlock_biased" => {
+            let l = RawRwLock::new();
+            assert!(l.bias());
+            // SAFETY: deliberately not held: this is the misuse under test.
+            unsafe { l.unlock_read() };
+        }
+        // The same with a reader in the table: the misuse finds no read lock in the word.
+        "runlock_biased_table_reader" => {
+            let l = RawRwLock::new();
+            assert!(l.bias());
+            let t = l.read_token();
+            assert!(t.in_table());
+            eprintln!("a reader in the table");
+            // SAFETY: deliberately not held through the word: this is the misuse under test.
+            unsafe { l.unlock_read() };
+            // SAFETY: read-locked above.
+            unsafe { l.unlock_read_token(t) };
         }
         // No misuse: the harness itself must let a well-behaved child exit 0.
         "control" => {
@@ -116,6 +136,17 @@ fn lock_unlock_unlock_is_fatal() {
 #[test]
 fn unlock_fair_of_unlocked_mutex_is_fatal() {
     assert_fatal("unlock_fair");
+}
+
+#[test]
+fn read_unlock_of_unlocked_biased_rwlock_is_fatal() {
+    assert_fatal("runlock_biased");
+}
+
+#[test]
+fn read_unlock_of_a_biased_rwlock_read_only_in_the_table_is_fatal() {
+    let stderr = assert_fatal("runlock_biased_table_reader");
+    assert!(stderr.contains("a reader in the table"), "{stderr}");
 }
 
 #[test]

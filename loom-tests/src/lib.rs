@@ -32,7 +32,9 @@ compile_error!(
 
 use gomutex::algo::{self, waiters, CasError, StateWord, LOCKED, STARVING, WAITER, WOKEN};
 use gomutex::clock::Clock;
-use gomutex::rwalgo::{RwParts, RwState, PHASE, WRITER_PARKED};
+use gomutex::rwalgo::{
+    BiasFault, RwParts, RwState, BIAS, IDLE_SCANS, OVERLAPS, PHASE, WRITER_PARKED,
+};
 use gomutex::sema::{ParkSema, WaitQueue};
 use loom::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed as LoomRelaxed, Release, SeqCst};
 use loom::sync::atomic::{AtomicBool, AtomicU32};
@@ -1408,14 +1410,30 @@ impl StateWord for ModelWord {
 
 /// The parts of `gomutex::RawRwLock` (a state word, the writers' `ParkSema`, parking mocked)
 /// over a [`ModelWord`], with a loom `UnsafeCell` that readers read and writers write (loom
-/// reports any write not ordered with every other access).
-pub struct RwHarness {
+/// reports any write not ordered with every other access). `B` picks the slot table's
+/// protocol ([`bias_fault`]): 0 is the shipped one.
+pub struct RwHarnessOf<const B: u8> {
     pub word: ModelWord,
     pub queue: ParkSema,
     pub cell: loom::cell::UnsafeCell<u64>,
 }
 
-impl RwHarness {
+/// The harness with the shipped slot-table protocol.
+pub type RwHarness = RwHarnessOf<0>;
+
+/// The slot table's protocol of [`RwHarnessOf<B>`]: 0 sound, 1 the reader checks before
+/// publishing, 2 the writer scans before announcing, 3 no `SeqCst` fences and `Relaxed`
+/// table accesses.
+pub const fn bias_fault(b: u8) -> BiasFault {
+    match b {
+        0 => BiasFault::Sound,
+        1 => BiasFault::CheckBeforePublish,
+        2 => BiasFault::ScanBeforeAnnounce,
+        _ => BiasFault::Relaxed,
+    }
+}
+
+impl<const B: u8> RwHarnessOf<B> {
     pub fn new(fault: RwFault) -> Self {
         Self {
             word: ModelWord::new(fault),
@@ -1437,9 +1455,15 @@ impl RwHarness {
         self.cell.with_mut(|p| unsafe { *p += 1 });
     }
 
-    /// After all threads joined: the word 0, nobody asleep, `writes` write sections.
+    /// After all threads joined: the word 0 (but for the bias bits), the slot table empty,
+    /// nobody asleep, `writes` write sections.
     pub fn assert_quiescent(&self, writes: u64) {
-        assert_eq!(self.word.load_all(), 0, "state word not 0 at the end");
+        assert_eq!(
+            self.word.load_all() & !(BIAS | OVERLAPS | IDLE_SCANS),
+            0,
+            "state word not 0 at the end"
+        );
+        assert_eq!(gomutex::rwtable::occupied(), 0, "slots left naming a lock");
         assert_eq!(
             self.queue.stored_tokens(),
             0,
@@ -1449,7 +1473,8 @@ impl RwHarness {
     }
 }
 
-impl RwParts for RwHarness {
+impl<const B: u8> RwParts for RwHarnessOf<B> {
+    const BIAS_FAULT: BiasFault = bias_fault(B);
     type Word = ModelWord;
     type Queue = ParkSema;
     type Clock = NeverStarving;

@@ -11,7 +11,8 @@ use gomutex::algo::{self, StateWord};
 use gomutex::rwalgo;
 use gomutex::sema::ParkSema;
 use gomutex_loom_tests::{
-    far_deadline, model, Harness, LossyQueue, NeverStarving, RwFault, RwHarness, Stats, TimedQueue,
+    far_deadline, model, Harness, LossyQueue, NeverStarving, RwFault, RwHarness, RwHarnessOf,
+    Stats, TimedQueue,
 };
 use loom::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
@@ -305,5 +306,98 @@ fn baseline_of_rw_negative_controls_passes() {
     });
     model("baseline_rw_reader_behind_writer", 2, || {
         rw_reader_behind_writer(RwFault::Sound)
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The readers' slot table (`gomutex::rwalgo` on a biased `ModelWord` lock): the Dekker pair
+// between a reader publishing itself and a writer announcing its phase, broken three ways.
+
+/// A reader through the table racing a writer on a biased lock. Loom checks the reader's read
+/// of the data against the write: a broken Dekker pair lets both in.
+fn rw_table_reader_vs_writer<const B: u8>(fault: RwFault) {
+    let h = Arc::new(RwHarnessOf::<B>::new(fault));
+    assert!(rwalgo::bias(&*h));
+    let h1 = h.clone();
+    let r = thread::spawn(move || {
+        let t = rwalgo::read_token(&*h1);
+        let v = h1.read_cs();
+        rwalgo::read_unlock_token(&*h1, t);
+        v
+    });
+    rwalgo::write(&*h);
+    h.write_cs();
+    rwalgo::write_unlock(&*h);
+    let v = r.join().unwrap();
+    assert!(v <= 1);
+    h.assert_quiescent(1);
+}
+
+/// The reader looks at the word before publishing itself: a writer that announces and scans in
+/// between finds nobody, and the reader walks in beside it.
+#[test]
+fn negative_rw_table_check_before_publish_races() {
+    expect_rejected(
+        "body_rw_table_check_before_publish",
+        &["Causality violation"],
+    );
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_table_check_before_publish_races in a child process"]
+fn body_rw_table_check_before_publish() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_table_check_before_publish", 2, || {
+        rw_table_reader_vs_writer::<1>(RwFault::Sound)
+    });
+}
+
+/// The writer scans the table before announcing its phase: a reader that publishes and
+/// re-checks in between sees no writer, and the writer saw no reader.
+#[test]
+fn negative_rw_table_scan_before_announce_races() {
+    expect_rejected(
+        "body_rw_table_scan_before_announce",
+        &["Causality violation"],
+    );
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_table_scan_before_announce_races in a child process"]
+fn body_rw_table_scan_before_announce() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_table_scan_before_announce", 2, || {
+        rw_table_reader_vs_writer::<2>(RwFault::Sound)
+    });
+}
+
+/// The Dekker pair without its `SeqCst` fences (acquire/release on the word, `Relaxed` in the
+/// table): store buffering lets the reader's re-check miss the announcement while the
+/// writer's scan misses the publication.
+#[test]
+fn negative_rw_table_relaxed_dekker_races() {
+    expect_rejected("body_rw_table_relaxed_dekker", &["Causality violation"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_table_relaxed_dekker_races in a child process"]
+fn body_rw_table_relaxed_dekker() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_rw_table_relaxed_dekker", 2, || {
+        rw_table_reader_vs_writer::<3>(RwFault::Sound)
+    });
+}
+
+/// The slot-table controls' baseline: the same shape with the shipped protocol passes.
+#[test]
+fn baseline_of_rw_table_negative_controls_passes() {
+    model("baseline_rw_table_reader_vs_writer", 2, || {
+        rw_table_reader_vs_writer::<0>(RwFault::Sound)
     });
 }

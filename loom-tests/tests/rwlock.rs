@@ -59,6 +59,7 @@ impl Shared {
     }
     fn assert_quiescent(&self, writes: u64) {
         assert_eq!(self.l.state(), 0, "state word not 0 at the end");
+        assert_eq!(gomutex::rwtable::occupied(), 0, "slots left naming a lock");
         assert_eq!(self.l.stored_tokens(), 0, "writers' tokens left at the end");
         assert_eq!(self.l.parked(), 0, "threads still parked");
         assert_eq!(self.read_cs(), writes);
@@ -436,6 +437,216 @@ fn rw_timed_reader_across_phases() {
             assert!(v >= 1, "a timed reader got in during writer 1's write");
         }
         w2.join().unwrap();
+        s.assert_quiescent(2);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers through the slot table (`gomutex::rwtable`): the shipped lock, biased
+
+/// Read locks taken through the table, across the executions of one model.
+static TABLE_READS: StdAtomicUsize = StdAtomicUsize::new(0);
+
+impl Shared {
+    /// A token read (through the table if the lock is biased and no writer is announced), its
+    /// critical section and release: the value read.
+    fn token_read(&self) -> u64 {
+        let t = self.l.read_token();
+        if t.in_table() {
+            TABLE_READS.fetch_add(1, Relaxed);
+        }
+        let v = self.read_cs();
+        // SAFETY: read-locked just above, where the token says.
+        unsafe { self.l.unlock_read_token(t) };
+        v
+    }
+}
+
+/// Runs the model, then asserts some of its executions read through the table.
+fn model_through_table(name: &'static str, bound: usize, f: impl Fn() + Send + Sync + 'static) {
+    TABLE_READS.store(0, Relaxed);
+    model(name, bound, f);
+    let n = TABLE_READS.load(Relaxed);
+    eprintln!("[loom] {name}: {n} reads through the table");
+    assert!(n > 0, "{name}: no read went through the table");
+}
+
+/// A table reader and a writer: exclusion through the Dekker pair (the reader's publication
+/// and re-check, the writer's announcement and scan) and the fold; quiescent at the end (the
+/// slot released, the word 0).
+#[test]
+fn rw_table_reader_excludes_writer() {
+    model_through_table("rw_table_reader_excludes_writer", 3, || {
+        let s = Shared::new();
+        assert!(s.l.bias());
+        let s1 = s.clone();
+        let r = thread::spawn(move || s1.token_read());
+        s.write();
+        assert!(r.join().unwrap() <= 1);
+        s.assert_quiescent(1);
+    });
+}
+
+/// Two table readers and a writer (bound 2): folds racing releases and withdrawals.
+#[test]
+fn rw_table_two_readers_and_a_writer() {
+    model_through_table("rw_table_two_readers_and_a_writer", 2, || {
+        let s = Shared::new();
+        assert!(s.l.bias());
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    s.token_read();
+                })
+            })
+            .collect();
+        s.write();
+        join_all(ts);
+        s.assert_quiescent(1);
+    });
+}
+
+/// A writer behind a table reader folds it into the count and sleeps; the reader's release
+/// fails, it leaves through the word and wakes the writer (no lost wake-up: quiescence).
+#[test]
+fn rw_table_folded_reader_wakes_the_writer() {
+    model_through_table("rw_table_folded_reader_wakes_the_writer", 3, || {
+        let s = Shared::new();
+        assert!(s.l.bias());
+        let t = s.l.read_token();
+        assert!(t.in_table());
+        TABLE_READS.fetch_add(1, Relaxed);
+        let s1 = s.clone();
+        let w = thread::spawn(move || s1.write());
+        s.wait_until(|l| l.parked() == 1);
+        s.read_cs();
+        // SAFETY: read-locked above, where the token says.
+        unsafe { s.l.unlock_read_token(t) };
+        w.join().unwrap();
+        s.assert_quiescent(1);
+    });
+}
+
+/// Writer preference through the table: with a writer announced behind a table reader,
+/// `try_read_token` fails and a new token reader waits for the write.
+#[test]
+fn rw_table_writer_preference() {
+    model_through_table("rw_table_writer_preference", 2, || {
+        let s = Shared::new();
+        assert!(s.l.bias());
+        let t = s.l.read_token();
+        assert!(t.in_table());
+        TABLE_READS.fetch_add(1, Relaxed);
+        let s1 = s.clone();
+        let w = thread::spawn(move || s1.write());
+        s.wait_until(|l| l.state() & PHASE != 0);
+        assert!(
+            s.l.try_read_token().is_none(),
+            "try_read with a writer pending"
+        );
+        let s2 = s.clone();
+        let r = thread::spawn(move || s2.token_read());
+        s.read_cs();
+        // SAFETY: read-locked above, where the token says.
+        unsafe { s.l.unlock_read_token(t) };
+        w.join().unwrap();
+        assert_eq!(r.join().unwrap(), 1, "the new reader overtook the writer");
+        s.assert_quiescent(1);
+    });
+}
+
+/// `try_write` against a table reader fails without waiting (it announces, finds the reader,
+/// and ends its empty phase), racing the reader's release; `try_read_token` beside it
+/// succeeds.
+#[test]
+fn rw_table_try_write_never_blocks() {
+    model_through_table("rw_table_try_write_never_blocks", 3, || {
+        let s = Shared::new();
+        assert!(s.l.bias());
+        let s1 = s.clone();
+        let r = thread::spawn(move || s1.token_read());
+        let wrote = s.l.try_write();
+        if wrote {
+            s.write_cs();
+            // SAFETY: write-locked just above.
+            unsafe { s.l.unlock_write() };
+        }
+        let v = r.join().unwrap();
+        assert!(v <= 1);
+        s.assert_quiescent(u64::from(wrote));
+    });
+}
+
+/// A timed writer behind a table reader whose release races the deadline: the writer gets
+/// the lock, or is a ghost whose phase the folded reader's exit ends.
+#[test]
+fn rw_table_timed_writer_races_the_reader() {
+    model_both_outcomes("rw_table_timed_writer_races_the_reader", 3, |seen| {
+        gomutex::let_deadlines_pass();
+        let s = Shared::new();
+        assert!(s.l.bias());
+        let t = s.l.read_token();
+        assert!(t.in_table());
+        let (s1, seen) = (s.clone(), seen.clone());
+        let w = thread::spawn(move || {
+            let ok = s1.l.try_write_until(far_deadline().unwrap());
+            seen.note(ok);
+            if ok {
+                s1.write_cs();
+                // SAFETY: write-locked just above.
+                unsafe { s1.l.unlock_write() };
+            }
+            ok
+        });
+        s.wait_until(|l| l.state() & WRITER_PARKED != 0);
+        s.read_cs();
+        // SAFETY: read-locked above, where the token says.
+        unsafe { s.l.unlock_read_token(t) };
+        let wrote = w.join().unwrap();
+        s.assert_quiescent(u64::from(wrote));
+    });
+}
+
+/// The bias taken away by a writer's idle revocation (the fourth in a row, three done first)
+/// while a reader publishes: the reader either is folded or withdraws; exclusion and
+/// quiescence either way.
+#[test]
+fn rw_table_unbias_races_a_reader() {
+    model("rw_table_unbias_races_a_reader", 2, || {
+        let s = Shared::new();
+        assert!(s.l.bias());
+        for _ in 0..3 {
+            s.write();
+        }
+        let s1 = s.clone();
+        let r = thread::spawn(move || s1.token_read());
+        s.write();
+        assert!(r.join().unwrap() <= 4);
+        s.assert_quiescent(4);
+    });
+}
+
+/// An upgradable reader upgrading past a table reader (which it folds) while a writer waits
+/// for the writers' mutex: the upgrade's write excludes the reader and the writer, nobody is
+/// lost asleep, the lock ends quiescent.
+#[test]
+fn rw_table_upgrade_folds_reader() {
+    model("rw_table_upgrade_folds_reader", 2, || {
+        let s = Shared::new();
+        assert!(s.l.bias());
+        let s1 = s.clone();
+        let r = thread::spawn(move || s1.token_read());
+        let s2 = s.clone();
+        let w = thread::spawn(move || s2.write());
+        gomutex::rwalgo::read_upgradable(&s.l);
+        s.read_cs();
+        gomutex::rwalgo::upgrade(&s.l);
+        s.write_cs();
+        // SAFETY: write-locked by the upgrade.
+        unsafe { s.l.unlock_write() };
+        assert!(r.join().unwrap() <= 2);
+        w.join().unwrap();
         s.assert_quiescent(2);
     });
 }
