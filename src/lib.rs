@@ -184,6 +184,9 @@ pub mod sema;
 pub mod shm;
 mod spin;
 mod sync;
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
+pub mod upstream;
 
 /// Under loom only: let sleepers with a deadline time out at arbitrary points of this
 /// execution (loom has no time; a model opts in).

@@ -256,6 +256,16 @@ use self::region::{low, Participant, Region};
 /// Which process this is to memory it may have inherited across `fork()` (no system call):
 /// what guards and handles compare against.
 pub(crate) use self::sys::fork_generation;
+
+/// What the modules built on `shm` beside it (`crate::upstream`) take from its internals, in
+/// one named seam: a process's identity and the liveness probe the locks judge a dead
+/// participant by (so a row owned by a process is given back exactly when the locks would
+/// take back what it held), the shared clock, and the test-only crash points.
+pub(crate) mod seam {
+    pub(crate) use super::sys::{
+        crash_point, ident_dead, ident_pid, mono_ns, self_ident, self_pidfs_ino,
+    };
+}
 use crate::algo::{self, StateWord};
 use crate::clock::Monotonic;
 use core::fmt;
