@@ -3,7 +3,8 @@
 //! so that every process balancing over them follows one smooth weighted round-robin and one
 //! view of which peers failed, robust to a process killed at any instruction.
 //!
-//! (Documented on [`UpstreamZone`].)
+//! (Documented on [`UpstreamZone`]; `examples/upstream.rs` runs it across forked workers, one
+//! of them killed holding connections: `cargo run --release --example upstream`.)
 
 #[doc(hidden)]
 pub mod crash;
