@@ -55,6 +55,7 @@
 //! | keyed state shared by worker processes (`lua_shared_dict`'s API, TTLs, LRU, lists), every key old or new after any kill | [`shm::ShmDict`][ShmDict] | — | Linux |
 //! | nginx's `limit_req` across worker processes (a leaky bucket per key in a `ShmDict`) | [`shm::RateLimiter`][RateLimiter] | — | Linux |
 //! | nginx's upstream `zone` across worker processes: weighted round-robin, `max_fails`/`fail_timeout`, `max_conns`, backups, robust to any kill | [`upstream::UpstreamZone`][UpstreamZone] | — | Linux |
+//! | a value one process publishes (a configuration reload) and every process reads whole, never blocking the publisher | [`shm::ShmSnapshot`][ShmSnapshot] | — | Linux |
 //! | nginx's `accept_mutex` for prefork workers (+ a blocking mode, a spread rule) | [`accept::AcceptLock`] | — | all ([`ShmAcceptMutex`]: Linux) |
 //! | where a program waits for its locks (Go's mutex profile, read with `go tool pprof`) | [`profile`][profile-mod] | `profile` | all |
 //! | a shared lock seen from outside: contention, waits, starvation entries, owner deaths | [`ShmMutex::stats()`][stats] (prefork: `GET /status`) | — | Linux |
@@ -98,6 +99,7 @@
            [ShmDict]: shm::ShmDict\n\
            [RateLimiter]: shm::RateLimiter\n\
            [UpstreamZone]: upstream::UpstreamZone\n\
+           [ShmSnapshot]: shm::ShmSnapshot\n\
            [`ShmAcceptMutex`]: accept::ShmAcceptMutex\n\
            [stats]: shm::ShmMutex::stats\n\
            [shm-mod]: shm\n\
@@ -115,6 +117,7 @@
            [ShmDict]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmDict.html\n\
            [RateLimiter]: https://docs.rs/gomutex/latest/gomutex/shm/struct.RateLimiter.html\n\
            [UpstreamZone]: https://docs.rs/gomutex/latest/gomutex/upstream/struct.UpstreamZone.html\n\
+           [ShmSnapshot]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmSnapshot.html\n\
            [`ShmAcceptMutex`]: https://docs.rs/gomutex/latest/gomutex/accept/struct.ShmAcceptMutex.html\n\
            [stats]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmMutex.html#method.stats\n\
            [shm-mod]: https://docs.rs/gomutex/latest/gomutex/shm/index.html\n\

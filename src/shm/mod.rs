@@ -31,6 +31,8 @@
 //!   LRU eviction, lists), every key old or new after any kill ([`DictConfig`] for its
 //!   shards and zone);
 //! * [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key) on a [`ShmDict`];
+//! * [`ShmSnapshot`]: a value one process publishes and every process reads whole, without
+//!   blocking the publisher (a configuration reload);
 //! * the accept lock for prefork servers: [`crate::accept::ShmAcceptMutex`] puts a
 //!   [`crate::accept::AcceptLock`] over a `ShmMutex`;
 //! * with the `derive` feature, `#[derive(ShmSafe)]` and `#[derive(ShmShared)]`, checked at
@@ -219,6 +221,7 @@ mod recovery;
 mod region;
 mod registration;
 mod rwlock;
+mod snapshot;
 mod stats;
 mod sys;
 mod timing;
@@ -241,6 +244,9 @@ pub use limit_req::{Decision, RateLimiter};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
 pub use rwlock::{RwDiagnostics, RwLockStats, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
+#[doc(hidden)]
+pub use snapshot::crash as __snapshot_crash;
+pub use snapshot::ShmSnapshot;
 pub use stats::LockStats;
 pub use types::{ShmBool, ShmSafe, ShmShared};
 

@@ -17,6 +17,8 @@ use common::procs::{fork, wait_limit};
 
 #[path = "deaths.rs"]
 mod deaths;
+#[path = "snapshot.rs"]
+mod snapshot;
 #[path = "torture.rs"]
 mod torture;
 
@@ -300,6 +302,20 @@ pub fn main() {
         ("killed_claiming_a_row", deaths::killed_claiming_a_row),
         #[cfg(feature = "__crash-points")]
         ("killed_giving_back_a_row", deaths::killed_giving_back_a_row),
+        (
+            "snapshot_torn_reads_never_seen",
+            snapshot::snapshot_torn_reads_never_seen,
+        ),
+        #[cfg(feature = "__crash-points")]
+        (
+            "snapshot_writer_killed_mid_publish",
+            snapshot::snapshot_writer_killed_mid_publish,
+        ),
+        #[cfg(feature = "__crash-points")]
+        (
+            "snapshot_reader_stopped_mid_read_blocks_nobody",
+            snapshot::snapshot_reader_stopped_mid_read_blocks_nobody,
+        ),
         ("kill_torture", torture::kill_torture),
     ];
     common::procs::run_cases("upstream", &args, tests);
