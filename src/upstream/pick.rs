@@ -98,13 +98,20 @@ impl PeerSlot<'_> {
         let epoch = *g;
         let c = p.conn(self.peer, self.row);
         c.store(c.load(Relaxed).saturating_sub(1), Relaxed);
-        let mut st = z.load(epoch);
-        let st = &mut st[..z.peers()];
-        if rules::free_peer(&z.confs, st, self.peer, failure, now) {
-            z.store(epoch.wrapping_add(1), st);
-            crash::point(crash::REPORT_WRITTEN);
-            commit_store(&mut *g, epoch.wrapping_add(1));
+        // The common report, a success that clears no failure, changes no state: one peer
+        // read, no copy.
+        let st = p.state[z.live(epoch) + self.peer].load();
+        let clears = st.fails != 0 && rules::clears_fails(&st);
+        if !failure && !clears {
+            return;
         }
+        z.with_state(epoch, |st| {
+            if rules::free_peer(&z.confs, st, self.peer, failure, now) {
+                z.store(epoch.wrapping_add(1), st);
+                crash::point(crash::REPORT_WRITTEN);
+                commit_store(&mut *g, epoch.wrapping_add(1));
+            }
+        });
     }
 }
 
@@ -165,16 +172,17 @@ impl UpstreamZone {
         let epoch = *g;
         let conns = |i: usize| p.conns_of(i);
         // A full peer may be full of a dead process's connections.
-        let full = (0..self.peers()).any(|i| rules::full(&self.confs[i], conns(i)));
+        let full = (0..self.peers()).any(|i| rules::full(&self.confs[i], || conns(i)));
         if full && now.saturating_sub(p.header.last_scan_ms.load(Relaxed)) >= SCAN_EVERY_MS {
             p.header.last_scan_ms.store(now, Relaxed);
             p.repair(None, None);
         }
-        let mut st = self.load(epoch);
-        let st = &mut st[..self.peers()];
-        let peer = rules::get_round_robin_peer(&self.confs, st, tried.0, &conns, now)
-            .ok_or(PickError::NoLivePeer)?;
-        self.store(epoch.wrapping_add(1), st);
+        let peer = self.with_state(epoch, |st| {
+            let peer = rules::get_round_robin_peer(&self.confs, st, tried.0, &conns, now)?;
+            self.store(epoch.wrapping_add(1), st);
+            Some(peer)
+        });
+        let peer = peer.ok_or(PickError::NoLivePeer)?;
         let c = p.conn(peer, row);
         c.store(c.load(Relaxed).saturating_add(1), Relaxed);
         crash::point(crash::PICK_WRITTEN);
@@ -194,12 +202,12 @@ impl UpstreamZone {
     pub(super) fn update(&self, f: impl FnOnce(&[rules::Conf], &mut [State]) -> bool) {
         let mut g = self.locked();
         let epoch = *g;
-        let mut st = self.load(epoch);
-        let st = &mut st[..self.peers()];
-        if f(&self.confs, st) {
-            self.store(epoch.wrapping_add(1), st);
-            commit_store(&mut *g, epoch.wrapping_add(1));
-        }
+        self.with_state(epoch, |st| {
+            if f(&self.confs, st) {
+                self.store(epoch.wrapping_add(1), st);
+                commit_store(&mut *g, epoch.wrapping_add(1));
+            }
+        });
     }
 
     /// The zone lock. A holder that died left the state committed or not, never half: there
@@ -213,14 +221,24 @@ impl UpstreamZone {
         (epoch & 1) as usize * self.peers()
     }
 
-    /// The state committed at `epoch` (the first `peers()` entries).
-    fn load(&self, epoch: u64) -> [State; super::MAX_PEERS] {
-        let (p, at) = (self.parts(), self.live(epoch));
-        let mut st = [State::default(); super::MAX_PEERS];
-        for (i, s) in st.iter_mut().take(self.peers()).enumerate() {
-            *s = p.state[at + i].load();
+    /// Run `f` on a copy of the state committed at `epoch` (on the stack for up to 8 peers:
+    /// the copy is a good part of a pick's cost).
+    fn with_state<R>(&self, epoch: u64, f: impl FnOnce(&mut [State]) -> R) -> R {
+        let (p, at, n) = (self.parts(), self.live(epoch), self.peers());
+        let load = |st: &mut [State]| {
+            for (i, s) in st.iter_mut().enumerate() {
+                *s = p.state[at + i].load();
+            }
+        };
+        if n <= 8 {
+            let mut st = [State::default(); 8];
+            load(&mut st[..n]);
+            f(&mut st[..n])
+        } else {
+            let mut st = vec![State::default(); n];
+            load(&mut st);
+            f(&mut st)
         }
-        st
     }
 
     /// Write `st` to the copy `epoch` will name (the spare one, before its commit).

@@ -50,9 +50,10 @@ pub(crate) fn failed(conf: &Conf, st: &State, now: u64) -> bool {
         && now.saturating_sub(st.checked) <= conf.fail_timeout_ms
 }
 
-/// Whether `conns` connections fill the peer (`peer->max_conns && peer->conns >= max_conns`).
-pub(crate) fn full(conf: &Conf, conns: u32) -> bool {
-    conf.max_conns != 0 && conns >= conf.max_conns
+/// Whether the peer is full (`peer->max_conns && peer->conns >= max_conns`); `conns` (a sum
+/// over the processes' rows) is only counted for a peer with a limit.
+pub(crate) fn full(conf: &Conf, conns: impl FnOnce() -> u32) -> bool {
+    conf.max_conns != 0 && conns() >= conf.max_conns
 }
 
 /// Whether the peers make nginx's `peers->single`: one primary and no backup
@@ -83,7 +84,7 @@ pub(crate) fn get_peer(
         if c.backup != backup || tried & (1 << i) != 0 || s.down || failed(c, s, now) {
             continue;
         }
-        if full(c, conns(i)) {
+        if full(c, || conns(i)) {
             continue;
         }
         s.current_weight = s.current_weight.saturating_add(s.effective_weight);
@@ -115,11 +116,17 @@ pub(crate) fn get_round_robin_peer(
     now: u64,
 ) -> Option<usize> {
     if single(conf) {
-        let ok = tried & 1 == 0 && !st[0].down && !full(&conf[0], conns(0));
+        let ok = tried & 1 == 0 && !st[0].down && !full(&conf[0], || conns(0));
         return ok.then_some(0);
     }
     get_peer(conf, st, false, tried, conns, now)
         .or_else(|| get_peer(conf, st, true, tried, conns, now))
+}
+
+/// Whether a success clears the peer's failures: it was checked since it last failed
+/// (`peer->accessed < peer->checked`, "mark peer live if check passed").
+pub(crate) fn clears_fails(st: &State) -> bool {
+    st.accessed < st.checked
 }
 
 /// `ngx_http_upstream_free_round_robin_peer` for peer `p` (its connection count is the
@@ -149,7 +156,7 @@ pub(crate) fn free_peer(
         if s.effective_weight < 0 {
             s.effective_weight = 0;
         }
-    } else if s.accessed < s.checked {
+    } else if clears_fails(s) {
         s.fails = 0;
     }
     *s != before
