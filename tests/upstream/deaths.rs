@@ -17,6 +17,7 @@ use super::common::procs::{fork, kill9, reap, wait_limit};
 fn holder(z: &UpstreamZone, side: &AnonShared, peer: usize, n: usize) -> libc::pid_t {
     side.at(0).store(0, SeqCst);
     let pid = fork(|| {
+        super::die_with_parent();
         let mut kept = Vec::new();
         while kept.len() < n {
             let s = z.pick().unwrap();

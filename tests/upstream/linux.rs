@@ -28,6 +28,13 @@ fn zone(peers: &[Peer]) -> UpstreamZone {
     UpstreamZone::anonymous_with(peers, UpstreamConfig::new().processes(16)).unwrap()
 }
 
+/// In a child: be killed when the test process dies (a failing case must leave no child
+/// waiting for ever).
+fn die_with_parent() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of the calling process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+}
+
 /// Run `f` in `n` children at once (child `i` gets `i`); each must exit 0.
 fn in_children(n: usize, f: impl Fn(usize) + Copy) {
     let pids: Vec<_> = (0..n)
@@ -102,6 +109,7 @@ fn max_conns_across_processes() {
     let holders: Vec<_> = (0..3)
         .map(|_| {
             fork(|| {
+                die_with_parent();
                 let mut kept = Vec::new();
                 loop {
                     let s = z.pick().unwrap();
@@ -125,16 +133,24 @@ fn max_conns_across_processes() {
         || "holders".into(),
         || side.at(0).load(SeqCst) == 3,
     );
-    assert_eq!(z.diagnostics().peers[0].conns, 3);
-    in_children(1, |_| {
+    let full = z.diagnostics().peers[0].conns;
+    let fourth = fork(|| {
         for _ in 0..5 {
             assert_eq!(z.pick().unwrap().peer(), 1, "a is full");
         }
+        0
     });
+    let fourth = wait_limit(fourth, LIMIT, "fourth");
+    // The holders leave before anything is asserted (a failure must not orphan them).
     side.at(1).store(1, SeqCst);
     for pid in holders {
         assert_eq!(wait_limit(pid, LIMIT, "holder"), 0);
     }
+    assert_eq!(
+        (full, fourth),
+        (3, 0),
+        "a's connections, the fourth process's exit"
+    );
     assert_idle(&z);
 
     // Concurrent part: each process counts its connections to a in a shared counter while it

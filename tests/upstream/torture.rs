@@ -83,6 +83,7 @@ fn check(side: &AnonShared, p: usize) {
 }
 
 fn worker(z: &UpstreamZone, side: &AnonShared, w: usize, seed: u64) -> i32 {
+    super::die_with_parent();
     let mut rng = Rng(seed | 1);
     let mut held: Vec<PeerSlot<'_>> = Vec::new();
     let release = |s: PeerSlot<'_>, failure: bool| {
