@@ -256,8 +256,10 @@ impl std::error::Error for PickError {}
 /// # Limits
 ///
 /// * Up to [`MAX_PEERS`] (64) peers, names up to [`MAX_NAME`] bytes.
-/// * Memory: one lock region for `processes + 8` participants, plus 160 bytes per peer and
-///   16 + 4 × peers bytes per process (about 26 KiB for 64 processes and 3 peers).
+/// * Memory grows with processes × peers, not processes²: one lock region for
+///   `processes + 8` participants (about 300 bytes each), 176 bytes per peer, and
+///   16 + 4 × peers bytes per process — 21 KB for 64 processes and 3 peers, 227 KiB for 1024
+///   ([`required_size`](Self::required_size)).
 /// * The peers are fixed when the zone is made (nginx's zone without its API); `down` can be
 ///   changed ([`set_down`](Self::set_down)).
 /// * The shared-memory lock's limits apply: one pid namespace, a stopped process is alive.
