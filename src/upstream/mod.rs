@@ -257,7 +257,7 @@ impl std::error::Error for PickError {}
 ///
 /// * Up to [`MAX_PEERS`] (64) peers, names up to [`MAX_NAME`] bytes.
 /// * Memory grows with processes × peers, not processes²: one lock region for
-///   `processes + 8` participants (about 300 bytes each), 176 bytes per peer, and
+///   `processes + 8` participants (about 250 bytes each), 176 bytes per peer, and
 ///   16 + 4 × peers bytes per process — 21 KB for 64 processes and 3 peers, 227 KiB for 1024
 ///   ([`required_size`](Self::required_size)).
 /// * The peers are fixed when the zone is made (nginx's zone without its API); `down` can be
