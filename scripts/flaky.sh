@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
             ;;
     esac
 done
-all=(shm_process shm_peers shm_condvar shm_chaos shm_torture shm_dict shm_stats shm_rwlock shm_rwlock_torture timed fairness prefork accept_echo profile rwlock lib)
+all=(shm_process shm_peers shm_condvar shm_chaos shm_torture shm_dict shm_stats shm_rwlock shm_rwlock_torture upstream timed fairness prefork accept_echo profile rwlock lib)
 [[ ${#bins[@]} -gt 0 ]] || bins=("${all[@]}")
 
 # Build once; map each target name to its executable from cargo's JSON messages.

@@ -34,8 +34,8 @@ step() { echo "== $* ($(( $(date +%s) - t0 )) s)"; }
 step "miri: lib unit tests (algo, accept without shm)"
 cargo +nightly miri test "${TARGET[@]}" --lib -- algo:: accept:: --skip shm
 
-step "miri: doc tests (no shm, no dict, no accept)"
-cargo +nightly miri test "${TARGET[@]}" --doc -- --skip shm --skip dict --skip accept
+step "miri: doc tests (no shm, no dict, no accept, no upstream)"
+cargo +nightly miri test "${TARGET[@]}" --doc -- --skip shm --skip dict --skip accept --skip upstream
 
 step "miri: tests/stress.rs, two scheduler seeds"
 MIRIFLAGS="$MIRIFLAGS -Zmiri-many-seeds=0..2" cargo +nightly miri test "${TARGET[@]}" --test stress

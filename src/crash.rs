@@ -1,6 +1,7 @@
 //! Crash points: the places where a test makes a process die (`SIGKILL`) or stop (`SIGSTOP`)
 //! in windows too narrow for random kills to hit. One list, one numbering, for the
-//! shared-memory lock ([`crate::shm`]) and the dictionary ([`crate::dict`]).
+//! shared-memory lock ([`crate::shm`]), the dictionary ([`crate::dict`]), the upstream zone
+//! ([`crate::upstream`]) and [`crate::shm::ShmSnapshot`].
 //!
 //! Not part of the API. Armed only with the test-only `__crash-points` feature (this crate's
 //! tests enable it), through `gomutex::__crash::crash_at` and `stop_at`; without the feature
@@ -52,6 +53,24 @@ pub const DICT_APPLIED: u32 = 105;
 /// Between two transactions of one operation (an eviction before a store, an entry of
 /// `flush_expired`).
 pub const DICT_BETWEEN: u32 = 106;
+
+// The upstream zone (`upstream/`).
+/// A pick: the spare copy written and this process's row counted, the epoch not committed.
+pub const PICK_WRITTEN: u32 = 201;
+/// A pick committed, the zone lock still held.
+pub const PICK_COMMITTED: u32 = 202;
+/// A failure report: the spare copy written and the row's count lowered, not committed.
+pub const REPORT_WRITTEN: u32 = 203;
+/// A row claimed (its identity stored), its pidfs inode not yet.
+pub const ROW_CLAIMED: u32 = 204;
+/// A row being given back: the first peer's count zeroed, the rest and the identity not.
+pub const ROW_ZEROING: u32 = 205;
+
+// `ShmSnapshot` (`shm/snapshot.rs`).
+/// A publish: the inactive copy written and sealed, the version not stored.
+pub const SNAPSHOT_WRITTEN: u32 = 301;
+/// A read: the copy made, its sequence not checked again.
+pub const SNAPSHOT_COPIED: u32 = 302;
 
 /// A crash point armed in this process (0 = none).
 #[cfg(feature = "__crash-points")]

@@ -55,6 +55,8 @@
 //! | an update of shared data that a kill cannot tear | build it aside, publish with [`shm::commit_store`][commit_store] | — | Linux |
 //! | keyed state shared by worker processes (`lua_shared_dict`'s API, TTLs, LRU, lists), every key old or new after any kill | [`dict::ShmDict`][ShmDict] | — | Linux |
 //! | nginx's `limit_req` across worker processes (a leaky bucket per key in a `ShmDict`) | [`dict::RateLimiter`][RateLimiter] | — | Linux |
+//! | nginx's upstream `zone` across worker processes: weighted round-robin, `max_fails`/`fail_timeout`, `max_conns`, backups, robust to any kill | [`upstream::UpstreamZone`][UpstreamZone] | — | Linux |
+//! | a value one process publishes (a configuration reload) and every process reads whole, never blocking the publisher | [`shm::ShmSnapshot`][ShmSnapshot] | — | Linux |
 //! | nginx's `accept_mutex` for prefork workers (+ a blocking mode, a spread rule) | [`accept::AcceptLock`] | — | all ([`ShmAcceptMutex`]: Linux) |
 //! | where a program waits for its locks (Go's mutex profile, read with `go tool pprof`) | [`profile`][profile-mod] | `profile` | all |
 //! | a shared lock seen from outside: contention, waits, starvation entries, owner deaths | [`ShmMutex::stats()`][stats] (prefork: `GET /status`) | — | Linux |
@@ -97,6 +99,8 @@
            [commit_store]: shm::commit_store\n\
            [ShmDict]: dict::ShmDict\n\
            [RateLimiter]: dict::RateLimiter\n\
+           [UpstreamZone]: upstream::UpstreamZone\n\
+           [ShmSnapshot]: shm::ShmSnapshot\n\
            [`ShmAcceptMutex`]: accept::ShmAcceptMutex\n\
            [stats]: shm::ShmMutex::stats\n\
            [shm-mod]: shm\n\
@@ -113,6 +117,8 @@
            [commit_store]: https://docs.rs/gomutex/latest/gomutex/shm/fn.commit_store.html\n\
            [ShmDict]: https://docs.rs/gomutex/latest/gomutex/dict/struct.ShmDict.html\n\
            [RateLimiter]: https://docs.rs/gomutex/latest/gomutex/dict/struct.RateLimiter.html\n\
+           [UpstreamZone]: https://docs.rs/gomutex/latest/gomutex/upstream/struct.UpstreamZone.html\n\
+           [ShmSnapshot]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmSnapshot.html\n\
            [`ShmAcceptMutex`]: https://docs.rs/gomutex/latest/gomutex/accept/struct.ShmAcceptMutex.html\n\
            [stats]: https://docs.rs/gomutex/latest/gomutex/shm/struct.ShmMutex.html#method.stats\n\
            [shm-mod]: https://docs.rs/gomutex/latest/gomutex/shm/index.html\n\
@@ -195,6 +201,9 @@ pub mod sema;
 pub mod shm;
 mod spin;
 mod sync;
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
+pub mod upstream;
 /// The coherence model's run and counters, for `tests/coherence.rs` (`scripts/coherence.sh`).
 #[cfg(gomutex_coherence)]
 #[doc(hidden)]
@@ -207,8 +216,8 @@ pub mod __cpus {
     pub use crate::cpus::*;
 }
 
-/// Testing only, not part of the API: the crash points of the shared-memory lock and the
-/// dictionary (one list), and `crash_at` / `stop_at` to arm one in this process. Exists only
+/// Testing only, not part of the API: the crash points of the shared-memory lock, the
+/// dictionary, the upstream zone and `ShmSnapshot` (one list), and `crash_at` / `stop_at` to arm one in this process. Exists only
 /// with the test-only `__crash-points` feature (this crate's tests enable it).
 #[cfg(all(target_os = "linux", feature = "__crash-points"))]
 #[doc(hidden)]

@@ -132,6 +132,13 @@ fn connection(req: &Request) -> &'static str {
 /// `true` to answer 200, `false` for 503.
 pub trait Admit {
     fn admit(&mut self, stream: &TcpStream, target: &[u8]) -> bool;
+
+    /// Append the answer to an admitted request (`raw`: its bytes, head and body): `200 ok`
+    /// unless the handler has another (`--upstream`'s proxy).
+    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8]) {
+        let _ = raw;
+        respond(out, req);
+    }
 }
 
 /// Append the response to `out`.
@@ -271,7 +278,7 @@ impl Conn {
                     if is_status(target) {
                         respond_status(&mut self.wbuf, &req, &status());
                     } else if admit.admit(&self.stream, target) {
-                        respond(&mut self.wbuf, &req);
+                        admit.answer(&mut self.wbuf, &req, &self.rbuf[used..used + req.len]);
                     } else {
                         respond_limited(&mut self.wbuf, &req);
                     }

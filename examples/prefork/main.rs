@@ -40,6 +40,15 @@
 //! (0), the buckets in a [`gomutex::dict::ShmDict`] of `--limit-zone` bytes that the master
 //! creates before forking, so the rate holds across the workers; a request over it gets `503`.
 //! (Within the burst requests are served at once: the example has no timers to delay them.)
+//!
+//! `--upstream HOST:PORT[,weight=N][,max_fails=N][,fail_timeout=MS][,max_conns=N][,backup]
+//! [,down]` (repeatable) makes the workers a reverse proxy: each request goes to the next peer
+//! of an [`gomutex::upstream::UpstreamZone`] the master creates before forking (nginx's
+//! `upstream` with `zone`: the smooth weighted round-robin, failures and `max_conns` shared by
+//! all workers), over keep-alive connections to the backends; a failure is reported to the
+//! zone and the request tried on the next peer, `502` when none is left (`proxy.rs`). The
+//! master gives back the connections of a worker it reaps (`force_release(pid)`). `/status`
+//! shows every peer's state. Without `--upstream` every request is answered `200 ok`.
 
 #[cfg(target_os = "linux")]
 mod http;
@@ -47,6 +56,8 @@ mod http;
 mod limit;
 #[cfg(target_os = "linux")]
 mod lock;
+#[cfg(target_os = "linux")]
+mod proxy;
 #[cfg(target_os = "linux")]
 mod shared;
 #[cfg(target_os = "linux")]
@@ -93,6 +104,7 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                [--no-spread] [--spread-margin N] [--spread-batch N] [--spread-retry MS]
                [--spread-rate-slack PCT|off]
                [--limit-req RATE] [--limit-burst N] [--limit-key addr|uri] [--limit-zone BYTES]
+               [--upstream HOST:PORT[,weight=N,max_fails=N,fail_timeout=MS,max_conns=N,backup,down]]...
 
   --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
   --workers N               worker processes (default: number of CPUs)
@@ -122,6 +134,9 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                             the request's path
   --limit-zone BYTES        the limiter's shared dictionary (default 1048576; a full one
                             evicts the least recently used keys)
+  --upstream SPEC           proxy requests to this backend (repeatable): nginx's `server`
+                            parameters (weight=1 max_fails=1 fail_timeout=10000 by default),
+                            balanced over all workers by a shared upstream zone
 
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
@@ -182,6 +197,8 @@ struct Args {
     limit_burst: u32,
     limit_key: KeyBy,
     limit_zone: usize,
+    /// `--upstream`: the backends, in order.
+    upstreams: Vec<(SocketAddr, gomutex::upstream::Peer)>,
 }
 
 #[cfg(target_os = "linux")]
@@ -200,6 +217,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         limit_burst: 0,
         limit_key: KeyBy::Addr,
         limit_zone: 1 << 20,
+        upstreams: Vec::new(),
     };
     let (mut margin, mut batch, mut retry, mut slack) = (
         Spread::DEFAULT.margin,
@@ -229,6 +247,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 | "--limit-burst"
                 | "--limit-key"
                 | "--limit-zone"
+                | "--upstream"
         );
         let value = if has_value {
             match inline.or_else(|| it.next()) {
@@ -346,6 +365,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                     }
                 }
             }
+            "--upstream" => a.upstreams.push(proxy::parse_upstream(&value)?),
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
@@ -398,6 +418,8 @@ struct Master<'a> {
     listeners: &'a [TcpListener],
     lock: Option<&'a SharedLock>,
     limiter: Option<&'a RateLimiter>,
+    /// `--upstream`'s zone.
+    zone: Option<&'a gomutex::upstream::UpstreamZone>,
     region: &'a Region<'a>,
     /// Read end of the shutdown pipe (workers watch it).
     pipe_rd: &'a OwnedFd,
@@ -477,6 +499,9 @@ impl Master<'_> {
                 key: self.args.limit_key,
                 slot: self.region.slot(i),
             }),
+            proxy: self
+                .zone
+                .map(|z| proxy::Proxy::new(z, self.args.upstreams.iter().map(|u| u.0).collect())),
         };
         match w.run() {
             Ok(()) => 0,
@@ -508,6 +533,10 @@ impl Master<'_> {
                 eprintln!(
                     "prefork: worker {pid} died holding the accept lock ({exit}); released it"
                 );
+            }
+            // The connections it had open to the backends: given back at once.
+            if let Some(z) = self.zone {
+                z.force_release(pid);
             }
             let abnormal = exit != Exit::Code(0) || respawn;
             self.finished
@@ -616,6 +645,18 @@ fn run(args: Args) -> Result<(), String> {
         }
         None => None,
     };
+    let zone = if args.upstreams.is_empty() {
+        None
+    } else {
+        let peers: Vec<_> = args.upstreams.iter().map(|u| u.1.clone()).collect();
+        // A row per worker, respawned ones too.
+        let cfg =
+            gomutex::upstream::UpstreamConfig::new().processes((args.workers as u32 * 2).max(64));
+        Some(
+            gomutex::upstream::UpstreamZone::anonymous_with(&peers, cfg)
+                .map_err(|e| format!("cannot create the upstream zone: {e}"))?,
+        )
+    };
     let signals = sys::master_signals();
     sys::block_signals(&signals, true).map_err(|e| format!("sigprocmask: {e}"))?;
     let (rd, wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
@@ -631,6 +672,7 @@ fn run(args: Args) -> Result<(), String> {
         listeners: &listeners,
         lock: lock.as_ref(),
         limiter: limiter.as_ref(),
+        zone: zone.as_ref(),
         region: &region,
         pipe_rd: &rd,
         pipe_wr: Some(wr),

@@ -11,20 +11,28 @@
 //! worker 1 pid 4243 accepted 6 requests 17 active 1
 //! accept_lock acquisitions 120 contended 3 slept 2 total_wait_ns 51200 worst_wait_ns 20480 starvation_entries 0 owner_deaths 0 owner_died_reported 0 recoveries 0
 //! limit_req passed 30 rejected 7
+//! upstream 127.0.0.1:9001 weight 5 conns 1 fails 0 unavailable 0 down 0 backup 0 effective_weight 5
 //! ```
 //!
 //! A worker being started shows `pid 0`. The totals include reaped workers (the master folds their counts into the header before it
 //! respawns the slot); the worker lines are the running workers. Every accepted connection is
 //! served, so `handled` equals `accepts` (nginx's differ when it runs out of connections).
-//! The `accept_lock` line is there in the lock modes, the `limit_req` line with `--limit-req`.
+//! The `accept_lock` line is there in the lock modes, the `limit_req` line with `--limit-req`,
+//! an `upstream` line per peer with `--upstream` (the zone's state, read under its lock).
 
 use crate::shared::{Region, STARTING};
 use gomutex::shm::LockStats;
+use gomutex::upstream::UpstreamZone;
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// The page, read from the shared region (no lock taken: each count is a relaxed load).
-pub fn render(region: &Region, lock: Option<LockStats>, limited: bool) -> String {
+pub fn render(
+    region: &Region,
+    lock: Option<LockStats>,
+    limited: bool,
+    upstream: Option<&UpstreamZone>,
+) -> String {
     let h = region.header();
     let mut active = 0;
     let mut accepted = h.retired_accepted.load(Relaxed);
@@ -74,6 +82,23 @@ pub fn render(region: &Region, lock: Option<LockStats>, limited: bool) -> String
     }
     if limited {
         let _ = writeln!(out, "limit_req passed {passed} rejected {rejected}");
+    }
+    if let Some(z) = upstream {
+        for p in z.diagnostics().peers {
+            let _ = writeln!(
+                out,
+                "upstream {} weight {} conns {} fails {} unavailable {} down {} backup {} \
+                 effective_weight {}",
+                p.name,
+                p.weight,
+                p.conns,
+                p.fails,
+                u8::from(p.unavailable),
+                u8::from(p.down),
+                u8::from(p.backup),
+                p.effective_weight
+            );
+        }
     }
     out
 }

@@ -48,6 +48,8 @@ pub struct Worker<'a, L: AcceptMutex> {
     pub shared_lock: Option<&'a SharedLock>,
     /// `--limit-req`.
     pub limit: Option<Limit<'a>>,
+    /// `--upstream`.
+    pub proxy: Option<crate::proxy::Proxy<'a>>,
 }
 
 struct Entry {
@@ -100,13 +102,18 @@ impl<L: AcceptMutex> Worker<'_, L> {
         let mut fresh: Vec<OwnedFd> = Vec::new();
         let mut next_sweep = Instant::now() + SWEEP_EVERY;
         let mut stop = false;
-        let mut limit = self.limit.take();
+        let mut limit = crate::proxy::Handler {
+            limit: self.limit.take(),
+            proxy: self.proxy.take(),
+        };
+        let zone = limit.proxy.as_ref().map(|p| p.zone);
         let total = self.connections;
         // Recent accepts (exponentially decayed), published in `slot.recent`.
         let mut recent = 0f64;
         let mut decayed_at = Instant::now();
-        let (region, shared_lock, limited) = (self.region, self.shared_lock, limit.is_some());
-        let status = move || crate::status::render(region, shared_lock.map(|l| l.stats()), limited);
+        let (region, shared_lock, limited) = (self.region, self.shared_lock, limit.limit.is_some());
+        let status =
+            move || crate::status::render(region, shared_lock.map(|l| l.stats()), limited, zone);
 
         while !stop {
             self.slot.iterations.fetch_add(1, Relaxed);

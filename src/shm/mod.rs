@@ -27,6 +27,8 @@
 //! * [`ShmRwLock`]: a readers-writer lock (Go's `RWMutex`), robust to a reader's death too;
 //! * [`Mapping`] and [`MappingLayout`]: several locks and lock-free [`ShmShared`] data (atomics)
 //!   in one mapping, anonymous or named; [`commit_store`] for updates a kill cannot tear;
+//! * [`ShmSnapshot`]: a value one process publishes and every process reads whole, without
+//!   blocking the publisher (a configuration reload);
 //! * the accept lock for prefork servers: [`crate::accept::ShmAcceptMutex`] puts a
 //!   [`crate::accept::AcceptLock`] over a `ShmMutex`;
 //! * with the `derive` feature, `#[derive(ShmSafe)]` and `#[derive(ShmShared)]`, checked at
@@ -160,6 +162,7 @@ mod region;
 mod registration;
 mod rwlock;
 pub(crate) mod seam;
+mod snapshot;
 mod stats;
 mod sys;
 mod timing;
@@ -176,6 +179,7 @@ pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
 pub use rwlock::{RwDiagnostics, RwLockStats, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
+pub use snapshot::ShmSnapshot;
 pub use stats::LockStats;
 pub use types::{ShmBool, ShmSafe, ShmShared};
 

@@ -1,6 +1,6 @@
 //! The one door from the rest of the crate into the lock's internals: what
 //! [`crate::dict`] (built on [`ShmMutex`], [`Mapping`] and [`MappingLayout`] through their
-//! public API) and the accept lock's `ShmAcceptMutex` need that the public API does not
+//! public API), [`crate::upstream`] and the accept lock's `ShmAcceptMutex` need that the public API does not
 //! offer. Nothing else outside `shm` imports from `shm`'s private modules.
 //!
 //! * the clock the lock reads (`CLOCK_MONOTONIC`, shared by every process of the machine),
@@ -41,6 +41,12 @@ pub(crate) fn current_pid() -> u32 {
 pub(crate) fn fork_generation() -> u32 {
     identity::fork_generation()
 }
+
+/// A process's identity as the locks record it (its pid and start time, see `identity.rs`),
+/// the pid in it, this process's own, the pidfs inode that tells a reused pid apart, and
+/// whether the process so identified is dead: what [`crate::upstream`] judges a row's owner by,
+/// so that a row is given back exactly when the locks would take back what it held.
+pub(crate) use super::identity::{ident_dead, ident_pid, self_ident, self_pidfs_ino};
 
 /// `e` about the object `name`: wrapped in [`ShmError::Object`] unless it already names one.
 pub(crate) fn about(e: ShmError, name: &str) -> ShmError {
