@@ -478,7 +478,7 @@ impl ShmDict {
             }
             let (v, flags) = z.value_of(e);
             // Not on bytes read from a corrupt zone.
-            Ok((!z.m.corrupt_seen()).then(|| f(v, flags)))
+            Ok((!layout::corrupt_seen()).then(|| f(v, flags)))
         })
     }
 
@@ -524,7 +524,7 @@ impl ShmDict {
                     return Err(DictError::WrongType);
                 }
                 let old = found.map(|(e, _)| z.value_of(e).0);
-                if z.m.corrupt_seen() {
+                if layout::corrupt_seen() {
                     return Err(DictError::NoMemory); // replaced by `Corrupt` in `with`
                 }
                 f(old)

@@ -26,7 +26,7 @@
 //! point is the record's length, under the shard's `ShmMutex`. Sharing one would put the
 //! zone's words in the lock's region or the lock's fields in the zone's record.
 
-use super::layout::{Mem, LOG, LOG_CAP, LOG_ENTRIES};
+use super::layout::{corrupt, corrupt_seen, Mem, LOG, LOG_CAP, LOG_ENTRIES};
 use crate::crash;
 use core::sync::atomic::{fence, Ordering};
 use std::collections::HashMap;
@@ -151,7 +151,7 @@ impl<'m> ZoneTx<'m> {
     pub(crate) fn add64(&mut self, off: usize, n: u64) {
         match self.r64(off).checked_add(n) {
             Some(v) => self.w64(off, v),
-            None => self.m.corrupt(off),
+            None => corrupt(off),
         }
     }
 
@@ -159,14 +159,14 @@ impl<'m> ZoneTx<'m> {
     pub(crate) fn sub64(&mut self, off: usize, n: u64) {
         match self.r64(off).checked_sub(n) {
             Some(v) => self.w64(off, v),
-            None => self.m.corrupt(off),
+            None => corrupt(off),
         }
     }
 
     /// Make the planned writes happen, all or none, whatever instant the process dies at.
     pub(crate) fn commit(self) {
         // A plan made over a corrupt zone is not applied (the operation fails).
-        if self.w.is_empty() || self.m.corrupt_seen() {
+        if self.w.is_empty() || corrupt_seen() {
             return;
         }
         assert!(
@@ -226,7 +226,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
         return false;
     }
     if n > LOG_CAP as u64 {
-        m.corrupt(LOG);
+        corrupt(LOG);
         return false;
     }
     let w: Vec<(u64, u64)> = (0..n as usize)
@@ -245,7 +245,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
             m.a32(target(k));
         }
     }
-    if m.corrupt_seen() {
+    if corrupt_seen() {
         return false;
     }
     apply(m, &w);

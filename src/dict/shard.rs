@@ -123,10 +123,7 @@ impl Shard {
         if held_here(self.seed) {
             reentered();
         }
-        let guard = self.lock.lock();
-        // A new operation: what the last one met (if it did not finish) is not its concern.
-        self.mem.take_corrupt();
-        let guard = match guard {
+        let guard = match self.lock.lock() {
             Ok(g) => g,
             Err(e) => {
                 let g = e.into_inner();
@@ -146,6 +143,7 @@ impl Shard {
     /// the zone (or a dead holder's redo record) names memory outside it, a structure or a
     /// count that cannot be (`f`'s changes are then not committed).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Zone<'_>, u64) -> R) -> Result<R, DictError> {
+        layout::take_corrupt();
         let _g = self.locked();
         let zone = Zone {
             m: &self.mem,
@@ -153,7 +151,7 @@ impl Shard {
             seed: self.seed,
         };
         let r = f(&zone, ttl::now_ms());
-        match self.mem.take_corrupt() {
+        match layout::take_corrupt() {
             None => Ok(r),
             Some(off) => Err(DictError::Corrupt(format!(
                 "a reference points outside the zone or to no entry, or a count or redo record \
