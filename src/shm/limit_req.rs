@@ -1,6 +1,7 @@
 //! [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key), kept in a [`ShmDict`] that
 //! worker processes share, so that the rate holds across them.
 
+use super::dict::Now;
 use super::{DictError, ShmDict, ShmError, Value};
 use std::time::Duration;
 
@@ -114,19 +115,26 @@ impl RateLimiter {
     /// Count a request of `key` now (milliseconds on `CLOCK_MONOTONIC`, one clock for all the
     /// processes of the machine).
     pub fn check(&self, key: impl AsRef<[u8]>) -> Decision {
-        self.check_at(key, super::sys::mono_ns() / 1_000_000)
+        let now = super::sys::mono_ns() / 1_000_000;
+        // The dictionary's clock too: it needs no reading of its own for the entry's TTL.
+        self.decide(key.as_ref(), now, Now::at(now))
     }
 
     /// [`check`](Self::check) at time `now_ms` of a clock the caller keeps (the same for
     /// every process using the dictionary; it may step back by up to a minute, as nginx
     /// tolerates).
     pub fn check_at(&self, key: impl AsRef<[u8]>, now_ms: u64) -> Decision {
-        let key = key.as_ref();
+        self.decide(key.as_ref(), now_ms, Now::lazy())
+    }
+
+    /// nginx's decision for a request of `key` at `now_ms`; `clock`: the dictionary's time
+    /// (for the entry's TTL).
+    fn decide(&self, key: &[u8], now_ms: u64, clock: Now) -> Decision {
         // `if (key.len == 0) { continue; }` in nginx's `ngx_http_limit_req_handler`.
         if key.is_empty() {
             return Decision::Allowed;
         }
-        let r = self.dict.update(key, Some(self.ttl), |old| {
+        let r = self.dict.update_at(key, Some(self.ttl), clock, |old| {
             let Some(old) = old.and_then(Bucket::decode) else {
                 // The first request of the key (or of one whose bucket expired).
                 let b = Bucket {

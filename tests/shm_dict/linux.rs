@@ -16,8 +16,9 @@ use common::procs::{self, fork, kill9, reap};
 
 // ------------------------------------------------------------------ crash points
 
-const POINTS: [(u32, &str); 6] = [
+const POINTS: [(u32, &str); 7] = [
     (crash::ENTRY_WRITTEN, "entry written"),
+    (crash::IN_PLACE, "planned in place"),
     (crash::LOGGED, "record written"),
     (crash::COMMITTED, "committed"),
     (crash::HALF_APPLIED, "half applied"),
@@ -60,6 +61,14 @@ const ALL: &[u32] = &[
     crash::APPLIED,
 ];
 const NO_ENTRY: &[u32] = &[
+    crash::LOGGED,
+    crash::COMMITTED,
+    crash::HALF_APPLIED,
+    crash::APPLIED,
+];
+/// An update of the same size, written in place.
+const IN_PLACE: &[u32] = &[
+    crash::IN_PLACE,
     crash::LOGGED,
     crash::COMMITTED,
     crash::HALF_APPLIED,
@@ -133,16 +142,77 @@ fn cases() -> Vec<Case> {
             after: |d| live(d, "k").as_deref() == Some(b"new"),
         },
         Case {
+            // Another size (two words): written beside the old entry.
             name: "replace",
             setup: |d| {
                 d.set("k", "old", None, 0).unwrap();
             },
             op: |d| {
-                d.replace("k", "newer", None, 0).unwrap();
+                d.replace("k", "a newer one", None, 0).unwrap();
             },
             reaches: ALL,
             before: |d| live(d, "k").as_deref() == Some(b"old"),
-            after: |d| live(d, "k").as_deref() == Some(b"newer"),
+            after: |d| live(d, "k").as_deref() == Some(b"a newer one"),
+        },
+        Case {
+            name: "replace (the same size: in place)",
+            setup: |d| {
+                d.set("k", "old", None, 0).unwrap();
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                d.replace("k", "newer", None, 3).unwrap();
+            },
+            reaches: IN_PLACE,
+            before: |d| {
+                live(d, "k").as_deref() == Some(b"old") && d.get("k").unwrap().unwrap().flags == 0
+            },
+            after: |d| {
+                live(d, "k").as_deref() == Some(b"newer")
+                    && d.get("k").unwrap().unwrap().flags == 3
+                    && live(d, "other").is_some()
+            },
+        },
+        Case {
+            name: "set (in place: bytes to a number, a TTL)",
+            setup: |d| {
+                d.set("k", &[7u8; 8][..], None, 0).unwrap();
+            },
+            op: |d| {
+                d.set("k", 42i64, Some(Duration::from_secs(60)), 0).unwrap();
+            },
+            reaches: IN_PLACE,
+            before: |d| live(d, "k") == Some(vec![7u8; 8]) && d.ttl("k") == Ok(None),
+            after: |d| live(d, "k").as_deref() == Some(b"int:42") && d.ttl("k").unwrap().is_some(),
+        },
+        Case {
+            name: "set (in place over a flushed entry)",
+            setup: |d| {
+                d.set("k", "old", None, 0).unwrap();
+                d.flush_all().unwrap();
+            },
+            op: |d| {
+                d.set("k", "new", None, 0).unwrap();
+            },
+            reaches: IN_PLACE,
+            before: |d| live(d, "k").is_none() && bytes(d, "k").as_deref() == Some(b"old"),
+            after: |d| live(d, "k").as_deref() == Some(b"new"),
+        },
+        Case {
+            name: "update (in place, freeing an expired entry at the LRU tail)",
+            setup: |d| {
+                // "gone" at the LRU tail, expiring only once "k" is stored.
+                d.set("gone", "v", None, 0).unwrap();
+                d.update("k", None, |_| ((), Some([1u8; 24]))).unwrap();
+                d.expire("gone", Some(Duration::from_millis(1))).unwrap();
+                std::thread::sleep(Duration::from_millis(3));
+            },
+            op: |d| {
+                d.update("k", None, |_| ((), Some([2u8; 24]))).unwrap();
+            },
+            reaches: IN_PLACE,
+            before: |d| live(d, "k") == Some(vec![1u8; 24]) && bytes(d, "gone").is_some(),
+            after: |d| live(d, "k") == Some(vec![2u8; 24]) && bytes(d, "gone").is_none(),
         },
         Case {
             name: "delete",
@@ -467,6 +537,8 @@ const WORKERS: usize = 4;
 const KEYS: usize = 64;
 /// Keys from this one on are counters (`incr`); the others hold byte strings.
 const COUNTERS: usize = 48;
+/// Keys from this one to `LISTS` hold values of one size: their updates are written in place.
+const IN_PLACE_KEYS: usize = 32;
 /// Keys from this one to `COUNTERS` are lists (`rpush`, `rpop`): the model is the length,
 /// item `i` is `item(slot, k, i)`.
 const LISTS: usize = 40;
@@ -489,7 +561,11 @@ fn key(slot: usize, k: usize) -> String {
 /// The bytes of version `v` of key `k` of worker `slot`: length and content depend on all
 /// three, so a torn or misplaced value cannot pass for another.
 fn value(slot: usize, k: usize, v: u64) -> Vec<u8> {
-    let len = 8 + ((v as usize * 7919 + k * 131) % 6000);
+    let len = if (IN_PLACE_KEYS..LISTS).contains(&k) {
+        40
+    } else {
+        8 + ((v as usize * 7919 + k * 131) % 6000)
+    };
     let mut b = Vec::with_capacity(len);
     b.extend_from_slice(&v.to_le_bytes());
     let mut x = (slot as u64) << 40 ^ (k as u64) << 20 ^ v;
@@ -703,7 +779,7 @@ fn kill_torture() {
         }
         exact += verify_slot(&d, &book, slot).unwrap_or_else(|e| panic!("death {deaths}: {e}"));
         let crash = if cfg!(feature = "__crash-points") && rnd() % 3 == 0 {
-            crash::ENTRY_WRITTEN + (rnd() % 6) as u32
+            crash::ENTRY_WRITTEN + (rnd() % 7) as u32
         } else {
             0
         };

@@ -12,6 +12,9 @@ pub const COMMITTED: u32 = 103;
 pub const HALF_APPLIED: u32 = 104;
 /// Everything applied; the record not cleared.
 pub const APPLIED: u32 = 105;
+/// An update of the same size is planned in place (its new words in the transaction); not
+/// committed.
+pub const IN_PLACE: u32 = 107;
 /// Between two transactions of one operation (an eviction before a store, an entry of
 /// `flush_expired`).
 pub const BETWEEN: u32 = 106;

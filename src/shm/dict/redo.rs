@@ -18,18 +18,23 @@
 //! every key holds its old or its new value.
 
 use super::crash;
-use super::layout::{corrupt, corrupt_seen, Mem, LOG, LOG_CAP, LOG_ENTRIES};
+use super::layout::{corrupt, corrupt_seen, Mem, Words, LOG, LOG_CAP, LOG_ENTRIES};
 use core::sync::atomic::{fence, Ordering};
 use std::collections::HashMap;
 
 /// Planned writes past which a plan indexes them (a linear search up to there).
 const INDEXED: usize = 64;
+/// Planned writes a transaction holds in itself before it allocates (an update of a key in
+/// place, an incr, a delete: no allocation).
+const INLINE: usize = 16;
 
 /// A transaction being planned: writes kept aside until [`commit`](Tx::commit).
 pub(crate) struct Tx<'m> {
     pub(crate) m: &'m Mem,
-    /// `(offset << 1 | is_u64, value)`. A `Vec`, so that a transaction is cheap to make and
-    /// move (a read-only one, most lookups, allocates nothing).
+    /// `(offset << 1 | is_u64, value)`: the first [`INLINE`] in `small` (`n` of them), then
+    /// all of them in `w`.
+    small: [(u64, u64); INLINE],
+    n: usize,
     w: Vec<(u64, u64)>,
     /// Where each key is in `w`, once `w` is long (a plan of many evictions).
     at: Option<HashMap<u64, usize>>,
@@ -42,6 +47,8 @@ impl<'m> Tx<'m> {
     pub(crate) fn new(m: &'m Mem) -> Self {
         Self {
             m,
+            small: [(0, 0); INLINE],
+            n: 0,
             w: Vec::new(),
             at: None,
             cap: LOG_CAP,
@@ -59,26 +66,38 @@ impl<'m> Tx<'m> {
 
     /// Whether the writes planned fit the redo record.
     pub(crate) fn fits_record(&self) -> bool {
-        self.w.len() <= LOG_CAP
+        self.len() <= LOG_CAP
     }
 
     /// The writes planned so far.
     #[inline]
     fn planned(&self) -> &[(u64, u64)] {
-        &self.w
+        if self.w.is_empty() {
+            &self.small[..self.n]
+        } else {
+            &self.w
+        }
+    }
+
+    #[inline]
+    fn planned_mut(&mut self) -> &mut [(u64, u64)] {
+        if self.w.is_empty() {
+            &mut self.small[..self.n]
+        } else {
+            &mut self.w
+        }
     }
 
     /// Writes planned so far.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.w.len()
+        self.planned().len()
     }
 
     #[inline]
     fn find(&self, key: u64) -> Option<usize> {
         match &self.at {
-            Some(at) => at.get(&key).copied(),
             None => self.planned().iter().position(|&(k, _)| k == key),
+            Some(at) => at.get(&key).copied(),
         }
     }
 
@@ -101,26 +120,52 @@ impl<'m> Tx<'m> {
     #[inline]
     fn put(&mut self, key: u64, v: u64) {
         match self.find(key) {
-            Some(i) => self.w[i].1 = v,
-            None => {
-                // Bounded by construction (see `alloc`: the largest plan, a store that splits
-                // and frees an entry that merges every order, is well under LOG_CAP).
-                assert!(
-                    self.w.len() < self.cap,
-                    "gomutex::shm::ShmDict: transaction too large"
-                );
-                if self.w.is_empty() {
-                    self.w.reserve(32);
-                }
-                self.w.push((key, v));
-                if let Some(at) = &mut self.at {
-                    at.insert(key, self.w.len() - 1);
-                } else if self.w.len() > INDEXED {
-                    let at = self.w.iter().enumerate().map(|(i, &(k, _))| (k, i));
-                    self.at = Some(at.collect());
-                }
-            }
+            Some(i) => self.planned_mut()[i].1 = v,
+            None => self.push(key, v),
         }
+    }
+
+    /// Add a write of a word not planned yet.
+    #[inline]
+    fn push(&mut self, key: u64, v: u64) {
+        debug_assert!(self.find(key).is_none(), "planned twice");
+        // Bounded by construction (see `alloc`: the largest plan, a store that splits and
+        // frees an entry that merges every order, is well under LOG_CAP).
+        assert!(
+            self.len() < self.cap,
+            "gomutex::shm::ShmDict: transaction too large"
+        );
+        if self.w.is_empty() && self.n < INLINE {
+            self.small[self.n] = (key, v);
+            self.n += 1;
+            return;
+        }
+        if self.w.is_empty() {
+            self.w.reserve(4 * INLINE);
+            self.w.extend_from_slice(&self.small);
+        }
+        self.w.push((key, v));
+        if let Some(at) = &mut self.at {
+            at.insert(key, self.w.len() - 1);
+        } else if self.w.len() > INDEXED {
+            let at = self.w.iter().enumerate().map(|(i, &(k, _))| (k, i));
+            self.at = Some(at.collect());
+        }
+    }
+
+    /// [`w32`](Self::w32) of a word this transaction has not planned (the caller knows: no
+    /// search of the writes planned).
+    #[inline]
+    pub(crate) fn w32_unplanned(&mut self, off: usize, v: u32) {
+        self.m.a32(off);
+        self.push((off as u64) << 1, u64::from(v));
+    }
+
+    /// [`w64`](Self::w64) of a word this transaction has not planned.
+    #[inline]
+    pub(crate) fn w64_unplanned(&mut self, off: usize, v: u64) {
+        self.m.a64(off);
+        self.push((off as u64) << 1 | 1, v);
     }
 
     #[inline]
@@ -157,7 +202,7 @@ impl<'m> Tx<'m> {
     /// Make the planned writes happen, all or none, whatever instant the process dies at.
     pub(crate) fn commit(self) {
         // A plan made over a corrupt zone is not applied (the operation fails).
-        if self.w.is_empty() || corrupt_seen() {
+        if self.len() == 0 || corrupt_seen() {
             return;
         }
         assert!(
@@ -172,7 +217,7 @@ impl<'m> Tx<'m> {
         crash::point(crash::LOGGED);
         // The commit point. Release: the pairs and the new entry's bytes (plain copies) are
         // in memory before the count that makes them count.
-        m.a64(LOG).store(self.w.len() as u64, Ordering::Release);
+        m.a64(LOG).store(self.len() as u64, Ordering::Release);
         // No applied write may be seen before the commit.
         fence(Ordering::SeqCst);
         crash::point(crash::COMMITTED);
@@ -181,6 +226,21 @@ impl<'m> Tx<'m> {
         fence(Ordering::SeqCst);
         crash::point(crash::APPLIED);
         m.a64(LOG).store(0, Ordering::Release);
+    }
+}
+
+impl Words for Tx<'_> {
+    #[inline]
+    fn r32(&self, off: usize) -> u32 {
+        Tx::r32(self, off)
+    }
+    #[inline]
+    fn r64(&self, off: usize) -> u64 {
+        Tx::r64(self, off)
+    }
+    #[inline]
+    fn mem(&self) -> &Mem {
+        self.m
     }
 }
 
