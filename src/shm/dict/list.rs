@@ -18,7 +18,7 @@ use super::lru;
 use super::ops::{Mode, Write, Zone};
 use super::redo::Tx;
 use super::ttl::Now;
-use super::{ttl, DictError, ShmDict, Value};
+use super::{DictError, ShmDict, Value};
 
 /// Bytes of an item's length prefix.
 const LEN: usize = 4;
@@ -94,12 +94,10 @@ impl Zone<'_> {
     fn list(&self, key: &[u8], now: &Now) -> Result<Option<Found<'_>>, DictError> {
         // Found without moving it in the LRU order: the store that follows does (a push or pop
         // is one transaction, or a delete).
-        let Some((e, _)) = self.lookup(key).1 else {
+        let l = self.look(key, now);
+        let Some((e, _)) = l.found.filter(|_| l.live) else {
             return Ok(None);
         };
-        if ttl::expired(self.m, e, now) {
-            return Ok(None);
-        }
         if !self.is_list(e) {
             return Err(DictError::WrongType);
         }

@@ -520,8 +520,8 @@ impl ShmDict {
     ) -> Result<(R, u32), DictError> {
         self.check_size(key, &Value::Bytes(&[0u8; N]))?;
         self.shard(key).try_with_at(now, |z, now| {
-            let (hash, found) = z.lookup(key);
-            let live = found.filter(|&(e, _)| !ttl::expired(z.m, e, now));
+            let looked = z.look(key, now);
+            let live = looked.found.filter(|_| looked.live);
             if live.is_some_and(|(e, _)| z.is_list(e)) {
                 return Err(DictError::WrongType);
             }
@@ -543,7 +543,7 @@ impl ShmDict {
                 safe: false,
                 list: false,
             };
-            z.store_found(key, hash, found, Value::Bytes(&new), w, now)
+            z.store_found(key, looked, Value::Bytes(&new), w, now)
                 .map(|ev| (r, ev))
         })
     }

@@ -68,6 +68,15 @@ enum Step {
     Spare(usize),
 }
 
+/// A key looked up: its hash, where its entry is (the entry, the word that links to it), and
+/// whether that entry is live.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Looked {
+    pub hash: u32,
+    pub found: Option<(usize, usize)>,
+    pub live: bool,
+}
+
 /// The region, under its lock.
 pub(crate) struct Zone<'m> {
     pub m: &'m Mem,
@@ -365,19 +374,16 @@ impl Zone<'_> {
         w: Write,
         now: &Now,
     ) -> Result<u32, DictError> {
-        let hash = self.hash(key);
-        let found = index::find(self.m, &self.g, key, hash);
-        self.store_found(key, hash, found, value, w, now)
+        let l = self.look(key, now);
+        self.store_found(key, l, value, w, now)
     }
 
-    /// [`store`](Self::store) with the key's hash and where it is ([`index::find`]'s
-    /// answer), for an operation that looked it up already. An update of the same size is
-    /// written in place ([`overwrite`](Self::overwrite)).
+    /// [`store`](Self::store) of a key looked up already ([`look`](Self::look)). An update of
+    /// the same size is written in place ([`overwrite`](Self::overwrite)).
     pub(crate) fn store_found(
         &self,
         key: &[u8],
-        hash: u32,
-        found: Option<(usize, usize)>,
+        Looked { hash, found, live }: Looked,
         value: Value<'_>,
         w: Write,
         now: &Now,
@@ -395,7 +401,6 @@ impl Zone<'_> {
             Value::Int(_) => (VALUE_INT, 8),
         };
         let size = Size::of(entry_size(key.len(), vlen));
-        let live = found.is_some_and(|(e, _)| !ttl::expired(self.m, e, now));
         match mode {
             Mode::Absent if live => return Err(DictError::Exists),
             Mode::Present if !live => return Err(DictError::NotFound),
@@ -461,29 +466,24 @@ impl Zone<'_> {
     /// `(entry, expired)`.
     #[inline]
     pub(crate) fn get(&self, key: &[u8], stale: bool, now: &Now) -> Option<(usize, bool)> {
-        self.get_found(key, stale, now)
-            .map(|(e, _, expired)| (e, expired))
-    }
-
-    /// [`get`](Self::get), also returning the key's hash and the word that links to it (for
-    /// a store that follows): `(entry, hash, expired)` and the link in `found`.
-    #[inline]
-    pub(crate) fn lookup(&self, key: &[u8]) -> (u32, Option<(usize, usize)>) {
-        let hash = self.hash(key);
-        (hash, index::find(self.m, &self.g, key, hash))
-    }
-
-    #[inline]
-    fn get_found(&self, key: &[u8], stale: bool, now: &Now) -> Option<(usize, usize, bool)> {
-        let (e, link) = self.lookup(key).1?;
-        let expired = ttl::expired(self.m, e, now);
-        if expired && !stale {
+        let l = self.look(key, now);
+        let (e, _) = l.found?;
+        if !l.live && !stale {
             return None;
         }
-        if !expired {
+        if l.live {
             lru::mark_used(self.m, e);
         }
-        Some((e, link, expired))
+        Some((e, !l.live))
+    }
+
+    /// Look `key` up (once, for an operation that reads and may then store).
+    #[inline]
+    pub(crate) fn look(&self, key: &[u8], now: &Now) -> Looked {
+        let hash = self.hash(key);
+        let found = index::find(self.m, &self.g, key, hash);
+        let live = found.is_some_and(|(e, _)| !ttl::expired(self.m, e, now));
+        Looked { hash, found, live }
     }
 
     /// Whether entry `e` holds a list.

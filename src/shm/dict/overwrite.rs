@@ -19,8 +19,8 @@ use super::index;
 use super::layout::*;
 use super::lru;
 use super::ops::{Write, Zone};
-use super::redo::Tx;
-use super::ttl::Now;
+use super::redo::{Direct, Plan, Tx};
+use super::ttl::{self, Now};
 use super::{DictError, Value};
 
 /// The largest value written in place, in bytes: its words go through the redo record (32
@@ -43,50 +43,75 @@ impl Zone<'_> {
         now: &Now,
     ) -> Result<bool, DictError> {
         let m = self.m;
-        let vlen = match value {
-            Value::Bytes(b) => b.len(),
-            Value::Int(_) => 8,
-        };
+        let vlen = vlen_of(value);
         let old = m.ld32(e + E_VLEN) as usize;
         if vlen > IN_PLACE_MAX || vlen.div_ceil(8) != old.div_ceil(8) {
             return Ok(false);
         }
-        let mut tx = Tx::new(m);
-        self.expire_tail(&mut tx, Some(e), now)?;
-        // The value's words and the expiry, every time (so a transaction's size does not
-        // depend on the clock: at least two writes); the other fields if they change.
-        match value {
-            Value::Int(i) => tx.w64_unplanned(e + E_VALUE, i as u64),
-            Value::Bytes(b) => {
-                let mut words = b.chunks_exact(8);
-                let mut at = e + E_VALUE;
-                for c in &mut words {
-                    let v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
-                    tx.w64_unplanned(at, v);
-                    at += 8;
-                }
-                let rest = words.remainder();
-                if !rest.is_empty() {
-                    // The bytes then zeros, as they lie in memory (`tail` is little-endian).
-                    tx.w64_unplanned(at, index::tail(rest).to_le());
-                }
-            }
+        let tail = m.ld32(H_LRU_TAIL);
+        // Read from the region: most writes find no expired entry at the tail, and then the
+        // words go straight into the redo record.
+        if tail != 0 && index::off(tail) != e && ttl::expired(m, index::off(tail), now) {
+            let mut tx = Tx::new(m);
+            self.expire_tail(&mut tx, Some(e), now)?;
+            plan(m, &mut tx, e, klen, value, kind, w);
+            crash::point(crash::IN_PLACE);
+            tx.commit();
+        } else {
+            let mut tx = Direct::new(m);
+            plan(m, &mut tx, e, klen, value, kind, w);
+            crash::point(crash::IN_PLACE);
+            tx.commit();
         }
-        tx.w64_unplanned(e + E_EXPIRES, w.expires);
-        put32(&mut tx, e + E_VLEN, vlen as u32);
-        put32(&mut tx, e + E_KEYLEN_KIND, klen as u32 | kind << 16);
-        put32(&mut tx, e + E_FLAGS, w.flags);
-        if m.ld64(e + E_SEQ) <= m.ld64(H_FLUSH_SEQ) {
-            // Flushed: live again only with a sequence number past the flush.
-            tx.add64(H_SEQ, 1);
-            let seq = tx.r64(H_SEQ);
-            tx.w64_unplanned(e + E_SEQ, seq);
-        }
-        crash::point(crash::IN_PLACE);
-        tx.commit();
         // A write is a use (one plain store, as a hit's).
         lru::mark_used(m, e);
         Ok(true)
+    }
+}
+
+/// Plan the words of the overwrite of entry `e` in `tx`.
+#[inline]
+fn plan(m: &Mem, tx: &mut impl Plan, e: usize, klen: usize, value: Value<'_>, kind: u32, w: Write) {
+    // The value's words and the expiry, every time (so a transaction's size does not depend
+    // on the clock: at least two writes); the other fields if they change.
+    match value {
+        Value::Int(i) => tx.w64_unplanned(e + E_VALUE, i as u64),
+        Value::Bytes(b) => {
+            let mut words = b.chunks_exact(8);
+            let mut at = e + E_VALUE;
+            for c in &mut words {
+                let v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
+                tx.w64_unplanned(at, v);
+                at += 8;
+            }
+            let rest = words.remainder();
+            if !rest.is_empty() {
+                // The bytes then zeros, as they lie in memory (`tail` is little-endian).
+                tx.w64_unplanned(at, index::tail(rest).to_le());
+            }
+        }
+    }
+    tx.w64_unplanned(e + E_EXPIRES, w.expires);
+    put32(m, tx, e + E_VLEN, vlen_of(value) as u32);
+    put32(m, tx, e + E_KEYLEN_KIND, klen as u32 | kind << 16);
+    put32(m, tx, e + E_FLAGS, w.flags);
+    if m.ld64(e + E_SEQ) <= m.ld64(H_FLUSH_SEQ) {
+        // Flushed: live again only with a sequence number past the flush (freeing entries
+        // at the tail writes no sequence number).
+        match m.ld64(H_SEQ).checked_add(1) {
+            Some(seq) => {
+                tx.w64_unplanned(H_SEQ, seq);
+                tx.w64_unplanned(e + E_SEQ, seq);
+            }
+            None => corrupt(H_SEQ),
+        }
+    }
+}
+
+fn vlen_of(value: Value<'_>) -> usize {
+    match value {
+        Value::Bytes(b) => b.len(),
+        Value::Int(_) => 8,
     }
 }
 
@@ -95,8 +120,8 @@ impl Zone<'_> {
 /// LRU links (it may be their neighbour), which an overwrite leaves alone, and each word is
 /// planned once: so read from the region, and pushed without a search.
 #[inline]
-fn put32(tx: &mut Tx<'_>, off: usize, v: u32) {
-    if tx.m.ld32(off) != v {
+fn put32(m: &Mem, tx: &mut impl Plan, off: usize, v: u32) {
+    if m.ld32(off) != v {
         tx.w32_unplanned(off, v);
     }
 }

@@ -200,7 +200,13 @@ impl<'m> Tx<'m> {
     }
 
     /// Make the planned writes happen, all or none, whatever instant the process dies at.
+    #[inline]
     pub(crate) fn commit(self) {
+        // By reference: a transaction is a few hundred bytes, not to be moved.
+        self.commit_here();
+    }
+
+    fn commit_here(&self) {
         // A plan made over a corrupt zone is not applied (the operation fails).
         if self.len() == 0 || corrupt_seen() {
             return;
@@ -214,18 +220,93 @@ impl<'m> Tx<'m> {
             m.st64(LOG_ENTRIES + 16 * i, k);
             m.st64(LOG_ENTRIES + 16 * i + 8, v);
         }
-        crash::point(crash::LOGGED);
-        // The commit point. Release: the pairs and the new entry's bytes (plain copies) are
-        // in memory before the count that makes them count.
-        m.a64(LOG).store(self.len() as u64, Ordering::Release);
-        // No applied write may be seen before the commit.
-        fence(Ordering::SeqCst);
-        crash::point(crash::COMMITTED);
-        apply(m, self.planned());
-        // Every applied write lands before the record is cleared.
-        fence(Ordering::SeqCst);
-        crash::point(crash::APPLIED);
-        m.a64(LOG).store(0, Ordering::Release);
+        publish(m, self.len());
+    }
+}
+
+/// Steps 2 to 4 of a commit: the first `n` pairs of the redo record are written (step 1);
+/// commit them, apply them and clear the record.
+fn publish(m: &Mem, n: usize) {
+    crash::point(crash::LOGGED);
+    // The commit point. Release: the pairs and the new entry's bytes (plain copies) are in
+    // memory before the count that makes them count.
+    m.a64(LOG).store(n as u64, Ordering::Release);
+    // No applied write may be seen before the commit.
+    fence(Ordering::SeqCst);
+    crash::point(crash::COMMITTED);
+    apply_record(m, n);
+    // Every applied write lands before the record is cleared.
+    fence(Ordering::SeqCst);
+    crash::point(crash::APPLIED);
+    m.a64(LOG).store(0, Ordering::Release);
+}
+
+/// Where a transaction's writes go while it is planned: a [`Tx`], which reads its own writes
+/// back, or a [`Direct`] record, for writes that need no reading back.
+pub(crate) trait Plan {
+    /// Plan `v` at `off`, a word not planned yet.
+    fn w32_unplanned(&mut self, off: usize, v: u32);
+    /// Plan `v` at `off`, a word not planned yet.
+    fn w64_unplanned(&mut self, off: usize, v: u64);
+}
+
+impl Plan for Tx<'_> {
+    #[inline]
+    fn w32_unplanned(&mut self, off: usize, v: u32) {
+        Tx::w32_unplanned(self, off, v);
+    }
+    #[inline]
+    fn w64_unplanned(&mut self, off: usize, v: u64) {
+        Tx::w64_unplanned(self, off, v);
+    }
+}
+
+/// A transaction of writes to distinct words that reads none of them back (an update in
+/// place): its pairs go straight into the redo record, which is free while nothing is
+/// committed (the lock is held), and [`commit`](Self::commit) publishes them as
+/// [`Tx::commit`] does. Nothing to search, nothing to copy.
+pub(crate) struct Direct<'m> {
+    m: &'m Mem,
+    n: usize,
+}
+
+impl<'m> Direct<'m> {
+    pub(crate) fn new(m: &'m Mem) -> Self {
+        Self { m, n: 0 }
+    }
+
+    #[inline]
+    fn push(&mut self, key: u64, v: u64) {
+        assert!(
+            self.n < LOG_CAP,
+            "gomutex::shm::ShmDict: transaction too large"
+        );
+        let at = LOG_ENTRIES + 16 * self.n;
+        self.m.st64(at, key);
+        self.m.st64(at + 8, v);
+        self.n += 1;
+    }
+
+    /// Make the writes happen, all or none (as [`Tx::commit`]).
+    pub(crate) fn commit(self) {
+        if self.n == 0 || corrupt_seen() {
+            return;
+        }
+        publish(self.m, self.n);
+    }
+}
+
+impl Plan for Direct<'_> {
+    #[inline]
+    fn w32_unplanned(&mut self, off: usize, v: u32) {
+        // Checked now, as `Tx::w32` does.
+        self.m.a32(off);
+        self.push((off as u64) << 1, u64::from(v));
+    }
+    #[inline]
+    fn w64_unplanned(&mut self, off: usize, v: u64) {
+        self.m.a64(off);
+        self.push((off as u64) << 1 | 1, v);
     }
 }
 
@@ -250,12 +331,18 @@ fn target(k: u64) -> usize {
     usize::try_from(k >> 1).unwrap_or(usize::MAX)
 }
 
-fn apply(m: &Mem, w: &[(u64, u64)]) {
-    let half = w.len() / 2;
-    for (i, &(k, v)) in w.iter().enumerate() {
+/// Apply the first `n` pairs of the redo record (each an absolute value: applying twice is
+/// applying once).
+fn apply_record(m: &Mem, n: usize) {
+    let half = n / 2;
+    for i in 0..n {
         if i == half && i > 0 {
             crash::point(crash::HALF_APPLIED);
         }
+        let (k, v) = (
+            m.ld64(LOG_ENTRIES + 16 * i),
+            m.ld64(LOG_ENTRIES + 16 * i + 8),
+        );
         if k & 1 == 1 {
             m.st64(target(k), v);
         } else {
@@ -280,16 +367,9 @@ pub(crate) fn replay(m: &Mem) -> bool {
         corrupt(LOG);
         return false;
     }
-    let w: Vec<(u64, u64)> = (0..n as usize)
-        .map(|i| {
-            (
-                m.ld64(LOG_ENTRIES + 16 * i),
-                m.ld64(LOG_ENTRIES + 16 * i + 8),
-            )
-        })
-        .collect();
     // Each pair checked before any is applied (an access outside the zone reports it).
-    for &(k, _) in &w {
+    for i in 0..n as usize {
+        let k = m.ld64(LOG_ENTRIES + 16 * i);
         if k & 1 == 1 {
             m.a64(target(k));
         } else {
@@ -299,7 +379,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
     if corrupt_seen() {
         return false;
     }
-    apply(m, &w);
+    apply_record(m, n as usize);
     fence(Ordering::SeqCst);
     m.a64(LOG).store(0, Ordering::Release);
     true
