@@ -237,7 +237,7 @@ pub use dict::{
 pub use error::{LockError, LockResult, ShmError, TryLockError, TryLockResult};
 pub use guard::ShmMutexGuard;
 pub use layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAP_MAGIC, REGION_ALIGN};
-pub use limit_req::{Decision, RateLimiter};
+pub use limit_req::{Decision, RateLimiter, Throttle};
 pub use mapping::{Mapping, MappingLayout};
 pub use object::{unlink, OpenOptions};
 pub use rwlock::{RwDiagnostics, RwLockStats, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
