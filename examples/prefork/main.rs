@@ -40,6 +40,9 @@
 //! (0), the buckets in a [`gomutex::shm::ShmDict`] of `--limit-zone` bytes that the master
 //! creates before forking, so the rate holds across the workers; a request over it gets `503`.
 //! (Within the burst requests are served at once: the example has no timers to delay them.)
+//! With `--limit-headers` every answer to a limited request says where its key stands
+//! (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` in seconds, and on a 503
+//! `Retry-After`), from [`gomutex::shm::RateLimiter::throttle`].
 
 #[cfg(target_os = "linux")]
 mod http;
@@ -119,6 +122,9 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                             the request's path
   --limit-zone BYTES        the limiter's shared dictionary (default 1048576; a full one
                             evicts the least recently used keys)
+  --limit-headers           tell the client where its key stands: RateLimit-Limit,
+                            RateLimit-Remaining, RateLimit-Reset (seconds), and Retry-After
+                            (seconds) on a 503
 
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
@@ -179,6 +185,8 @@ struct Args {
     limit_burst: u32,
     limit_key: KeyBy,
     limit_zone: usize,
+    /// `--limit-headers`: `RateLimit-*` and `Retry-After` headers.
+    limit_headers: bool,
 }
 
 #[cfg(target_os = "linux")]
@@ -197,6 +205,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         limit_burst: 0,
         limit_key: KeyBy::Addr,
         limit_zone: 1 << 20,
+        limit_headers: false,
     };
     let (mut margin, mut batch, mut retry, mut slack) = (
         Spread::DEFAULT.margin,
@@ -279,6 +288,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 }
             }
             "--multi-accept" => a.multi_accept = true,
+            "--limit-headers" => a.limit_headers = true,
             "--no-spread" => a.spread = None,
             "--spread-margin" => {
                 margin = value
@@ -347,9 +357,14 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         }
     }
     if a.limit_req.is_none()
-        && (a.limit_burst != 0 || a.limit_key != KeyBy::Addr || a.limit_zone != 1 << 20)
+        && (a.limit_burst != 0
+            || a.limit_key != KeyBy::Addr
+            || a.limit_zone != 1 << 20
+            || a.limit_headers)
     {
-        return Err("--limit-burst, --limit-key and --limit-zone need --limit-req".into());
+        return Err(
+            "--limit-burst, --limit-key, --limit-zone and --limit-headers need --limit-req".into(),
+        );
     }
     if a.spread.is_some() {
         a.spread = Some(
@@ -472,6 +487,7 @@ impl Master<'_> {
             limit: self.limiter.map(|limiter| limit::Limit {
                 limiter,
                 key: self.args.limit_key,
+                headers: self.args.limit_headers,
                 slot: self.region.slot(i),
             }),
         };

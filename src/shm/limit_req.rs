@@ -566,7 +566,10 @@ mod tests {
                 let mut replay = || {
                     uniq += 1;
                     let k = format!("h{h}:{uniq}");
-                    let last = times[..=i].iter().map(|&t| l.throttle_at(&k, t)).last();
+                    // Every request counted, in order: the answer to the last one.
+                    let last = times[..=i]
+                        .iter()
+                        .fold(None, |_, &t| Some(l.throttle_at(&k, t)));
                     (k, last.unwrap())
                 };
                 let (_, th) = replay();
