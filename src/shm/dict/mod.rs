@@ -726,8 +726,8 @@ impl ShmDict {
     }
 
     /// Up to `max` live keys (0: all): shard after shard, each in its LRU order (most recently
-    /// written or spared first; with several shards, no order across them). Holds each
-    /// shard's lock for its walk.
+    /// written beside its old entry, or spared, first; an update in place keeps its place;
+    /// with several shards, no order across them). Holds each shard's lock for its walk.
     pub fn keys(&self, max: usize) -> Result<Vec<Vec<u8>>, DictError> {
         let mut out = Vec::new();
         for s in self.shards.iter() {
