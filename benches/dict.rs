@@ -3,7 +3,12 @@
 //! connection to `redis-server` over a unix socket (no pipelining), or its own handle on the
 //! dictionary; and memory per entry.
 //!
-//! Workloads: `get90` (90 % `get`, 10 % `set` of random keys among 10 000, 32-byte values)
+//! First the latency rows: one process, one operation at a time (`get`, `get_with`, `incr`, a
+//! `set` of the size stored, `RateLimiter::check`), 10 000 keys of 10 bytes, 32-byte values,
+//! random hits, the median of 5 slices with the rows alternated.
+//!
+//! Workloads: `get` (only `get`s of random keys among 10 000, 32-byte values), `get90` (90 %
+//! `get`, 10 % `set` of those keys)
 //! `incr` (`incr` of random counters among 1 000) and `list` (`rpush` then `lpop` of random
 //! lists among 1 000, each a few items long; both count). Contenders: Redis, `ShmDict` with one
 //! lock (nginx's and lua_shared_dict's layout), `ShmDict` with 16 shards. Each round runs
@@ -11,7 +16,9 @@
 //!
 //! `cargo bench --bench dict` (inside benches/). Environment: `DICT_ROUNDS` (default 5),
 //! `DICT_MS` (each run's length, default 300), `DICT_REDIS` (the server binary, default
-//! `redis-server`; skipped if it does not start). Without `--bench` (`cargo test --benches`)
+//! `redis-server`; skipped if it does not start), `DICT_LATENCY_ONLY` (set: the one-process
+//! latency rows alone), `DICT_LAT=ROW` with `DICT_LAT_N` (one latency row alone, for
+//! `valgrind --tool=callgrind --toggle-collect='*lat_loop*'`). Without `--bench` (`cargo test --benches`)
 //! every case runs once, briefly, and the counts are checked.
 //!
 //! The Redis client is the few lines of RESP this needs (`GET`, `SET`, `INCR`, `INFO`), not the
@@ -19,7 +26,8 @@
 
 mod common;
 
-use gomutex::dict::{DictConfig, ShmDict};
+use gomutex::dict::{DictConfig, RateLimiter, ShmDict, Value};
+use std::hint::black_box;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
@@ -147,6 +155,8 @@ impl Drop for Server {
 
 #[derive(Clone, Copy, PartialEq)]
 enum Work {
+    /// `get` of random preloaded keys only.
+    Get,
     Get90,
     Incr,
     /// `rpush` then `lpop` of one list among `COUNTERS` (two operations).
@@ -211,6 +221,10 @@ fn run(store: &mut impl Store, work: Work, seed: u64, stop: &AtomicU64) -> (u64,
             x ^= x >> 7;
             x ^= x << 17;
             match work {
+                Work::Get => {
+                    key(&mut k, "key", x % KEYS);
+                    assert!(store.get(&k), "preloaded key missing");
+                }
                 Work::Get90 => {
                     key(&mut k, "key", x % KEYS);
                     if (x >> 32).is_multiple_of(10) {
@@ -358,6 +372,139 @@ fn memory(server: Option<&Server>) {
     }
 }
 
+// ------------------------------------------------------------------ one process's latency
+
+/// Latency rows: one operation in one process, on a dictionary of `KEYS` keys of 10 bytes
+/// (`lat:000123`) holding 32-byte values, at random hits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Lat {
+    /// `get`: the value copied out (an owned `Item`).
+    Get,
+    /// `get_with`: the value borrowed in place (its length read).
+    GetWith,
+    /// `incr` of an existing integer.
+    Incr,
+    /// `set` of a value of the size already stored (written in place).
+    Set,
+    /// `RateLimiter::check` of a known key (allowed: a rate and a burst no key reaches).
+    Check,
+}
+
+const LAT_ROWS: [Lat; 5] = [Lat::Get, Lat::GetWith, Lat::Incr, Lat::Set, Lat::Check];
+
+impl Lat {
+    fn name(self) -> &'static str {
+        match self {
+            Lat::Get => "get",
+            Lat::GetWith => "get_with",
+            Lat::Incr => "incr",
+            Lat::Set => "set",
+            Lat::Check => "check",
+        }
+    }
+}
+
+/// The keys of the latency rows, and a random order of hits (`KEYS` × 4 of them).
+fn lat_keys() -> (Vec<[u8; 10]>, Vec<u32>) {
+    let keys = (0..KEYS)
+        .map(|i| {
+            let mut k = [0u8; 10];
+            k.copy_from_slice(format!("lat:{i:06}").as_bytes());
+            k
+        })
+        .collect();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let order = (0..4 * KEYS)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % KEYS) as u32
+        })
+        .collect();
+    (keys, order)
+}
+
+/// The stores of the latency rows, filled.
+struct LatStores {
+    dict: ShmDict,
+    limiter: RateLimiter,
+    keys: Vec<[u8; 10]>,
+    order: Vec<u32>,
+}
+
+impl LatStores {
+    fn new() -> Self {
+        let (keys, order) = lat_keys();
+        let dict = ShmDict::anonymous(64 << 20).unwrap();
+        let limiter = RateLimiter::new(ShmDict::anonymous(64 << 20).unwrap(), u32::MAX, u32::MAX)
+            .unwrap()
+            .nodelay();
+        for (i, k) in keys.iter().enumerate() {
+            dict.set(k, &VALUE, None, 0).unwrap();
+            let mut c = *k;
+            c[..4].copy_from_slice(b"ctr:");
+            dict.set(c, i as i64, None, 0).unwrap();
+            limiter.check(k);
+        }
+        Self {
+            dict,
+            limiter,
+            keys,
+            order,
+        }
+    }
+}
+
+/// `n` operations of `row` at the hits' order from `start`: the loop a latency row times, and
+/// the one `callgrind --toggle-collect='*lat_loop*'` counts.
+#[inline(never)]
+fn lat_loop(s: &LatStores, row: Lat, start: usize, n: usize) -> u64 {
+    let mut acc = 0u64;
+    let order = &s.order;
+    for i in 0..n {
+        let k = &s.keys[order[(start + i) % order.len()] as usize];
+        acc = acc.wrapping_add(match row {
+            Lat::Get => s.dict.get(k).unwrap().unwrap().flags as u64,
+            Lat::GetWith => s
+                .dict
+                .get_with(k, |v, _| match v {
+                    Value::Bytes(b) => b.len() as u64,
+                    Value::Int(_) => 0,
+                })
+                .unwrap()
+                .unwrap(),
+            Lat::Incr => {
+                let mut c = *k;
+                c[..4].copy_from_slice(b"ctr:");
+                s.dict.incr(c, 1, None, None).unwrap().value as u64
+            }
+            Lat::Set => s.dict.set(k, &VALUE, None, 0).unwrap() as u64,
+            Lat::Check => {
+                assert_eq!(s.limiter.check(k), gomutex::dict::Decision::Allowed);
+                1
+            }
+        });
+    }
+    black_box(acc)
+}
+
+/// ns per operation of each row: the median of `slices` slices of `n` operations, the rows
+/// alternated slice by slice (so a change of load reaches every row alike).
+fn latency(s: &LatStores, rows: &[Lat], slices: usize, n: usize) -> Vec<f64> {
+    let mut t: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    let mut at = 0;
+    for _ in 0..slices {
+        for (r, &row) in rows.iter().enumerate() {
+            let start = Instant::now();
+            lat_loop(s, row, at, n);
+            t[r].push(start.elapsed().as_nanos() as f64 / n as f64);
+            at += n;
+        }
+    }
+    t.iter().map(|v| common::median(v)).collect()
+}
+
 fn main() {
     let bench = common::Args::get().bench;
     let rounds = if bench {
@@ -370,6 +517,33 @@ fn main() {
     } else {
         20
     };
+    // One row alone, for callgrind: `DICT_LAT=get_with DICT_LAT_N=100000`.
+    if let Ok(name) = std::env::var("DICT_LAT") {
+        let row = *LAT_ROWS
+            .iter()
+            .find(|r| r.name() == name)
+            .expect("DICT_LAT: a row");
+        let s = LatStores::new();
+        lat_loop(&s, row, 0, 1000);
+        lat_loop(&s, row, 1000, common::env_or("DICT_LAT_N", 100_000));
+        return;
+    }
+    let s = LatStores::new();
+    let ns = latency(
+        &s,
+        &LAT_ROWS,
+        if bench { 5 } else { 1 },
+        if bench { 200_000 } else { 1000 },
+    );
+    println!("one process, {KEYS} keys of 10 bytes, 32-byte values, random hits (ns/op, median of slices):");
+    for (row, ns) in LAT_ROWS.iter().zip(&ns) {
+        println!("  {:<9} {ns:>7.1}", row.name());
+    }
+    s.dict.check().unwrap();
+    drop(s);
+    if std::env::var_os("DICT_LATENCY_ONLY").is_some() {
+        return;
+    }
     let server = Server::start();
     if server.is_none() {
         println!("dict: redis-server did not start: Redis rows skipped");
@@ -387,7 +561,9 @@ fn main() {
         "{:<6} {:>5} {:>14} {:>14} {:>14} {:>10} {:>10}",
         "work", "procs", "redis op/s", "1 lock op/s", "16 shards op/s", "1lock/redis", "16sh/1lock"
     );
-    for work in [Work::Get90, Work::Incr, Work::List] {
+    for work in [Work::Get, Work::Get90, Work::Incr, Work::List] {
+        // Medians of each contender at 1 process, for the scaling line.
+        let mut one = [f64::NAN; 3];
         for procs in [1usize, 2, 8] {
             let mut res: [Vec<f64>; 3] = Default::default();
             for _ in 0..rounds {
@@ -415,6 +591,7 @@ fn main() {
             println!(
                 "{:<6} {:>5} {:>14.0} {:>14.0} {:>14.0} {:>10.1} {:>10.2}",
                 match work {
+                    Work::Get => "get",
                     Work::Get90 => "get90",
                     Work::Incr => "incr",
                     Work::List => "list",
@@ -426,6 +603,18 @@ fn main() {
                 vs_redis,
                 common::paired_ratio(&res[2], &res[1])
             );
+            if procs == 1 {
+                one.copy_from_slice(&med);
+            } else {
+                println!(
+                    "{:<6} {:>5} {:>14} {:>13.2}x {:>13.2}x   ({procs} processes / 1 process, 1 lock)",
+                    "",
+                    "",
+                    "",
+                    med[1] / one[1],
+                    med[2] / one[1]
+                );
+            }
         }
     }
     // Every incr counted, none lost: the counters against the workers' counts.

@@ -53,6 +53,9 @@ pub const DICT_APPLIED: u32 = 105;
 /// Between two transactions of one operation (an eviction before a store, an entry of
 /// `flush_expired`).
 pub const DICT_BETWEEN: u32 = 106;
+/// An update of the same size is planned in place (its new words in the transaction); not
+/// committed.
+pub const DICT_IN_PLACE: u32 = 107;
 
 // The upstream zone (`upstream/`).
 /// A pick: the spare copy written and this process's row counted, the epoch not committed.

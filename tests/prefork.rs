@@ -25,7 +25,7 @@ mod common;
 mod harness;
 use harness::{
     check_totals, connect, example_binary, get_close, get_status, json_num, load, pairs,
-    read_response, row_num, workers, Server, Status, IO_TIMEOUT,
+    read_response, read_response_with_headers, row_num, workers, Server, Status, IO_TIMEOUT,
 };
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -237,6 +237,8 @@ fn bad_flags_are_usage_errors() {
         &["--limit-req", "10", "--limit-key", "host"],
         &["--limit-req", "10", "--limit-zone", "100"],
         &["--limit-burst", "5"],
+        &["--limit-headers"],
+        &["--limit-req", "10", "--limit-headers=yes"],
     ] {
         let out = run_example(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -339,6 +341,93 @@ fn limit_req_answers_503_over_the_rate_on_one_key() {
         .sum();
     assert_eq!(rows, limited);
     assert!(out.stdout.contains("limit_503"), "{}", out.stdout);
+}
+
+/// `--limit-headers`: every answer to a limited request says where its key stands, from
+/// `RateLimiter::throttle` (1 r/s, a burst of 2: 3 requests at once, then a 503 that says to
+/// retry in a second, which then succeeds); the status page and a server without the flag send
+/// none of these headers.
+#[test]
+fn limit_headers_tell_the_client_where_its_key_stands() {
+    let srv = Server::start_with(
+        "mutex",
+        &[
+            "--limit-req",
+            "1",
+            "--limit-burst",
+            "2",
+            "--limit-key",
+            "uri",
+            "--limit-headers",
+        ],
+        &[],
+    );
+    let s = connect(srv.addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let mut get = |path: &str| {
+        w.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+            .unwrap();
+        let (status, headers, _, _) = read_response_with_headers(&mut r).expect("response");
+        let h = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.parse::<u64>().expect("a number"))
+        };
+        let limit = ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"].map(h);
+        (status, limit, h("Retry-After"))
+    };
+    let t = Instant::now();
+    let answers: Vec<_> = (0..4).map(|_| get("/h")).collect();
+    let quick = t.elapsed() < Duration::from_millis(900);
+    for (i, (status, [limit, remaining, reset], retry)) in answers.iter().enumerate() {
+        let ctx = format!("request {i}: {:?}", answers[i]);
+        assert_eq!(*limit, Some(3), "{ctx}");
+        if i < 3 {
+            assert_eq!((*status, *retry), (200, None), "{ctx}");
+            assert_eq!(*remaining, Some(2 - i as u64), "{ctx}");
+        } else {
+            assert_eq!((*status, *remaining), (503, Some(0)), "{ctx}");
+            // One request drained (a second at 1 r/s) lets the next one in.
+            assert_eq!(*retry, Some(1), "{ctx}");
+        }
+        // The requests in excess and one more drained, whole seconds rounded up (exact
+        // unless the four requests took most of a second).
+        let excess = i.min(2) as u64;
+        if quick {
+            assert_eq!(*reset, Some(excess + 1), "{ctx}");
+        } else {
+            assert!((1..=excess + 1).contains(&reset.unwrap()), "{ctx}");
+        }
+    }
+    // After `Retry-After`, the key is served again.
+    thread::sleep(Duration::from_secs(1));
+    let (status, [_, remaining, _], retry) = get("/h");
+    assert_eq!((status, retry), (200, None));
+    assert!(remaining.is_some());
+    // The status page is not limited and says nothing of a key.
+    let (status, limit, retry) = get("/status");
+    assert_eq!((status, limit, retry), (200, [None; 3], None));
+    assert!(srv.stop().status.success());
+    // Without the flag, no such headers.
+    let srv = Server::start_with("mutex", &["--limit-req", "1", "--limit-key", "uri"], &[]);
+    let s = connect(srv.addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for expect in [200, 503] {
+        w.write_all(b"GET /h HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        let (status, headers, _, _) = read_response_with_headers(&mut r).expect("response");
+        assert_eq!(status, expect);
+        assert!(
+            !headers
+                .iter()
+                .any(|(n, _)| n.starts_with("RateLimit") || n == "Retry-After"),
+            "{headers:?}"
+        );
+    }
+    assert!(srv.stop().status.success());
 }
 
 #[test]

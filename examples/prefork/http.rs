@@ -110,11 +110,12 @@ fn find_head_end(buf: &[u8]) -> Option<usize> {
 }
 
 /// Append a `503 Service Temporarily Unavailable` (nginx's `limit_req_status` default, with
-/// its reason phrase), keeping the connection as the request asked.
-pub fn respond_limited(out: &mut Vec<u8>, req: &Request) {
+/// its reason phrase) with the header lines `extra` (each ending in CRLF), keeping the
+/// connection as the request asked.
+pub fn respond_limited(out: &mut Vec<u8>, req: &Request, extra: &str) {
     let _ = write!(
         out,
-        "HTTP/1.1 503 Service Temporarily Unavailable\r\nServer: gomutex-prefork\r\nContent-Length: 0\r\nConnection: {}\r\n\r\n",
+        "HTTP/1.1 503 Service Temporarily Unavailable\r\nServer: gomutex-prefork\r\n{extra}Content-Length: 0\r\nConnection: {}\r\n\r\n",
         connection(req)
     );
 }
@@ -129,21 +130,22 @@ fn connection(req: &Request) -> &'static str {
 }
 
 /// Whether to serve a request: given the connection's stream and the request's target,
-/// `true` to answer 200, `false` for 503.
+/// `true` to answer 200, `false` for 503; header lines for the answer (each ending in CRLF)
+/// may be appended to `headers`.
 pub trait Admit {
-    fn admit(&mut self, stream: &TcpStream, target: &[u8]) -> bool;
+    fn admit(&mut self, stream: &TcpStream, target: &[u8], headers: &mut String) -> bool;
 
-    /// Append the answer to an admitted request (`raw`: its bytes, head and body): `200 ok`
-    /// unless the handler has another (`--upstream`'s proxy).
-    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8]) {
+    /// Append the answer to an admitted request (`raw`: its bytes, head and body; `headers`:
+    /// what `admit` appended): `200 ok` unless the handler has another (`--upstream`'s proxy).
+    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8], headers: &str) {
         let _ = raw;
-        respond(out, req);
+        respond(out, req, headers);
     }
 }
 
-/// Append the response to `out`.
-pub fn respond(out: &mut Vec<u8>, req: &Request) {
-    respond_text(out, req, "", BODY);
+/// Append the response to `out`, with the header lines `extra`.
+pub fn respond(out: &mut Vec<u8>, req: &Request, extra: &str) {
+    respond_text(out, req, extra, BODY);
 }
 
 /// Append a `200 OK` answer to `req` with the text `body` and the header lines `extra`
@@ -275,12 +277,14 @@ impl Conn {
                 Ok(Some(req)) => {
                     let (a, b) = req.target;
                     let target = &self.rbuf[used + a..used + b];
+                    let mut headers = String::new();
                     if is_status(target) {
                         respond_status(&mut self.wbuf, &req, &status());
-                    } else if admit.admit(&self.stream, target) {
-                        admit.answer(&mut self.wbuf, &req, &self.rbuf[used..used + req.len]);
+                    } else if admit.admit(&self.stream, target, &mut headers) {
+                        let raw = &self.rbuf[used..used + req.len];
+                        admit.answer(&mut self.wbuf, &req, raw, &headers);
                     } else {
-                        respond_limited(&mut self.wbuf, &req);
+                        respond_limited(&mut self.wbuf, &req, &headers);
                     }
                     answered += 1;
                     used += req.len;

@@ -4,6 +4,7 @@
 use crate::http::Admit;
 use crate::shared::Slot;
 use gomutex::dict::{Decision, RateLimiter};
+use std::fmt::Write as _;
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -30,11 +31,13 @@ impl KeyBy {
 pub struct Limit<'a> {
     pub limiter: &'a RateLimiter,
     pub key: KeyBy,
+    /// `--limit-headers`: tell the client where its key stands.
+    pub headers: bool,
     pub slot: &'a Slot,
 }
 
 impl Admit for Option<Limit<'_>> {
-    fn admit(&mut self, stream: &TcpStream, target: &[u8]) -> bool {
+    fn admit(&mut self, stream: &TcpStream, target: &[u8], headers: &mut String) -> bool {
         let Some(l) = self else { return true };
         let mut addr = [0u8; 16];
         let key: &[u8] = match l.key {
@@ -53,7 +56,26 @@ impl Admit for Option<Limit<'_>> {
             KeyBy::Uri => target.split(|&b| b == b'?').next().unwrap_or(target),
         };
         // The limiter is `nodelay`: within the burst it never answers `Delay`.
-        let pass = !matches!(l.limiter.check(key), Decision::Rejected);
+        let decision = if l.headers {
+            let t = l.limiter.throttle(key);
+            // Whole seconds, rounded up: a client that waits that long is not refused for
+            // being early.
+            let secs = |d: std::time::Duration| d.as_millis().div_ceil(1000);
+            let _ = write!(
+                headers,
+                "RateLimit-Limit: {}\r\nRateLimit-Remaining: {}\r\nRateLimit-Reset: {}\r\n",
+                t.limit,
+                t.remaining,
+                secs(t.reset_after)
+            );
+            if t.decision == Decision::Rejected {
+                let _ = write!(headers, "Retry-After: {}\r\n", secs(t.retry_after));
+            }
+            t.decision
+        } else {
+            l.limiter.check(key)
+        };
+        let pass = !matches!(decision, Decision::Rejected);
         let c = if pass {
             &l.slot.limit_passed
         } else {

@@ -49,6 +49,11 @@
 //! zone and the request tried on the next peer, `502` when none is left (`proxy.rs`). The
 //! master gives back the connections of a worker it reaps (`force_release(pid)`). `/status`
 //! shows every peer's state. Without `--upstream` every request is answered `200 ok`.
+//!
+//! With `--limit-headers` every answer the worker makes to a limited request (not a proxied
+//! one, which is the backend's) says where its key stands
+//! (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` in seconds, and on a 503
+//! `Retry-After`), from [`gomutex::dict::RateLimiter::throttle`].
 
 #[cfg(target_os = "linux")]
 mod http;
@@ -137,6 +142,9 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --upstream SPEC           proxy requests to this backend (repeatable): nginx's `server`
                             parameters (weight=1 max_fails=1 fail_timeout=10000 by default),
                             balanced over all workers by a shared upstream zone
+  --limit-headers           tell the client where its key stands: RateLimit-Limit,
+                            RateLimit-Remaining, RateLimit-Reset (seconds), and Retry-After
+                            (seconds) on a 503
 
 Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
@@ -199,6 +207,8 @@ struct Args {
     limit_zone: usize,
     /// `--upstream`: the backends, in order.
     upstreams: Vec<(SocketAddr, gomutex::upstream::Peer)>,
+    /// `--limit-headers`: `RateLimit-*` and `Retry-After` headers.
+    limit_headers: bool,
 }
 
 #[cfg(target_os = "linux")]
@@ -218,6 +228,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         limit_key: KeyBy::Addr,
         limit_zone: 1 << 20,
         upstreams: Vec::new(),
+        limit_headers: false,
     };
     let (mut margin, mut batch, mut retry, mut slack) = (
         Spread::DEFAULT.margin,
@@ -301,6 +312,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 }
             }
             "--multi-accept" => a.multi_accept = true,
+            "--limit-headers" => a.limit_headers = true,
             "--no-spread" => a.spread = None,
             "--spread-margin" => {
                 margin = value
@@ -370,9 +382,14 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         }
     }
     if a.limit_req.is_none()
-        && (a.limit_burst != 0 || a.limit_key != KeyBy::Addr || a.limit_zone != 1 << 20)
+        && (a.limit_burst != 0
+            || a.limit_key != KeyBy::Addr
+            || a.limit_zone != 1 << 20
+            || a.limit_headers)
     {
-        return Err("--limit-burst, --limit-key and --limit-zone need --limit-req".into());
+        return Err(
+            "--limit-burst, --limit-key, --limit-zone and --limit-headers need --limit-req".into(),
+        );
     }
     if a.spread.is_some() {
         a.spread = Some(
@@ -497,6 +514,7 @@ impl Master<'_> {
             limit: self.limiter.map(|limiter| limit::Limit {
                 limiter,
                 key: self.args.limit_key,
+                headers: self.args.limit_headers,
                 slot: self.region.slot(i),
             }),
             proxy: self

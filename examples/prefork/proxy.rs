@@ -236,14 +236,15 @@ pub struct Handler<'a> {
 }
 
 impl Admit for Handler<'_> {
-    fn admit(&mut self, stream: &TcpStream, target: &[u8]) -> bool {
-        self.limit.admit(stream, target)
+    fn admit(&mut self, stream: &TcpStream, target: &[u8], headers: &mut String) -> bool {
+        self.limit.admit(stream, target, headers)
     }
 
-    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8]) {
+    /// A proxied answer is the backend's own: `--limit-headers` are not added to it.
+    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8], headers: &str) {
         match &mut self.proxy {
             Some(p) => p.forward(out, req, raw),
-            None => respond(out, req),
+            None => respond(out, req, headers),
         }
     }
 }

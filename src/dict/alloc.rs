@@ -343,12 +343,11 @@ pub(crate) fn init(m: &Mem, g: &Geometry) {
     m.st64(H_FREE_PAGES, free);
 }
 
-/// The largest block a region of `g` can ever hold, in bytes.
+/// The largest block a region of `g` can ever hold, in bytes: 2^k pages, the largest power
+/// of two up to its pages and the largest order (every write checks its size against it).
+#[inline]
 pub(crate) fn largest_block(g: &Geometry) -> usize {
-    let mut k = 0;
-    while k + 1 < ORDERS && (1usize << (k + 1)) <= g.npages as usize {
-        k += 1;
-    }
+    let k = g.npages.max(1).ilog2().min(ORDERS as u32 - 1);
     PAGE << k
 }
 
@@ -369,5 +368,19 @@ mod tests {
             assert!(w[1] % 16 == 0 && w[1] as f64 / w[0] as f64 <= 1.25 + 1e-9);
         }
         assert!(chunks(0) == 64 && chunks(20) == 2);
+    }
+
+    #[test]
+    fn the_largest_block_is_the_largest_power_of_two_of_pages() {
+        for (npages, pages) in [(2, 2), (3, 2), (4, 4), (1000, 512), (1 << 24, 1 << 23)] {
+            let g = Geometry {
+                len: 0,
+                npages,
+                nbuckets: 16,
+                buckets_off: 0,
+                pages_off: 0,
+            };
+            assert_eq!(largest_block(&g), PAGE * pages, "{npages} pages");
+        }
     }
 }

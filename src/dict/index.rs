@@ -31,15 +31,32 @@ pub(crate) fn hash(seed: u64, key: &[u8]) -> u64 {
     }
     let rest = words.remainder();
     if !rest.is_empty() {
-        let mut b = [0u8; 8];
-        b[..rest.len()].copy_from_slice(rest);
-        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(K).rotate_left(31);
+        h = (h ^ tail(rest)).wrapping_mul(K).rotate_left(31);
     }
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
     h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     h ^ (h >> 33)
+}
+
+/// The last 1 to 7 bytes of a key as the little-endian u64 they and zeros make (what a copy
+/// into a zeroed `[u8; 8]` gives), with at most two overlapping loads of 4 bytes or of 1 to 3:
+/// no call to `memcpy` for a key's tail.
+#[inline]
+pub(crate) fn tail(b: &[u8]) -> u64 {
+    let n = b.len();
+    let lo4 = |i: usize| u64::from(u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]));
+    if n >= 4 {
+        // The first 4 bytes and the last 4 (overlapping when n < 8), the last shifted to
+        // where they belong; the overlap holds the same bytes in both.
+        lo4(0) | lo4(n - 4) << (8 * (n - 4))
+    } else {
+        // 1 to 3 bytes: the first, the middle and the last (some the same byte).
+        u64::from(b[0])
+            | u64::from(b[n / 2]) << (8 * (n / 2))
+            | u64::from(b[n - 1]) << (8 * (n - 1))
+    }
 }
 
 /// Offset of the bucket word for `hash`.
@@ -50,20 +67,21 @@ pub(crate) fn bucket(g: &Geometry, hash: u32) -> usize {
 
 /// Key length and value kind of entry `e`.
 #[inline]
-pub(crate) fn klen_kind(tx: &ZoneTx<'_>, e: usize) -> (usize, u32) {
+pub(crate) fn klen_kind(tx: &impl Words, e: usize) -> (usize, u32) {
     let w = tx.r32(e + E_KEYLEN_KIND);
     ((w & 0xffff) as usize, w >> 16)
 }
 
 /// The key of entry `e`.
-pub(crate) fn key_of<'m>(tx: &ZoneTx<'m>, e: usize) -> &'m [u8] {
+pub(crate) fn key_of(tx: &impl Words, e: usize) -> &[u8] {
     let (klen, _) = klen_kind(tx, e);
     let vlen = tx.r32(e + E_VLEN) as usize;
-    tx.m.bytes(key_off(e, vlen), klen)
+    tx.mem().bytes(key_off(e, vlen), klen)
 }
 
 /// Where `key` is: `(entry offset, offset of the word that links to it)`.
-pub(crate) fn find(tx: &ZoneTx<'_>, g: &Geometry, key: &[u8], hash: u32) -> Option<(usize, usize)> {
+#[inline]
+pub(crate) fn find(tx: &impl Words, g: &Geometry, key: &[u8], hash: u32) -> Option<(usize, usize)> {
     let mut link = bucket(g, hash);
     let mut r = tx.r32(link);
     // A chain is never longer than the number of entries: bound the walk (a corrupt cycle
@@ -103,7 +121,7 @@ pub(crate) fn unlink(tx: &mut ZoneTx<'_>, link: usize, e: usize) {
 }
 
 /// The word that links to entry `e` (for an entry found by another route, e.g. the LRU list).
-pub(crate) fn link_of(tx: &ZoneTx<'_>, g: &Geometry, e: usize) -> Option<usize> {
+pub(crate) fn link_of(tx: &impl Words, g: &Geometry, e: usize) -> Option<usize> {
     let mut link = bucket(g, tx.r32(e + E_HASH));
     let mut left = tx.r64(H_COUNT).min(g.max_entries()) + 1;
     loop {
@@ -131,5 +149,15 @@ mod tests {
         assert_ne!(a, hash(1, b"client:10.0.0.2"));
         assert_ne!(hash(1, b""), hash(1, b"\0"));
         assert_ne!(hash(1, b"12345678"), hash(1, b"123456789"));
+    }
+
+    #[test]
+    fn a_tail_is_its_bytes_and_zeros() {
+        for n in 1..8 {
+            let b: Vec<u8> = (1..=n as u8).map(|i| i * 37).collect();
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(&b);
+            assert_eq!(tail(&b), u64::from_le_bytes(w), "{n} bytes");
+        }
     }
 }

@@ -343,6 +343,33 @@ impl Mem {
     }
 }
 
+/// Reading the region's words: straight from the region ([`Mem`]), or through a transaction
+/// being planned, which sees its own writes first ([`Tx`](super::redo::Tx)). A lookup that
+/// changes nothing reads through `Mem`: no write set to search.
+pub(crate) trait Words {
+    /// The u32 at `off`.
+    fn r32(&self, off: usize) -> u32;
+    /// The u64 at `off`.
+    fn r64(&self, off: usize) -> u64;
+    /// The region (for bytes, which no transaction holds).
+    fn mem(&self) -> &Mem;
+}
+
+impl Words for Mem {
+    #[inline]
+    fn r32(&self, off: usize) -> u32 {
+        self.ld32(off)
+    }
+    #[inline]
+    fn r64(&self, off: usize) -> u64 {
+        self.ld64(off)
+    }
+    #[inline]
+    fn mem(&self) -> &Mem {
+        self
+    }
+}
+
 /// Where an offset computed from a word of a damaged region is clamped so that a field's
 /// offset can still be added to it without overflow (in a 32-bit process): no region is this
 /// long (a Rust object is at most `isize::MAX` bytes), so every access there fails as corrupt.

@@ -1,6 +1,7 @@
 //! [`RateLimiter`]: nginx's `limit_req` (a leaky bucket per key), kept in a [`ShmDict`] that
 //! worker processes share, so that the rate holds across them.
 
+use super::ttl::Now;
 use super::types::{DictError, Value};
 use super::ShmDict;
 use crate::shm::ShmError;
@@ -116,26 +117,63 @@ impl RateLimiter {
     /// Count a request of `key` now (milliseconds on `CLOCK_MONOTONIC`, one clock for all the
     /// processes of the machine).
     pub fn check(&self, key: impl AsRef<[u8]>) -> Decision {
-        self.check_at(key, crate::shm::seam::mono_ns() / 1_000_000)
+        let now = crate::shm::seam::mono_ns() / 1_000_000;
+        // The dictionary's clock too: it needs no reading of its own for the entry's TTL.
+        self.decision(self.count(key.as_ref(), now, Now::at(now)))
     }
 
     /// [`check`](Self::check) at time `now_ms` of a clock the caller keeps (the same for
     /// every process using the dictionary; it may step back by up to a minute, as nginx
     /// tolerates).
     pub fn check_at(&self, key: impl AsRef<[u8]>, now_ms: u64) -> Decision {
-        let key = key.as_ref();
+        self.decision(self.count(key.as_ref(), now_ms, Now::lazy()))
+    }
+
+    /// [`check`](Self::check), and what a server may tell the client in headers
+    /// (`RateLimit-*`, `Retry-After`): the fields of redis-cell's `CL.THROTTLE`, exact for
+    /// nginx's arithmetic (see [`Throttle`]). The request is counted once, as by `check`.
+    ///
+    /// ```
+    /// use gomutex::dict::{Decision, RateLimiter, ShmDict};
+    /// use std::time::Duration;
+    /// let lim = RateLimiter::new(ShmDict::anonymous(64 << 10)?, 10, 2)?.nodelay();
+    /// let t = lim.throttle_at("10.0.0.1", 1_000);
+    /// assert_eq!((t.decision, t.limit, t.remaining), (Decision::Allowed, 3, 2));
+    /// lim.throttle_at("10.0.0.1", 1_000);
+    /// lim.throttle_at("10.0.0.1", 1_000);
+    /// let t = lim.throttle_at("10.0.0.1", 1_040); // 40 ms later: 0.4 of a request drained
+    /// assert_eq!((t.decision, t.remaining), (Decision::Rejected, 0));
+    /// assert_eq!(t.retry_after, Duration::from_millis(60)); // 100 ms per request at 10 r/s
+    /// // Its whole burst again once the 2 requests in excess and one more have drained:
+    /// assert_eq!(t.reset_after, Duration::from_millis(260));
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn throttle(&self, key: impl AsRef<[u8]>) -> Throttle {
+        let now = crate::shm::seam::mono_ns() / 1_000_000;
+        self.hints(self.count(key.as_ref(), now, Now::at(now)), now)
+    }
+
+    /// [`throttle`](Self::throttle) at time `now_ms` of the caller's clock (see
+    /// [`check_at`](Self::check_at)).
+    pub fn throttle_at(&self, key: impl AsRef<[u8]>, now_ms: u64) -> Throttle {
+        self.hints(self.count(key.as_ref(), now_ms, Now::lazy()), now_ms)
+    }
+
+    /// Count a request of `key` at `now_ms` in its bucket (nginx's `ngx_http_limit_req_lookup`);
+    /// `clock`: the dictionary's time (for the entry's TTL). What `check` and `throttle` share.
+    fn count(&self, key: &[u8], now_ms: u64, clock: Now) -> Count {
         // `if (key.len == 0) { continue; }` in nginx's `ngx_http_limit_req_handler`.
         if key.is_empty() {
-            return Decision::Allowed;
+            return Count::Unlimited;
         }
-        let r = self.dict.update(key, Some(self.ttl), |old| {
+        let r = self.dict.update_at(key, Some(self.ttl), clock, |old| {
             let Some(old) = old.and_then(Bucket::decode) else {
                 // The first request of the key (or of one whose bucket expired).
                 let b = Bucket {
                     last: now_ms,
                     excess: 0,
                 };
-                return (Some(0), Some(b.encode()));
+                return ((true, b), Some(b.encode()));
             };
             let mut ms = now_ms.wrapping_sub(old.last) as i64;
             if ms < -60_000 {
@@ -143,29 +181,133 @@ impl RateLimiter {
             } else if ms < 0 {
                 ms = 0;
             }
-            let decay = (self.rate as i128 * ms as i128 / 1000).min(i64::MAX as i128) as i64;
+            // `ctx->rate * ms / 1000`, in u64 (a division by a constant) unless it overflows.
+            let decay = match self.rate.checked_mul(ms as u64) {
+                Some(p) => (p / 1000).min(i64::MAX as u64) as i64,
+                None => (self.rate as u128 * ms as u128 / 1000).min(i64::MAX as u128) as i64,
+            };
             let excess = old.excess.saturating_sub(decay).saturating_add(1000).max(0);
             if excess as u64 > self.burst {
-                return (None, None);
+                return ((false, old), None);
             }
             let b = Bucket {
                 last: if ms != 0 { now_ms } else { old.last },
                 excess,
             };
-            (Some(excess as u64), Some(b.encode()))
+            ((true, b), Some(b.encode()))
         });
         match r {
-            Ok((Some(excess), _)) if excess <= self.delay => Decision::Allowed,
-            Ok((Some(excess), _)) => Decision::Delay(Duration::from_millis(
-                (excess - self.delay) * 1000 / self.rate,
-            )),
-            Ok((None, _)) => Decision::Rejected,
-            Err(DictError::KeyTooLong { .. } | DictError::ValueTooLarge { .. }) => {
-                Decision::Allowed
-            }
-            Err(_) => Decision::Rejected,
+            Ok(((accepted, bucket), _)) => Count::Counted { accepted, bucket },
+            Err(DictError::KeyTooLong { .. } | DictError::ValueTooLarge { .. }) => Count::Unlimited,
+            Err(_) => Count::Failed,
         }
     }
+
+    /// nginx's decision for a request counted as `c`.
+    #[inline]
+    fn decision(&self, c: Count) -> Decision {
+        match c {
+            Count::Counted {
+                accepted: true,
+                bucket,
+            } => {
+                let excess = bucket.excess as u64;
+                if excess <= self.delay {
+                    Decision::Allowed
+                } else {
+                    Decision::Delay(Duration::from_millis(
+                        (excess - self.delay) * 1000 / self.rate,
+                    ))
+                }
+            }
+            Count::Unlimited => Decision::Allowed,
+            Count::Counted { .. } | Count::Failed => Decision::Rejected,
+        }
+    }
+
+    /// The decision and the hints for a request counted as `c` at `now_ms`.
+    fn hints(&self, c: Count, now_ms: u64) -> Throttle {
+        let decision = self.decision(c);
+        let limit = self.burst / 1000 + 1;
+        let (accepted, b) = match c {
+            Count::Counted { accepted, bucket } => (accepted, bucket),
+            // Not counted: as if it had never sent anything.
+            Count::Unlimited | Count::Failed => {
+                let unlimited = matches!(c, Count::Unlimited);
+                return Throttle {
+                    decision,
+                    limit,
+                    remaining: if unlimited { limit - 1 } else { 0 },
+                    retry_after: Duration::ZERO,
+                    reset_after: Duration::ZERO,
+                };
+            }
+        };
+        let excess = b.excess.max(0) as u64;
+        // Requests at `now_ms` find the bucket as stored: its `last` is `now_ms` (or, after a
+        // clock step back, later), so they decay nothing: each adds 1000.
+        let remaining = if accepted {
+            self.burst.saturating_sub(excess) / 1000
+        } else {
+            0
+        };
+        // A request `ms` after `last` decays `rate * ms / 1000`: the first instant at which
+        // `drain` thousandths have gone is `last + ceil(drain * 1000 / rate)`.
+        let after = |drain: u64| {
+            if drain == 0 {
+                return Duration::ZERO;
+            }
+            let ms = (u128::from(drain) * 1000).div_ceil(u128::from(self.rate));
+            let at = u128::from(b.last) + ms;
+            Duration::from_millis(at.saturating_sub(u128::from(now_ms)).min(u64::MAX.into()) as u64)
+        };
+        Throttle {
+            decision,
+            limit,
+            remaining,
+            // The next request is accepted once `excess - decay + 1000 <= burst`.
+            retry_after: after((excess + 1000).saturating_sub(self.burst)),
+            // A request finds the whole burst once `excess - decay + 1000 <= 0`.
+            reset_after: after(excess + 1000),
+        }
+    }
+}
+
+/// A request counted in its bucket, as `check` and `throttle` share it.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    /// Counted (or rejected, `accepted: false`); the bucket as it is stored now.
+    Counted { accepted: bool, bucket: Bucket },
+    /// Not limited: an empty key, or one too long for the zone (nginx skips such a limit).
+    Unlimited,
+    /// The zone could not hold the bucket: rejected.
+    Failed,
+}
+
+/// What [`RateLimiter::throttle`] answers: nginx's decision, and the fields of redis-cell's
+/// `CL.THROTTLE` for a server's `RateLimit-*` and `Retry-After` headers. Exact for nginx's
+/// arithmetic (integer thousandths, the decay truncated per request) on a clock that does not
+/// step back: a request of the key at `now + retry_after` is not rejected and one a
+/// millisecond earlier is (unless `retry_after` is zero), `remaining` more requests now are
+/// accepted and the next one is not, and a request at `now + reset_after` finds the whole
+/// burst (as a key's first request does), one a millisecond earlier does not. Other
+/// processes' requests of the key in between change all of it, as in redis-cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttle {
+    /// nginx's decision for this request ([`RateLimiter::check`]'s).
+    pub decision: Decision,
+    /// Requests a key may send at once from an empty bucket: the burst and one
+    /// (`RateLimit-Limit`; CL.THROTTLE's limit, `max_burst + 1`).
+    pub limit: u64,
+    /// Requests of the key that would be accepted now, after this one (0 if it was rejected):
+    /// `RateLimit-Remaining`.
+    pub remaining: u64,
+    /// How long until the key's next request would be accepted (allowed or delayed): 0 if
+    /// now. For a rejected request, `Retry-After`.
+    pub retry_after: Duration,
+    /// How long until a request of the key would find its whole burst, as its first request
+    /// does (the requests in excess and one more drained): `RateLimit-Reset`.
+    pub reset_after: Duration,
 }
 
 /// One key's state, as stored: `last` then `excess`, little-endian.
@@ -384,6 +526,114 @@ mod tests {
         );
         assert_eq!(l.check_at("a", 1_000), Allowed);
         assert_eq!(l.check_at("a", 1_000), Rejected);
+    }
+
+    /// Random histories of one key (rates, bursts and delays of every kind, times that stay
+    /// or move by up to 400 ms): after each request, every hint `throttle` gives is probed on
+    /// copies of the key (the history replayed under another key), at the millisecond it
+    /// predicts and the one before. Found wrong in review when `retry_after` forgot the time
+    /// already elapsed since the bucket's last request: then a request a millisecond before
+    /// the predicted one is not rejected, and this fails.
+    #[test]
+    fn throttle_hints_are_exact_at_the_millisecond() {
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut uniq = 0u64;
+        let (mut rejected_late, mut probes) = (0, 0);
+        for h in 0..60 {
+            let rate = [500, 1000, 3000, 10_000, 33_333][rnd(5) as usize];
+            let burst = rnd(5) as u32;
+            let l = RateLimiter::with_milli_rate(ShmDict::anonymous(1 << 20).unwrap(), rate, burst)
+                .unwrap();
+            let l = match rnd(3) {
+                0 => l,
+                1 => l.nodelay(),
+                _ => l.delay(rnd(3) as u32),
+            };
+            let mut t = 10_000 + rnd(1000);
+            let times: Vec<u64> = (0..25)
+                .map(|_| {
+                    t += [0, 0, 1, rnd(50), rnd(400)][rnd(5) as usize];
+                    t
+                })
+                .collect();
+            for i in 0..times.len() {
+                let now = times[i];
+                // A fresh key with the history up to request `i`; its last answer.
+                let mut replay = || {
+                    uniq += 1;
+                    let k = format!("h{h}:{uniq}");
+                    // Every request counted, in order: the answer to the last one.
+                    let last = times[..=i]
+                        .iter()
+                        .fold(None, |_, &t| Some(l.throttle_at(&k, t)));
+                    (k, last.unwrap())
+                };
+                let (_, th) = replay();
+                let ctx = format!("history {h} (rate {rate}, burst {burst}) request {i}: {th:?}");
+                assert_eq!(th.limit, u64::from(burst) + 1, "{ctx}");
+                if th.decision == Rejected {
+                    assert!(
+                        th.remaining == 0 && th.retry_after > Duration::ZERO,
+                        "{ctx}"
+                    );
+                }
+                // `remaining` more now, then a rejection.
+                let (k, _) = replay();
+                for n in 0..th.remaining {
+                    assert_ne!(l.check_at(&k, now), Rejected, "{ctx}: extra request {n}");
+                }
+                assert_eq!(l.check_at(&k, now), Rejected, "{ctx}: past the remaining");
+                // The next request: not rejected at `now + retry_after`, rejected before.
+                let retry = th.retry_after.as_millis() as u64;
+                let (k, _) = replay();
+                assert_ne!(
+                    l.check_at(&k, now + retry),
+                    Rejected,
+                    "{ctx}: at retry_after"
+                );
+                if retry > 0 {
+                    let (k, _) = replay();
+                    assert_eq!(
+                        l.check_at(&k, now + retry - 1),
+                        Rejected,
+                        "{ctx}: before it"
+                    );
+                    if th.decision == Rejected && now > bucket(&l, &k).last {
+                        rejected_late += 1;
+                    }
+                }
+                // The whole burst at `now + reset_after` (a request then leaves all of it, as
+                // a key's first does), not a millisecond before.
+                let reset = th.reset_after.as_millis() as u64;
+                let full = u64::from(burst);
+                assert!(reset > 0, "{ctx}: a request is never drained at once");
+                let (k, _) = replay();
+                let at = l.throttle_at(&k, now + reset);
+                assert!(
+                    at.decision == Allowed && at.remaining == full,
+                    "{ctx}: at reset_after {at:?}"
+                );
+                let (k, _) = replay();
+                let before = l.throttle_at(&k, now + reset - 1);
+                assert!(
+                    before.decision != Allowed || before.remaining < full,
+                    "{ctx}: before reset_after {before:?}"
+                );
+                probes += 1;
+            }
+        }
+        // The histories reach the case the test is for.
+        assert!(
+            rejected_late > 20,
+            "{rejected_late} rejections with time elapsed"
+        );
+        assert!(probes > 1000);
     }
 
     #[test]

@@ -17,8 +17,9 @@ use super::layout::{E_EXPIRES, E_FLAGS, E_VALUE};
 use super::lru;
 use super::ops::{Mode, Write, Zone};
 use super::redo::ZoneTx;
+use super::ttl::Now;
 use super::types::{DictError, Value};
-use super::{index, ttl, ShmDict};
+use super::ShmDict;
 
 /// Bytes of an item's length prefix.
 const LEN: usize = 4;
@@ -91,17 +92,13 @@ enum End {
 impl Zone<'_> {
     /// The live list of `key`: `Ok(None)` if the key has no live entry, `WrongType` if it holds
     /// a scalar.
-    fn list(&self, key: &[u8], now: u64) -> Result<Option<Found<'_>>, DictError> {
+    fn list(&self, key: &[u8], now: &Now) -> Result<Option<Found<'_>>, DictError> {
         // Found without moving it in the LRU order: the store that follows does (a push or pop
         // is one transaction, or a delete).
-        let tx = ZoneTx::new(self.m);
-        let hash = index::hash(self.seed, key) as u32;
-        let Some((e, _)) = index::find(&tx, &self.g, key, hash) else {
+        let l = self.look(key, now);
+        let Some((e, _)) = l.found.filter(|_| l.live) else {
             return Ok(None);
         };
-        if ttl::expired(&tx, e, now) {
-            return Ok(None);
-        }
         if !self.is_list(e) {
             return Err(DictError::WrongType);
         }
@@ -123,13 +120,10 @@ impl Zone<'_> {
         key: &[u8],
         old: Option<usize>,
         new: &[u8],
-        now: u64,
+        now: &Now,
     ) -> Result<(), DictError> {
         let (expires, flags) = match old {
-            Some(e) => {
-                let tx = ZoneTx::new(self.m);
-                (tx.r64(e + E_EXPIRES), tx.r32(e + E_FLAGS))
-            }
+            Some(e) => (self.m.ld64(e + E_EXPIRES), self.m.ld32(e + E_FLAGS)),
             None => (0, 0),
         };
         let w = Write {
@@ -142,7 +136,7 @@ impl Zone<'_> {
         self.store(key, Value::Bytes(new), w, now).map(drop)
     }
 
-    fn push(&self, key: &[u8], item: &[u8], end: End, max: usize, now: u64) -> PushResult {
+    fn push(&self, key: &[u8], item: &[u8], end: End, max: usize, now: &Now) -> PushResult {
         let (old, bytes) = match self.list(key, now)? {
             Some(f) => (Some(f.e), f.items),
             None => (None, &[][..]),
@@ -178,7 +172,7 @@ impl Zone<'_> {
         Ok(n)
     }
 
-    fn pop(&self, key: &[u8], end: End, now: u64) -> Result<Option<Vec<u8>>, DictError> {
+    fn pop(&self, key: &[u8], end: End, now: &Now) -> Result<Option<Vec<u8>>, DictError> {
         let Some(Found {
             e,
             items: bytes,

@@ -1,5 +1,6 @@
 //! The LRU order: a doubly linked list of every entry through `E_PREV`/`E_NEXT`, most recently
-//! written at the head (`H_LRU_HEAD`), least at the tail. A write puts its entry at the head;
+//! written at the head (`H_LRU_HEAD`), least at the tail. A write puts its new entry at the
+//! head (an update written in place, like `incr`'s, marks its entry used instead: see below);
 //! eviction takes from the tail (nginx's and lua_shared_dict's rule).
 //!
 //! A hit does not relink: it sets the entry's used word (`E_USED`), one store into a line the

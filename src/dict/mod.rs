@@ -30,6 +30,7 @@ mod list;
 mod lru;
 mod named;
 mod ops;
+mod overwrite;
 mod redo;
 mod shard;
 mod ttl;
@@ -37,12 +38,13 @@ mod types;
 
 pub use check::CheckReport;
 pub use config::DictConfig;
-pub use limit_req::{Decision, RateLimiter};
+pub use limit_req::{Decision, RateLimiter, Throttle};
 pub use types::{DictError, DictStats, Incr, Item, OwnedValue, Value, MAX_KEY};
 
 use self::layout::PAGE;
 use self::ops::{Mode, Write};
 use self::shard::Shard;
+pub(crate) use self::ttl::Now;
 #[cfg(doc)]
 use crate::shm::ShmMutex;
 use crate::shm::{Mapping, ShmError};
@@ -74,7 +76,7 @@ use std::time::Duration;
 /// # A death in the middle of an update
 ///
 /// Every update is built so that one atomic store decides it. The new entry is written whole
-/// into a chunk that is still free (the allocator's state lives outside the chunks, so that
+/// (unless it is written in place: see the limits below) into a chunk that is still free (the allocator's state lives outside the chunks, so that
 /// changes nothing anybody can see); every structure word the update changes (the index
 /// link, the LRU links, the allocator's bitmap and free lists, the header's counts, and the
 /// old entry's release) is planned in a transaction, copied to the zone's redo record, and
@@ -156,9 +158,12 @@ use std::time::Duration;
 /// * Per entry: 48 bytes of header, the value rounded up to 8, the key, rounded up to its size
 ///   class (at most 25 % more above 64 bytes), and about 4 bytes of buckets per 256 bytes of
 ///   zone; 3 % of the zone for page descriptors and buckets.
-/// * An update of an existing key needs room for the new entry beside the old one (it is never
-///   written over it); the old entry is not evicted to make that room. A list's pop is the
-///   exception: it shrinks the list in place, needing no memory.
+/// * An update of an existing key to a value of another size needs room for the new entry
+///   beside the old one (it is never written over it); the old entry is not evicted to make
+///   that room. A value of as many 8-byte words as the old one, up to 256 bytes, is written
+///   in place instead (its words committed through the redo record like any other update:
+///   old or new after a death), needing no memory; the entry keeps its place in the LRU list
+///   and is marked used, as a hit marks it. A list's pop also shrinks the list in place.
 /// * Eviction (per shard): every write frees up to 2 expired entries at the LRU tail; one that
 ///   does not fit then frees the expired entries within 1024 of the tail, then evicts live
 ///   ones from the tail, at most 64; `safe_*` free only expired ones. A hit marks its entry
@@ -515,21 +520,34 @@ impl ShmDict {
         ttl: Option<Duration>,
         f: impl FnOnce(Option<Value<'_>>) -> (R, Option<[u8; N]>),
     ) -> Result<(R, u32), DictError> {
-        let key = key.as_ref();
+        self.update_at(key.as_ref(), ttl, Now::lazy(), f)
+    }
+
+    /// [`update`](Self::update) at the time `now` (the caller's reading of the dictionary's
+    /// clock, or lazy): the key is looked up once, for the read and the write.
+    pub(crate) fn update_at<R, const N: usize>(
+        &self,
+        key: &[u8],
+        ttl: Option<Duration>,
+        now: Now,
+        f: impl FnOnce(Option<Value<'_>>) -> (R, Option<[u8; N]>),
+    ) -> Result<(R, u32), DictError> {
         self.check_size(key, &Value::Bytes(&[0u8; N]))?;
-        self.shard(key).try_with(|z, now| {
-            let (r, new) = {
-                let found = z.get(key, false, now);
-                if found.is_some_and(|(e, _)| z.is_list(e)) {
-                    return Err(DictError::WrongType);
-                }
-                let old = found.map(|(e, _)| z.value_of(e).0);
-                if layout::corrupt_seen() {
-                    return Err(DictError::NoMemory); // replaced by `Corrupt` in `with`
-                }
-                f(old)
-            };
+        self.shard(key).try_with_at(now, |z, now| {
+            let looked = z.look(key, now);
+            let live = looked.found.filter(|_| looked.live);
+            if live.is_some_and(|(e, _)| z.is_list(e)) {
+                return Err(DictError::WrongType);
+            }
+            let old = live.map(|(e, _)| z.value_of(e).0);
+            if layout::corrupt_seen() {
+                return Err(DictError::NoMemory); // replaced by `Corrupt` in `with`
+            }
+            let (r, new) = f(old);
             let Some(new) = new else {
+                if let Some((e, _)) = live {
+                    lru::mark_used(z.m, e); // a read: a hit
+                }
                 return Ok((r, 0));
             };
             let w = Write {
@@ -539,7 +557,8 @@ impl ShmDict {
                 safe: false,
                 list: false,
             };
-            z.store(key, Value::Bytes(&new), w, now).map(|ev| (r, ev))
+            z.store_found(key, looked, Value::Bytes(&new), w, now)
+                .map(|ev| (r, ev))
         })
     }
 
@@ -721,8 +740,8 @@ impl ShmDict {
     }
 
     /// Up to `max` live keys (0: all): shard after shard, each in its LRU order (most recently
-    /// written or spared first; with several shards, no order across them). Holds each
-    /// shard's lock for its walk.
+    /// written beside its old entry, or spared, first; an update in place keeps its place;
+    /// with several shards, no order across them). Holds each shard's lock for its walk.
     pub fn keys(&self, max: usize) -> Result<Vec<Vec<u8>>, DictError> {
         let mut out = Vec::new();
         for s in self.shards.iter() {

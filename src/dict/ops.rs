@@ -11,7 +11,7 @@ use super::index;
 use super::layout::*;
 use super::lru;
 use super::redo::ZoneTx;
-use super::ttl;
+use super::ttl::{self, Now};
 use super::types::{DictError, Value};
 use crate::crash;
 use std::time::Duration;
@@ -68,6 +68,15 @@ enum Step {
     Spare(usize),
 }
 
+/// A key looked up: its hash, where its entry is (the entry, the word that links to it), and
+/// whether that entry is live.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Looked {
+    pub hash: u32,
+    pub found: Option<(usize, usize)>,
+    pub live: bool,
+}
+
 /// The region, under its lock.
 pub(crate) struct Zone<'m> {
     pub m: &'m Mem,
@@ -110,6 +119,28 @@ impl Zone<'_> {
         Ok(())
     }
 
+    /// lua_shared_dict's freeing of expired entries at the LRU tail on every write: plan the
+    /// removal of up to [`EXPIRE_ON_WRITE`] of them (never `keep`, the key's own entry);
+    /// the entries planned, tail first, then zeros (no entry is at offset 0, the header).
+    pub(crate) fn expire_tail(
+        &self,
+        tx: &mut ZoneTx<'_>,
+        keep: Option<usize>,
+        now: &Now,
+    ) -> Result<[usize; EXPIRE_ON_WRITE], DictError> {
+        let mut freed = [0; EXPIRE_ON_WRITE];
+        for f in &mut freed {
+            let tail = tx.r32(H_LRU_TAIL);
+            let e = index::off(tail);
+            if tail == 0 || Some(e) == keep || !ttl::expired(tx, e, now) {
+                break;
+            }
+            self.remove_found(tx, e, false)?;
+            *f = e;
+        }
+        Ok(freed)
+    }
+
     /// Plan room for a new entry of `size` (never freeing `keep`, the key's live entry):
     /// lua_shared_dict's freeing of expired entries at the LRU tail on every write; then, while
     /// it does not fit, the expired entries within [`EXPIRED_SCAN`] of the tail; then (unless
@@ -122,7 +153,7 @@ impl Zone<'_> {
         size: Size,
         keep: Option<usize>,
         safe: bool,
-        now: u64,
+        now: &Now,
     ) -> Result<Room<'_>, DictError> {
         let mut plan = ZoneTx::plan(self.m);
         let mut room = Vec::new();
@@ -132,13 +163,12 @@ impl Zone<'_> {
             room.push(Step::Free { e, live });
             self.remove_found(plan, e, live)
         };
-        for _ in 0..EXPIRE_ON_WRITE {
-            let tail = plan.r32(H_LRU_TAIL);
-            let e = index::off(tail);
-            if tail == 0 || Some(e) == keep || !ttl::expired(&plan, e, now) {
-                break;
-            }
-            free(&mut plan, &mut room, e, false)?;
+        for e in self
+            .expire_tail(&mut plan, keep, now)?
+            .into_iter()
+            .take_while(|&e| e != 0)
+        {
+            room.push(Step::Free { e, live: false });
         }
         let mut r = plan.r32(H_LRU_TAIL);
         for _ in 0..EXPIRED_SCAN.min(entries) {
@@ -203,7 +233,7 @@ impl Zone<'_> {
         &self,
         size: Size,
         keep: Option<usize>,
-        now: u64,
+        now: &Now,
     ) -> Result<Option<Room<'_>>, DictError> {
         let run = match size {
             Size::Class(_) => 1,
@@ -342,7 +372,21 @@ impl Zone<'_> {
         key: &[u8],
         value: Value<'_>,
         w: Write,
-        now: u64,
+        now: &Now,
+    ) -> Result<u32, DictError> {
+        let l = self.look(key, now);
+        self.store_found(key, l, value, w, now)
+    }
+
+    /// [`store`](Self::store) of a key looked up already ([`look`](Self::look)). An update of
+    /// the same size is written in place ([`overwrite`](Self::overwrite)).
+    pub(crate) fn store_found(
+        &self,
+        key: &[u8],
+        Looked { hash, found, live }: Looked,
+        value: Value<'_>,
+        w: Write,
+        now: &Now,
     ) -> Result<u32, DictError> {
         let Write {
             expires,
@@ -351,27 +395,30 @@ impl Zone<'_> {
             safe,
             list,
         } = w;
-        let hash = self.hash(key);
         let (kind, vlen) = match value {
             Value::Bytes(b) if list => (VALUE_LIST, b.len()),
             Value::Bytes(b) => (VALUE_BYTES, b.len()),
             Value::Int(_) => (VALUE_INT, 8),
         };
         let size = Size::of(entry_size(key.len(), vlen));
-        let mut found = index::find(&ZoneTx::new(self.m), &self.g, key, hash);
-        let live = found.is_some_and(|(e, _)| !ttl::expired(&ZoneTx::new(self.m), e, now));
         match mode {
             Mode::Absent if live => return Err(DictError::Exists),
             Mode::Present if !live => return Err(DictError::NotFound),
             _ => {}
         }
+        if let Some((e, _)) = found {
+            if self.overwrite(e, key.len(), value, kind, w, now)? {
+                return Ok(0);
+            }
+        }
+        let mut found = found;
         // The key's live entry stays until the new one replaces it (it is never written over);
         // an expired one may go to make room.
         let room = self.plan_room(size, found.filter(|_| live).map(|f| f.0), safe, now)?;
         let evicted = room.live;
         if !room.room.is_empty() {
             self.make_room(room)?;
-            found = index::find(&ZoneTx::new(self.m), &self.g, key, hash);
+            found = index::find(self.m, &self.g, key, hash);
         }
         // Allocate first, while the old entry still holds its chunk: the new one is written
         // beside it, never over it.
@@ -417,28 +464,38 @@ impl Zone<'_> {
 
     /// The live (or, with `stale`, also expired) entry of `key`, marked used if live:
     /// `(entry, expired)`.
-    pub(crate) fn get(&self, key: &[u8], stale: bool, now: u64) -> Option<(usize, bool)> {
-        let tx = ZoneTx::new(self.m);
-        let (e, _) = index::find(&tx, &self.g, key, self.hash(key))?;
-        let expired = ttl::expired(&tx, e, now);
-        if expired && !stale {
+    #[inline]
+    pub(crate) fn get(&self, key: &[u8], stale: bool, now: &Now) -> Option<(usize, bool)> {
+        let l = self.look(key, now);
+        let (e, _) = l.found?;
+        if !l.live && !stale {
             return None;
         }
-        if !expired {
+        if l.live {
             lru::mark_used(self.m, e);
         }
-        Some((e, expired))
+        Some((e, !l.live))
+    }
+
+    /// Look `key` up (once, for an operation that reads and may then store).
+    #[inline]
+    pub(crate) fn look(&self, key: &[u8], now: &Now) -> Looked {
+        let hash = self.hash(key);
+        let found = index::find(self.m, &self.g, key, hash);
+        let live = found.is_some_and(|(e, _)| !ttl::expired(self.m, e, now));
+        Looked { hash, found, live }
     }
 
     /// Whether entry `e` holds a list.
     pub(crate) fn is_list(&self, e: usize) -> bool {
-        index::klen_kind(&ZoneTx::new(self.m), e).1 == VALUE_LIST
+        index::klen_kind(self.m, e).1 == VALUE_LIST
     }
 
     /// Read entry `e`'s value and flags (a list's encoded bytes).
+    #[inline]
     pub(crate) fn value_of(&self, e: usize) -> (Value<'_>, u32) {
-        let tx = ZoneTx::new(self.m);
-        let (_, kind) = index::klen_kind(&tx, e);
+        let tx = self.m;
+        let (_, kind) = index::klen_kind(tx, e);
         let flags = tx.r32(e + E_FLAGS);
         if kind == VALUE_INT {
             (Value::Int(self.m.ld64(e + E_VALUE) as i64), flags)
@@ -455,12 +512,12 @@ impl Zone<'_> {
         key: &[u8],
         by: i64,
         init: Option<(i64, u64)>,
-        now: u64,
+        now: &Now,
     ) -> Result<(i64, u32), DictError> {
-        let tx = ZoneTx::new(self.m);
-        if let Some((e, _)) = index::find(&tx, &self.g, key, self.hash(key)) {
-            if !ttl::expired(&tx, e, now) {
-                if index::klen_kind(&tx, e).1 != VALUE_INT {
+        let tx = self.m;
+        if let Some((e, _)) = index::find(tx, &self.g, key, self.hash(key)) {
+            if !ttl::expired(tx, e, now) {
+                if index::klen_kind(tx, e).1 != VALUE_INT {
                     return Err(DictError::NotANumber);
                 }
                 let v = tx.r64(e + E_VALUE) as i64;
@@ -490,11 +547,11 @@ impl Zone<'_> {
     }
 
     /// Remove `key`'s entry; whether it had a live one.
-    pub(crate) fn delete(&self, key: &[u8], now: u64) -> bool {
+    pub(crate) fn delete(&self, key: &[u8], now: &Now) -> bool {
         let mut tx = ZoneTx::new(self.m);
         match index::find(&tx, &self.g, key, self.hash(key)) {
             Some((e, link)) => {
-                let live = !ttl::expired(&tx, e, now);
+                let live = !ttl::expired(self.m, e, now);
                 self.remove(&mut tx, e, link, false);
                 tx.commit();
                 live
@@ -504,20 +561,20 @@ impl Zone<'_> {
     }
 
     /// The live entry of `key`, or `NotFound`.
-    fn live(&self, key: &[u8], now: u64) -> Result<usize, DictError> {
-        let tx = ZoneTx::new(self.m);
-        match index::find(&tx, &self.g, key, self.hash(key)) {
-            Some((e, _)) if !ttl::expired(&tx, e, now) => Ok(e),
+    fn live(&self, key: &[u8], now: &Now) -> Result<usize, DictError> {
+        let tx = self.m;
+        match index::find(tx, &self.g, key, self.hash(key)) {
+            Some((e, _)) if !ttl::expired(tx, e, now) => Ok(e),
             _ => Err(DictError::NotFound),
         }
     }
 
-    pub(crate) fn ttl(&self, key: &[u8], now: u64) -> Result<Option<Duration>, DictError> {
+    pub(crate) fn ttl(&self, key: &[u8], now: &Now) -> Result<Option<Duration>, DictError> {
         let e = self.live(key, now)?;
-        Ok(ttl::left(&ZoneTx::new(self.m), e, now))
+        Ok(ttl::left(self.m, e, now))
     }
 
-    pub(crate) fn expire(&self, key: &[u8], expires: u64, now: u64) -> Result<(), DictError> {
+    pub(crate) fn expire(&self, key: &[u8], expires: u64, now: &Now) -> Result<(), DictError> {
         let e = self.live(key, now)?;
         let mut tx = ZoneTx::new(self.m);
         tx.w64(e + E_EXPIRES, expires);
@@ -534,16 +591,15 @@ impl Zone<'_> {
     }
 
     /// Free up to `max` (0: all) expired entries, from the LRU tail up. How many were freed.
-    pub(crate) fn flush_expired(&self, max: usize, now: u64) -> usize {
+    pub(crate) fn flush_expired(&self, max: usize, now: &Now) -> usize {
         let mut freed = 0;
         let mut r = self.m.ld32(H_LRU_TAIL);
         let mut left = self.m.ld64(H_COUNT).min(self.g.max_entries());
         while r != 0 && left > 0 && (max == 0 || freed < max) {
             left -= 1;
             let e = index::off(r);
-            let tx = ZoneTx::new(self.m);
-            r = tx.r32(e + E_PREV);
-            if ttl::expired(&tx, e, now) {
+            r = self.m.ld32(e + E_PREV);
+            if ttl::expired(self.m, e, now) {
                 if self.remove_alone(e, false).is_err() {
                     break;
                 }
@@ -554,15 +610,15 @@ impl Zone<'_> {
     }
 
     /// Up to `max` (0: all) live keys, in LRU order (most recently written or spared first).
-    pub(crate) fn keys(&self, max: usize, now: u64) -> Vec<Vec<u8>> {
-        let tx = ZoneTx::new(self.m);
+    pub(crate) fn keys(&self, max: usize, now: &Now) -> Vec<Vec<u8>> {
+        let tx = self.m;
         let mut out = Vec::new();
         let mut r = tx.r32(H_LRU_HEAD);
         let mut left = tx.r64(H_COUNT).min(self.g.max_entries());
         while r != 0 && left > 0 && (max == 0 || out.len() < max) {
             let e = index::off(r);
-            if !ttl::expired(&tx, e, now) {
-                out.push(index::key_of(&tx, e).to_vec());
+            if !ttl::expired(tx, e, now) {
+                out.push(index::key_of(tx, e).to_vec());
             }
             r = tx.r32(e + E_NEXT);
             left -= 1;

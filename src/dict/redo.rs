@@ -15,8 +15,7 @@
 //! sit in a free chunk); killed after it, its whole update will be applied. [`replay`], run by
 //! the next holder of the lock when the lock reports the death, applies a committed record
 //! again and clears it. So every structure is always either before or after a transaction, and
-//! every key holds its old or its new value.
-//!
+//! every key holds its old or its new value.//!
 //! The lock's journal (`shm/journal.rs`, its `Txn`) is the same idea, a redo log committed by
 //! one store, on other terms, which is why the two are separate types with separate logs: a
 //! `Txn` writes typed fields (per-participant counts, slot states, a few header counters) and
@@ -26,19 +25,24 @@
 //! point is the record's length, under the shard's `ShmMutex`. Sharing one would put the
 //! zone's words in the lock's region or the lock's fields in the zone's record.
 
-use super::layout::{corrupt, corrupt_seen, Mem, LOG, LOG_CAP, LOG_ENTRIES};
+use super::layout::{corrupt, corrupt_seen, Mem, Words, LOG, LOG_CAP, LOG_ENTRIES};
 use crate::crash;
 use core::sync::atomic::{fence, Ordering};
 use std::collections::HashMap;
 
 /// Planned writes past which a plan indexes them (a linear search up to there).
 const INDEXED: usize = 64;
+/// Planned writes a transaction holds in itself before it allocates (an update of a key in
+/// place, an incr, a delete: no allocation).
+const INLINE: usize = 16;
 
 /// A transaction being planned: writes kept aside until [`commit`](ZoneTx::commit).
 pub(crate) struct ZoneTx<'m> {
     pub(crate) m: &'m Mem,
-    /// `(offset << 1 | is_u64, value)`. A `Vec`, so that a transaction is cheap to make and
-    /// move (a read-only one, most lookups, allocates nothing).
+    /// `(offset << 1 | is_u64, value)`: the first [`INLINE`] in `small` (`n` of them), then
+    /// all of them in `w`.
+    small: [(u64, u64); INLINE],
+    n: usize,
     w: Vec<(u64, u64)>,
     /// Where each key is in `w`, once `w` is long (a plan of many evictions).
     at: Option<HashMap<u64, usize>>,
@@ -51,6 +55,8 @@ impl<'m> ZoneTx<'m> {
     pub(crate) fn new(m: &'m Mem) -> Self {
         Self {
             m,
+            small: [(0, 0); INLINE],
+            n: 0,
             w: Vec::new(),
             at: None,
             cap: LOG_CAP,
@@ -68,26 +74,38 @@ impl<'m> ZoneTx<'m> {
 
     /// Whether the writes planned fit the redo record.
     pub(crate) fn fits_record(&self) -> bool {
-        self.w.len() <= LOG_CAP
+        self.len() <= LOG_CAP
     }
 
     /// The writes planned so far.
     #[inline]
     fn planned(&self) -> &[(u64, u64)] {
-        &self.w
+        if self.w.is_empty() {
+            &self.small[..self.n]
+        } else {
+            &self.w
+        }
+    }
+
+    #[inline]
+    fn planned_mut(&mut self) -> &mut [(u64, u64)] {
+        if self.w.is_empty() {
+            &mut self.small[..self.n]
+        } else {
+            &mut self.w
+        }
     }
 
     /// Writes planned so far.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.w.len()
+        self.planned().len()
     }
 
     #[inline]
     fn find(&self, key: u64) -> Option<usize> {
         match &self.at {
-            Some(at) => at.get(&key).copied(),
             None => self.planned().iter().position(|&(k, _)| k == key),
+            Some(at) => at.get(&key).copied(),
         }
     }
 
@@ -110,26 +128,52 @@ impl<'m> ZoneTx<'m> {
     #[inline]
     fn put(&mut self, key: u64, v: u64) {
         match self.find(key) {
-            Some(i) => self.w[i].1 = v,
-            None => {
-                // Bounded by construction (see `alloc`: the largest plan, a store that splits
-                // and frees an entry that merges every order, is well under LOG_CAP).
-                assert!(
-                    self.w.len() < self.cap,
-                    "gomutex::dict::ShmDict: transaction too large"
-                );
-                if self.w.is_empty() {
-                    self.w.reserve(32);
-                }
-                self.w.push((key, v));
-                if let Some(at) = &mut self.at {
-                    at.insert(key, self.w.len() - 1);
-                } else if self.w.len() > INDEXED {
-                    let at = self.w.iter().enumerate().map(|(i, &(k, _))| (k, i));
-                    self.at = Some(at.collect());
-                }
-            }
+            Some(i) => self.planned_mut()[i].1 = v,
+            None => self.push(key, v),
         }
+    }
+
+    /// Add a write of a word not planned yet.
+    #[inline]
+    fn push(&mut self, key: u64, v: u64) {
+        debug_assert!(self.find(key).is_none(), "planned twice");
+        // Bounded by construction (see `alloc`: the largest plan, a store that splits and
+        // frees an entry that merges every order, is well under LOG_CAP).
+        assert!(
+            self.len() < self.cap,
+            "gomutex::dict::ShmDict: transaction too large"
+        );
+        if self.w.is_empty() && self.n < INLINE {
+            self.small[self.n] = (key, v);
+            self.n += 1;
+            return;
+        }
+        if self.w.is_empty() {
+            self.w.reserve(4 * INLINE);
+            self.w.extend_from_slice(&self.small);
+        }
+        self.w.push((key, v));
+        if let Some(at) = &mut self.at {
+            at.insert(key, self.w.len() - 1);
+        } else if self.w.len() > INDEXED {
+            let at = self.w.iter().enumerate().map(|(i, &(k, _))| (k, i));
+            self.at = Some(at.collect());
+        }
+    }
+
+    /// [`w32`](Self::w32) of a word this transaction has not planned (the caller knows: no
+    /// search of the writes planned).
+    #[inline]
+    pub(crate) fn w32_unplanned(&mut self, off: usize, v: u32) {
+        self.m.a32(off);
+        self.push((off as u64) << 1, u64::from(v));
+    }
+
+    /// [`w64`](Self::w64) of a word this transaction has not planned.
+    #[inline]
+    pub(crate) fn w64_unplanned(&mut self, off: usize, v: u64) {
+        self.m.a64(off);
+        self.push((off as u64) << 1 | 1, v);
     }
 
     #[inline]
@@ -164,9 +208,15 @@ impl<'m> ZoneTx<'m> {
     }
 
     /// Make the planned writes happen, all or none, whatever instant the process dies at.
+    #[inline]
     pub(crate) fn commit(self) {
+        // By reference: a transaction is a few hundred bytes, not to be moved.
+        self.commit_here();
+    }
+
+    fn commit_here(&self) {
         // A plan made over a corrupt zone is not applied (the operation fails).
-        if self.w.is_empty() || corrupt_seen() {
+        if self.len() == 0 || corrupt_seen() {
             return;
         }
         assert!(
@@ -178,18 +228,108 @@ impl<'m> ZoneTx<'m> {
             m.st64(LOG_ENTRIES + 16 * i, k);
             m.st64(LOG_ENTRIES + 16 * i + 8, v);
         }
-        crash::point(crash::DICT_LOGGED);
-        // The commit point. Release: the pairs and the new entry's bytes (plain copies) are
-        // in memory before the count that makes them count.
-        m.a64(LOG).store(self.w.len() as u64, Ordering::Release);
-        // No applied write may be seen before the commit.
-        fence(Ordering::SeqCst);
-        crash::point(crash::DICT_COMMITTED);
-        apply(m, self.planned());
-        // Every applied write lands before the record is cleared.
-        fence(Ordering::SeqCst);
-        crash::point(crash::DICT_APPLIED);
-        m.a64(LOG).store(0, Ordering::Release);
+        publish(m, self.len());
+    }
+}
+
+/// Steps 2 to 4 of a commit: the first `n` pairs of the redo record are written (step 1);
+/// commit them, apply them and clear the record.
+fn publish(m: &Mem, n: usize) {
+    crash::point(crash::DICT_LOGGED);
+    // The commit point. Release: the pairs and the new entry's bytes (plain copies) are in
+    // memory before the count that makes them count.
+    m.a64(LOG).store(n as u64, Ordering::Release);
+    // No applied write may be seen before the commit.
+    fence(Ordering::SeqCst);
+    crash::point(crash::DICT_COMMITTED);
+    apply_record(m, n);
+    // Every applied write lands before the record is cleared.
+    fence(Ordering::SeqCst);
+    crash::point(crash::DICT_APPLIED);
+    m.a64(LOG).store(0, Ordering::Release);
+}
+
+/// Where a transaction's writes go while it is planned: a [`ZoneTx`], which reads its own writes
+/// back, or a [`Direct`] record, for writes that need no reading back.
+pub(crate) trait Plan {
+    /// Plan `v` at `off`, a word not planned yet.
+    fn w32_unplanned(&mut self, off: usize, v: u32);
+    /// Plan `v` at `off`, a word not planned yet.
+    fn w64_unplanned(&mut self, off: usize, v: u64);
+}
+
+impl Plan for ZoneTx<'_> {
+    #[inline]
+    fn w32_unplanned(&mut self, off: usize, v: u32) {
+        ZoneTx::w32_unplanned(self, off, v);
+    }
+    #[inline]
+    fn w64_unplanned(&mut self, off: usize, v: u64) {
+        ZoneTx::w64_unplanned(self, off, v);
+    }
+}
+
+/// A transaction of writes to distinct words that reads none of them back (an update in
+/// place): its pairs go straight into the redo record, which is free while nothing is
+/// committed (the lock is held), and [`commit`](Self::commit) publishes them as
+/// [`ZoneTx::commit`] does. Nothing to search, nothing to copy.
+pub(crate) struct Direct<'m> {
+    m: &'m Mem,
+    n: usize,
+}
+
+impl<'m> Direct<'m> {
+    pub(crate) fn new(m: &'m Mem) -> Self {
+        Self { m, n: 0 }
+    }
+
+    #[inline]
+    fn push(&mut self, key: u64, v: u64) {
+        assert!(
+            self.n < LOG_CAP,
+            "gomutex::dict::ShmDict: transaction too large"
+        );
+        let at = LOG_ENTRIES + 16 * self.n;
+        self.m.st64(at, key);
+        self.m.st64(at + 8, v);
+        self.n += 1;
+    }
+
+    /// Make the writes happen, all or none (as [`ZoneTx::commit`]).
+    pub(crate) fn commit(self) {
+        if self.n == 0 || corrupt_seen() {
+            return;
+        }
+        publish(self.m, self.n);
+    }
+}
+
+impl Plan for Direct<'_> {
+    #[inline]
+    fn w32_unplanned(&mut self, off: usize, v: u32) {
+        // Checked now, as `ZoneTx::w32` does.
+        self.m.a32(off);
+        self.push((off as u64) << 1, u64::from(v));
+    }
+    #[inline]
+    fn w64_unplanned(&mut self, off: usize, v: u64) {
+        self.m.a64(off);
+        self.push((off as u64) << 1 | 1, v);
+    }
+}
+
+impl Words for ZoneTx<'_> {
+    #[inline]
+    fn r32(&self, off: usize) -> u32 {
+        ZoneTx::r32(self, off)
+    }
+    #[inline]
+    fn r64(&self, off: usize) -> u64 {
+        ZoneTx::r64(self, off)
+    }
+    #[inline]
+    fn mem(&self) -> &Mem {
+        self.m
     }
 }
 
@@ -199,12 +339,18 @@ fn target(k: u64) -> usize {
     usize::try_from(k >> 1).unwrap_or(usize::MAX)
 }
 
-fn apply(m: &Mem, w: &[(u64, u64)]) {
-    let half = w.len() / 2;
-    for (i, &(k, v)) in w.iter().enumerate() {
+/// Apply the first `n` pairs of the redo record (each an absolute value: applying twice is
+/// applying once).
+fn apply_record(m: &Mem, n: usize) {
+    let half = n / 2;
+    for i in 0..n {
         if i == half && i > 0 {
             crash::point(crash::DICT_HALF_APPLIED);
         }
+        let (k, v) = (
+            m.ld64(LOG_ENTRIES + 16 * i),
+            m.ld64(LOG_ENTRIES + 16 * i + 8),
+        );
         if k & 1 == 1 {
             m.st64(target(k), v);
         } else {
@@ -229,16 +375,9 @@ pub(crate) fn replay(m: &Mem) -> bool {
         corrupt(LOG);
         return false;
     }
-    let w: Vec<(u64, u64)> = (0..n as usize)
-        .map(|i| {
-            (
-                m.ld64(LOG_ENTRIES + 16 * i),
-                m.ld64(LOG_ENTRIES + 16 * i + 8),
-            )
-        })
-        .collect();
     // Each pair checked before any is applied (an access outside the zone reports it).
-    for &(k, _) in &w {
+    for i in 0..n as usize {
+        let k = m.ld64(LOG_ENTRIES + 16 * i);
         if k & 1 == 1 {
             m.a64(target(k));
         } else {
@@ -248,7 +387,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
     if corrupt_seen() {
         return false;
     }
-    apply(m, &w);
+    apply_record(m, n as usize);
     fence(Ordering::SeqCst);
     m.a64(LOG).store(0, Ordering::Release);
     true

@@ -4,8 +4,9 @@
 
 use super::layout::{self, Geometry, Mem, PAGE};
 use super::ops::Zone;
+use super::ttl::Now;
 use super::types::DictError;
-use super::{alloc, redo, ttl};
+use super::{alloc, redo};
 use crate::shm::seam;
 use crate::shm::{Config, Mapping, ShmError, ShmMutex, ShmMutexGuard};
 use core::cell::Cell;
@@ -142,7 +143,17 @@ impl Shard {
     /// Run `f` on the zone under the lock, with the time now (ms); [`DictError::Corrupt`] if
     /// the zone (or a dead holder's redo record) names memory outside it, a structure or a
     /// count that cannot be (`f`'s changes are then not committed).
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&Zone<'_>, u64) -> R) -> Result<R, DictError> {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&Zone<'_>, &Now) -> R) -> Result<R, DictError> {
+        self.with_at(Now::lazy(), f)
+    }
+
+    /// [`with`](Self::with) at the time `now` (one the caller read already, or lazy).
+    #[inline]
+    pub(crate) fn with_at<R>(
+        &self,
+        now: Now,
+        f: impl FnOnce(&Zone<'_>, &Now) -> R,
+    ) -> Result<R, DictError> {
         layout::take_corrupt();
         let _g = self.locked();
         let zone = Zone {
@@ -150,7 +161,7 @@ impl Shard {
             g: self.g,
             seed: self.seed,
         };
-        let r = f(&zone, ttl::now_ms());
+        let r = f(&zone, &now);
         match layout::take_corrupt() {
             None => Ok(r),
             Some(off) => Err(DictError::Corrupt(format!(
@@ -164,9 +175,19 @@ impl Shard {
     /// [`with`](Self::with) for an operation that may fail itself.
     pub(crate) fn try_with<R>(
         &self,
-        f: impl FnOnce(&Zone<'_>, u64) -> Result<R, DictError>,
+        f: impl FnOnce(&Zone<'_>, &Now) -> Result<R, DictError>,
     ) -> Result<R, DictError> {
         self.with(f)?
+    }
+
+    /// [`try_with`](Self::try_with) at the time `now`.
+    #[inline]
+    pub(crate) fn try_with_at<R>(
+        &self,
+        now: Now,
+        f: impl FnOnce(&Zone<'_>, &Now) -> Result<R, DictError>,
+    ) -> Result<R, DictError> {
+        self.with_at(now, f)?
     }
 }
 

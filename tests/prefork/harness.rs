@@ -175,6 +175,15 @@ impl Drop for Server {
 
 /// Read one HTTP response (status line, headers, `Content-Length` body) from `r`.
 pub(crate) fn read_response(r: &mut BufReader<TcpStream>) -> std::io::Result<(u16, String, bool)> {
+    read_response_with_headers(r).map(|(status, _, body, close)| (status, body, close))
+}
+
+/// [`read_response`], with the header lines as `(name, value)`, trimmed.
+#[allow(clippy::type_complexity)]
+pub(crate) fn read_response_with_headers(
+    r: &mut BufReader<TcpStream>,
+) -> std::io::Result<(u16, Vec<(String, String)>, String, bool)> {
+    let mut headers = Vec::new();
     let mut line = String::new();
     r.read_line(&mut line)?;
     let status: u16 = line
@@ -191,6 +200,7 @@ pub(crate) fn read_response(r: &mut BufReader<TcpStream>) -> std::io::Result<(u1
             break;
         }
         let (name, value) = h.split_once(':').unwrap_or((&h, ""));
+        headers.push((name.trim().to_owned(), value.trim().to_owned()));
         if name.eq_ignore_ascii_case("content-length") {
             len = value.trim().parse().unwrap_or(0);
         }
@@ -200,7 +210,12 @@ pub(crate) fn read_response(r: &mut BufReader<TcpStream>) -> std::io::Result<(u1
     }
     let mut body = vec![0; len];
     r.read_exact(&mut body)?;
-    Ok((status, String::from_utf8_lossy(&body).into_owned(), close))
+    Ok((
+        status,
+        headers,
+        String::from_utf8_lossy(&body).into_owned(),
+        close,
+    ))
 }
 
 pub(crate) fn connect(addr: SocketAddr) -> TcpStream {

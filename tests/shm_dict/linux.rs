@@ -17,8 +17,9 @@ use common::torture::{self, Kills, Rng};
 
 // ------------------------------------------------------------------ crash points
 
-const POINTS: [(u32, &str); 6] = [
+const POINTS: [(u32, &str); 7] = [
     (crash::DICT_ENTRY_WRITTEN, "entry written"),
+    (crash::DICT_IN_PLACE, "planned in place"),
     (crash::DICT_LOGGED, "record written"),
     (crash::DICT_COMMITTED, "committed"),
     (crash::DICT_HALF_APPLIED, "half applied"),
@@ -69,6 +70,14 @@ const NO_ENTRY: &[u32] = &[
 const ONE_WORD: &[u32] = &[
     crash::DICT_LOGGED,
     crash::DICT_COMMITTED,
+    crash::DICT_APPLIED,
+];
+/// An update of the same size, written in place.
+const IN_PLACE: &[u32] = &[
+    crash::DICT_IN_PLACE,
+    crash::DICT_LOGGED,
+    crash::DICT_COMMITTED,
+    crash::DICT_HALF_APPLIED,
     crash::DICT_APPLIED,
 ];
 const MULTI: &[u32] = &[
@@ -138,16 +147,77 @@ fn cases() -> Vec<Case> {
             after: |d| live(d, "k").as_deref() == Some(b"new"),
         },
         Case {
+            // Another size (two words): written beside the old entry.
             name: "replace",
             setup: |d| {
                 d.set("k", "old", None, 0).unwrap();
             },
             op: |d| {
-                d.replace("k", "newer", None, 0).unwrap();
+                d.replace("k", "a newer one", None, 0).unwrap();
             },
             reaches: ALL,
             before: |d| live(d, "k").as_deref() == Some(b"old"),
-            after: |d| live(d, "k").as_deref() == Some(b"newer"),
+            after: |d| live(d, "k").as_deref() == Some(b"a newer one"),
+        },
+        Case {
+            name: "replace (the same size: in place)",
+            setup: |d| {
+                d.set("k", "old", None, 0).unwrap();
+                d.set("other", "o", None, 0).unwrap();
+            },
+            op: |d| {
+                d.replace("k", "newer", None, 3).unwrap();
+            },
+            reaches: IN_PLACE,
+            before: |d| {
+                live(d, "k").as_deref() == Some(b"old") && d.get("k").unwrap().unwrap().flags == 0
+            },
+            after: |d| {
+                live(d, "k").as_deref() == Some(b"newer")
+                    && d.get("k").unwrap().unwrap().flags == 3
+                    && live(d, "other").is_some()
+            },
+        },
+        Case {
+            name: "set (in place: bytes to a number, a TTL)",
+            setup: |d| {
+                d.set("k", &[7u8; 8][..], None, 0).unwrap();
+            },
+            op: |d| {
+                d.set("k", 42i64, Some(Duration::from_secs(60)), 0).unwrap();
+            },
+            reaches: IN_PLACE,
+            before: |d| live(d, "k") == Some(vec![7u8; 8]) && d.ttl("k") == Ok(None),
+            after: |d| live(d, "k").as_deref() == Some(b"int:42") && d.ttl("k").unwrap().is_some(),
+        },
+        Case {
+            name: "set (in place over a flushed entry)",
+            setup: |d| {
+                d.set("k", "old", None, 0).unwrap();
+                d.flush_all().unwrap();
+            },
+            op: |d| {
+                d.set("k", "new", None, 0).unwrap();
+            },
+            reaches: IN_PLACE,
+            before: |d| live(d, "k").is_none() && bytes(d, "k").as_deref() == Some(b"old"),
+            after: |d| live(d, "k").as_deref() == Some(b"new"),
+        },
+        Case {
+            name: "update (in place, freeing an expired entry at the LRU tail)",
+            setup: |d| {
+                // "gone" at the LRU tail, expiring only once "k" is stored.
+                d.set("gone", "v", None, 0).unwrap();
+                d.update("k", None, |_| ((), Some([1u8; 24]))).unwrap();
+                d.expire("gone", Some(Duration::from_millis(1))).unwrap();
+                std::thread::sleep(Duration::from_millis(3));
+            },
+            op: |d| {
+                d.update("k", None, |_| ((), Some([2u8; 24]))).unwrap();
+            },
+            reaches: IN_PLACE,
+            before: |d| live(d, "k") == Some(vec![1u8; 24]) && bytes(d, "gone").is_some(),
+            after: |d| live(d, "k") == Some(vec![2u8; 24]) && bytes(d, "gone").is_none(),
         },
         Case {
             name: "delete",
@@ -473,6 +543,8 @@ const WORKERS: usize = 4;
 const KEYS: usize = 64;
 /// Keys from this one on are counters (`incr`); the others hold byte strings.
 const COUNTERS: usize = 48;
+/// Keys from this one to `LISTS` hold values of one size: their updates are written in place.
+const IN_PLACE_KEYS: usize = 32;
 /// Keys from this one to `COUNTERS` are lists (`rpush`, `rpop`): the model is the length,
 /// item `i` is `item(slot, k, i)`.
 const LISTS: usize = 40;
@@ -495,7 +567,11 @@ fn key(slot: usize, k: usize) -> String {
 /// The bytes of version `v` of key `k` of worker `slot`: length and content depend on all
 /// three, so a torn or misplaced value cannot pass for another.
 fn value(slot: usize, k: usize, v: u64) -> Vec<u8> {
-    let len = 8 + ((v as usize * 7919 + k * 131) % 6000);
+    let len = if (IN_PLACE_KEYS..LISTS).contains(&k) {
+        40
+    } else {
+        8 + ((v as usize * 7919 + k * 131) % 6000)
+    };
     let mut b = Vec::with_capacity(len);
     b.extend_from_slice(&v.to_le_bytes());
     let mut x = Rng::new((slot as u64) << 40 ^ (k as u64) << 20 ^ v);
@@ -677,7 +753,7 @@ fn kill_torture() {
         kills,
         |slot, rng| {
             let crash = if cfg!(feature = "__crash-points") && rng.below(3) == 0 {
-                crash::DICT_ENTRY_WRITTEN + rng.below(6) as u32
+                crash::DICT_ENTRY_WRITTEN + rng.below(7) as u32
             } else {
                 0
             };

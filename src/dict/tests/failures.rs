@@ -49,7 +49,10 @@ fn every_operation(d: &ShmDict) -> Vec<(&'static str, Result<(), DictError>)> {
         ("get", unit(d.get("k1"))),
         ("get_stale", unit(d.get_stale("k2"))),
         ("get_with", unit(d.get_with("k3", |_, f| f))),
-        ("set", unit(d.set("k4", "x", None, 0))),
+        // A new key: a new chunk of the size class of the others ("k4" holds a value of the
+        // same size: written in place, meeting no allocator structure).
+        ("set", unit(d.set("k10", "x", None, 0))),
+        ("set in place", unit(d.set("k4", "x", None, 0))),
         ("set new", unit(d.set("new", &[1u8; 3000][..], None, 0))),
         ("add", unit(d.add("k5", "x", None, 0))),
         ("replace", unit(d.replace("k6", "x", None, 0))),
