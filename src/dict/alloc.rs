@@ -25,7 +25,7 @@
 //! Every page number, order, class, bitmap and count read from the region is checked before
 //! it is computed with (a page past the zone, a list head naming a block that is not free and
 //! of its order, a full slab page on its class's list, a chunk freed that is not allocated, a
-//! count that would wrap): the zone was damaged, which is reported ([`corrupt`]) and fails the
+//! count that would wrap): the zone was damaged, which is reported ([`Mem::corrupt`]) and fails the
 //! operation, and no arithmetic overflows on such values in any build.
 
 use super::layout::*;
@@ -90,7 +90,7 @@ fn partial_head(c: u32) -> usize {
 fn linked(tx: &ZoneTx<'_>, g: &Geometry, at: usize) -> Option<u32> {
     let p = tx.r32(at).checked_sub(1)?;
     if p >= g.npages {
-        corrupt(at);
+        tx.m.corrupt(at);
         return None;
     }
     Some(p)
@@ -133,7 +133,7 @@ fn is_block(tx: &ZoneTx<'_>, g: &Geometry, p: u32, kind: u32, k: u32) -> bool {
         && p.is_multiple_of(1 << k)
         && p + (1 << k) <= g.npages;
     if !ok {
-        corrupt(d);
+        tx.m.corrupt(d);
     }
     ok
 }
@@ -229,7 +229,7 @@ pub(crate) fn alloc(tx: &mut ZoneTx<'_>, g: &Geometry, size: Size) -> Option<usi
             let i = (!bm).trailing_zeros();
             // A page on the class's list is a slab page of the class with a free chunk.
             if tx.r32(d + D_KIND) != KIND_SLAB || tx.r32(d + D_ARG) != c || i >= chunks(c) {
-                corrupt(d);
+                tx.m.corrupt(d);
                 return None;
             }
             let bm = bm | 1 << i;
@@ -241,13 +241,13 @@ pub(crate) fn alloc(tx: &mut ZoneTx<'_>, g: &Geometry, size: Size) -> Option<usi
         }
     };
     tx.add64(H_USED, size.bytes() as u64);
-    (!corrupt_seen()).then_some(off)
+    (!tx.m.corrupt_seen()).then_some(off)
 }
 
 /// The memory the chunk at `off` occupies (from its page's descriptor); `None` if no
 /// allocated chunk starts there (a damaged reference or descriptor: reported).
 pub(crate) fn size_at(tx: &ZoneTx<'_>, g: &Geometry, off: usize) -> Option<Size> {
-    let p = g.page_of(off);
+    let p = g.page_of(tx.m, off);
     let d = Geometry::desc(p);
     let arg = tx.r32(d + D_ARG);
     // Where `off` is in its page (0 if `page_of` found it outside the pages: reported).
@@ -265,7 +265,7 @@ pub(crate) fn size_at(tx: &ZoneTx<'_>, g: &Geometry, off: usize) -> Option<Size>
         _ => None,
     };
     if size.is_none() {
-        corrupt(off);
+        tx.m.corrupt(off);
     }
     size
 }
@@ -276,7 +276,7 @@ pub(crate) fn free(tx: &mut ZoneTx<'_>, g: &Geometry, off: usize) {
     let Some(size) = size_at(tx, g, off) else {
         return;
     };
-    let p = g.page_of(off);
+    let p = g.page_of(tx.m, off);
     let d = Geometry::desc(p);
     tx.sub64(H_USED, size.bytes() as u64);
     match size {
@@ -305,7 +305,7 @@ pub(crate) fn free(tx: &mut ZoneTx<'_>, g: &Geometry, off: usize) {
 pub(crate) fn free_bytes(m: &Mem, g: &Geometry) -> usize {
     let n = m.ld64(H_FREE_PAGES);
     if n > u64::from(g.npages) {
-        corrupt(H_FREE_PAGES);
+        m.corrupt(H_FREE_PAGES);
         return 0;
     }
     n as usize * PAGE

@@ -16,8 +16,7 @@
 //! little-endian integer at a fixed offset, read and written as an atomic of its width, so a
 //! 32-bit and a 64-bit process agree.
 
-use core::cell::Cell;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// "GoMuDict", little-endian: the first 8 bytes of an initialised dictionary region.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"GoMuDict");
@@ -218,11 +217,11 @@ impl Geometry {
     /// The page holding byte offset `off` (at or past `pages_off`, unless the zone is corrupt:
     /// then page 0, and the operation fails).
     #[inline]
-    pub(crate) fn page_of(&self, off: usize) -> u32 {
+    pub(crate) fn page_of(&self, m: &Mem, off: usize) -> u32 {
         match off.checked_sub(self.pages_off) {
             Some(d) if d / PAGE < self.npages as usize => (d / PAGE) as u32,
             _ => {
-                corrupt(off);
+                m.corrupt(off);
                 0
             }
         }
@@ -237,11 +236,19 @@ fn prev_pow2(x: usize) -> usize {
 /// field is an atomic of the field's width (relaxed: the dictionary's lock orders them between
 /// processes; the redo record's commit orders them within one), so the compiler can neither
 /// tear nor reorder them past the commit fences of `redo`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct Mem {
     base: *mut u8,
     len: usize,
+    /// The first offset outside the region (or another impossible value) that the operation
+    /// in progress met ([`NONE`] if none): the operation's report of a corrupt zone
+    /// ([`corrupt`](Self::corrupt)). Only the thread that holds the dictionary's lock (an
+    /// operation is one hold) touches it; an atomic so that `Mem` is `Sync`.
+    corrupt: AtomicUsize,
 }
+
+/// [`Mem::corrupt`]'s "nothing corrupt met".
+const NONE: usize = usize::MAX;
 
 // SAFETY: `Mem` is an address range in a shared mapping that its owner keeps mapped; it is
 // only dereferenced by the dictionary's code while the dictionary's lock is held (or, for the
@@ -255,7 +262,37 @@ impl Mem {
     /// `base..base + len` is mapped read-write, 8-aligned, for as long as the `Mem` (and its
     /// copies) is used.
     pub(crate) unsafe fn new(base: *mut u8, len: usize) -> Self {
-        Self { base, len }
+        Self {
+            base,
+            len,
+            corrupt: AtomicUsize::new(NONE),
+        }
+    }
+
+    /// A reference, offset or field read from the region is impossible: the region was
+    /// corrupted (by a peer writing it, since the dictionary's own updates are
+    /// crash-consistent). The operation goes on without reading or writing outside the
+    /// region, commits nothing ([`ZoneTx::commit`](super::redo::ZoneTx::commit) checks), and
+    /// fails with [`DictError::Corrupt`](super::DictError::Corrupt).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn corrupt(&self, off: usize) {
+        let _ = self
+            .corrupt
+            .compare_exchange(NONE, off, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Whether the operation in progress met a corrupt zone.
+    #[inline]
+    pub(crate) fn corrupt_seen(&self) -> bool {
+        self.corrupt.load(Ordering::Relaxed) != NONE
+    }
+
+    /// The offset the operation in progress found corrupt, clearing it (at an operation's
+    /// start and end).
+    pub(crate) fn take_corrupt(&self) -> Option<usize> {
+        let off = self.corrupt.swap(NONE, Ordering::Relaxed);
+        (off != NONE).then_some(off)
     }
 
     /// Whether `n` bytes at `off` lie in the region, aligned to `align`; if not, the zone is
@@ -263,7 +300,7 @@ impl Mem {
     #[inline]
     fn check(&self, off: usize, n: usize, align: usize) -> bool {
         if !off.is_multiple_of(align) || off.checked_add(n).is_none_or(|end| end > self.len) {
-            corrupt(off);
+            self.corrupt(off);
             return false;
         }
         true
@@ -379,39 +416,6 @@ pub(crate) const FAR: usize = isize::MAX as usize;
 /// `st64` skip such offsets, and the only atomic stores are to fixed header fields).
 static OUTSIDE32: AtomicU32 = AtomicU32::new(0);
 static OUTSIDE64: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// The first offset outside the region (or another impossible value) that the operation
-    /// in progress on this thread met; `None` if none.
-    static CORRUPT: Cell<Option<usize>> = const { Cell::new(None) };
-}
-
-/// A reference, offset or field read from the region is impossible: the region was corrupted
-/// (by a peer writing it, since the dictionary's own updates are crash-consistent). The
-/// operation goes on without reading or writing outside the region, commits nothing
-/// ([`ZoneTx::commit`](super::redo::ZoneTx::commit) checks), and fails with
-/// [`DictError::Corrupt`](super::DictError::Corrupt).
-#[cold]
-#[inline(never)]
-pub(crate) fn corrupt(off: usize) {
-    CORRUPT.with(|c| {
-        if c.get().is_none() {
-            c.set(Some(off));
-        }
-    });
-}
-
-/// Whether the operation in progress met a corrupt zone.
-#[inline]
-pub(crate) fn corrupt_seen() -> bool {
-    CORRUPT.with(|c| c.get().is_some())
-}
-
-/// The offset the operation in progress found corrupt, clearing it (at an operation's start
-/// and end).
-pub(crate) fn take_corrupt() -> Option<usize> {
-    CORRUPT.with(|c| c.take())
-}
 
 #[cfg(test)]
 mod tests {

@@ -54,7 +54,7 @@ pub(crate) fn touch(tx: &mut ZoneTx<'_>, e: usize) {
 /// line stays clean, and if the operation met a damaged zone (which it then leaves as it was).
 #[inline]
 pub(crate) fn mark_used(m: &Mem, e: usize) {
-    if !corrupt_seen() && m.ld32(e + E_USED) == 0 {
+    if !m.corrupt_seen() && m.ld32(e + E_USED) == 0 {
         m.st32(e + E_USED, 1);
     }
 }

@@ -483,7 +483,7 @@ impl ShmDict {
             }
             let (v, flags) = z.value_of(e);
             // Not on bytes read from a corrupt zone.
-            Ok((!layout::corrupt_seen()).then(|| f(v, flags)))
+            Ok((!z.m.corrupt_seen()).then(|| f(v, flags)))
         })
     }
 
@@ -540,7 +540,7 @@ impl ShmDict {
                 return Err(DictError::WrongType);
             }
             let old = live.map(|(e, _)| z.value_of(e).0);
-            if layout::corrupt_seen() {
+            if z.m.corrupt_seen() {
                 return Err(DictError::NoMemory); // replaced by `Corrupt` in `with`
             }
             let (r, new) = f(old);

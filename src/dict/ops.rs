@@ -255,7 +255,7 @@ impl Zone<'_> {
             if Some(e) == keep {
                 continue;
             }
-            let first = self.g.page_of(e) & !(run - 1);
+            let first = self.g.page_of(self.m, e) & !(run - 1);
             let victims = match alloc::size_at(&plan, &self.g, e) {
                 // A block at least as large as the run: it alone makes the room.
                 Some(Size::Order(k))
@@ -524,7 +524,7 @@ impl Zone<'_> {
                 let v = v.checked_add(by).ok_or(DictError::Overflow)?;
                 // One aligned 8-byte store, so a death leaves the old number or the new one:
                 // no transaction. A use like a hit (marked, not moved).
-                if !corrupt_seen() {
+                if !self.m.corrupt_seen() {
                     self.m.st64(e + E_VALUE, v as u64);
                     lru::mark_used(self.m, e);
                 }

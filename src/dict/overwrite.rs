@@ -103,7 +103,7 @@ fn plan(m: &Mem, tx: &mut impl Plan, e: usize, klen: usize, value: Value<'_>, ki
                 tx.w64_unplanned(H_SEQ, seq);
                 tx.w64_unplanned(e + E_SEQ, seq);
             }
-            None => corrupt(H_SEQ),
+            None => m.corrupt(H_SEQ),
         }
     }
 }

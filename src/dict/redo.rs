@@ -25,7 +25,7 @@
 //! point is the record's length, under the shard's `ShmMutex`. Sharing one would put the
 //! zone's words in the lock's region or the lock's fields in the zone's record.
 
-use super::layout::{corrupt, corrupt_seen, Mem, Words, LOG, LOG_CAP, LOG_ENTRIES};
+use super::layout::{Mem, Words, LOG, LOG_CAP, LOG_ENTRIES};
 use crate::crash;
 use core::sync::atomic::{fence, Ordering};
 use std::collections::HashMap;
@@ -195,7 +195,7 @@ impl<'m> ZoneTx<'m> {
     pub(crate) fn add64(&mut self, off: usize, n: u64) {
         match self.r64(off).checked_add(n) {
             Some(v) => self.w64(off, v),
-            None => corrupt(off),
+            None => self.m.corrupt(off),
         }
     }
 
@@ -203,7 +203,7 @@ impl<'m> ZoneTx<'m> {
     pub(crate) fn sub64(&mut self, off: usize, n: u64) {
         match self.r64(off).checked_sub(n) {
             Some(v) => self.w64(off, v),
-            None => corrupt(off),
+            None => self.m.corrupt(off),
         }
     }
 
@@ -216,7 +216,7 @@ impl<'m> ZoneTx<'m> {
 
     fn commit_here(&self) {
         // A plan made over a corrupt zone is not applied (the operation fails).
-        if self.len() == 0 || corrupt_seen() {
+        if self.len() == 0 || self.m.corrupt_seen() {
             return;
         }
         assert!(
@@ -297,7 +297,7 @@ impl<'m> Direct<'m> {
 
     /// Make the writes happen, all or none (as [`ZoneTx::commit`]).
     pub(crate) fn commit(self) {
-        if self.n == 0 || corrupt_seen() {
+        if self.n == 0 || self.m.corrupt_seen() {
             return;
         }
         publish(self.m, self.n);
@@ -372,7 +372,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
         return false;
     }
     if n > LOG_CAP as u64 {
-        corrupt(LOG);
+        m.corrupt(LOG);
         return false;
     }
     // Each pair checked before any is applied (an access outside the zone reports it).
@@ -384,7 +384,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
             m.a32(target(k));
         }
     }
-    if corrupt_seen() {
+    if m.corrupt_seen() {
         return false;
     }
     apply_record(m, n as usize);

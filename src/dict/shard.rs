@@ -124,7 +124,10 @@ impl Shard {
         if held_here(self.seed) {
             reentered();
         }
-        let guard = match self.lock.lock() {
+        let guard = self.lock.lock();
+        // A new operation: what the last one met (if it did not finish) is not its concern.
+        self.mem.take_corrupt();
+        let guard = match guard {
             Ok(g) => g,
             Err(e) => {
                 let g = e.into_inner();
@@ -154,7 +157,6 @@ impl Shard {
         now: Now,
         f: impl FnOnce(&Zone<'_>, &Now) -> R,
     ) -> Result<R, DictError> {
-        layout::take_corrupt();
         let _g = self.locked();
         let zone = Zone {
             m: &self.mem,
@@ -162,7 +164,7 @@ impl Shard {
             seed: self.seed,
         };
         let r = f(&zone, &now);
-        match layout::take_corrupt() {
+        match self.mem.take_corrupt() {
             None => Ok(r),
             Some(off) => Err(DictError::Corrupt(format!(
                 "a reference points outside the zone or to no entry, or a count or redo record \

@@ -112,7 +112,7 @@ fn a_corrupted_zone_gives_errors_not_panics() {
         (
             "a slab page's size class out of range",
             |_, m, g, e| {
-                m.st32(layout::Geometry::desc(g.page_of(e)) + layout::D_ARG, 99);
+                m.st32(layout::Geometry::desc(g.page_of(m, e)) + layout::D_ARG, 99);
             },
             &["delete", "check"],
         ),
@@ -127,7 +127,7 @@ fn a_corrupted_zone_gives_errors_not_panics() {
         (
             "a full slab page on its class's list",
             |_, m, g, e| {
-                let d = layout::Geometry::desc(g.page_of(e));
+                let d = layout::Geometry::desc(g.page_of(m, e));
                 m.st64(d + layout::D_BITMAP, u64::MAX);
             },
             &["set", "incr", "check"],
