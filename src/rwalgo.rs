@@ -626,19 +626,27 @@ pub fn try_write<P: RwParts>(p: &P) -> bool {
             Err(cur) => v = cur,
         }
     }
-    if v & BIAS != 0 {
-        dekker_fence::<P>();
-        let mut inside = false;
-        rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
-            inside = true
-        });
-        if inside {
-            // A reader in the table: we held the lock for no time at all.
-            write_unlock(p);
-            return false;
-        }
+    if table_reader_after_announcing(p, v) {
+        // A reader in the table: we held the lock for no time at all.
+        write_unlock(p);
+        return false;
     }
     true
+}
+
+/// After announcing [`PHASE`] without waiting (`try_write`, `try_upgrade`; `v` the word
+/// before): whether the lock was biased and a reader is in the table (the writer's side of
+/// the Dekker pair, without the fold).
+fn table_reader_after_announcing<P: RwParts>(p: &P, v: u64) -> bool {
+    if v & BIAS == 0 {
+        return false;
+    }
+    dekker_fence::<P>();
+    let mut inside = false;
+    rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
+        inside = true
+    });
+    inside
 }
 
 /// Read locks of this lock held through the table right now (a snapshot).
@@ -733,18 +741,11 @@ pub fn try_upgrade<P: RwParts>(p: &P) -> bool {
             Err(cur) => v = cur,
         }
     }
-    if v & BIAS != 0 {
-        dekker_fence::<P>();
-        let mut inside = false;
-        rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
-            inside = true
-        });
-        if inside {
-            // A reader in the table: back to an upgradable read lock (the readers that
-            // queued behind our phase meanwhile are admitted with us).
-            end_phase(p, 1);
-            return false;
-        }
+    if table_reader_after_announcing(p, v) {
+        // A reader in the table: back to an upgradable read lock (the readers that queued
+        // behind our phase meanwhile are admitted with us).
+        end_phase(p, 1);
+        return false;
     }
     true
 }
