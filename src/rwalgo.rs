@@ -674,10 +674,20 @@ pub fn bias<P: RwParts>(p: &P) -> bool {
 /// release `w`.
 #[inline]
 pub fn write_unlock<P: RwParts>(p: &P) {
-    if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
+    if p.word().cas_all(WRITE_LOCKED, 0).is_err() && !write_unlock_quiet(p) {
         end_phase(p, 0);
         algo::unlock(p.word(), p.queue());
     }
+}
+
+/// The write unlock of a lock nobody waits for, with its bias bits (or poison) set: one
+/// compare-and-swap that keeps them, as the fast path's for a plain lock.
+#[inline]
+fn write_unlock_quiet<P: RwParts>(p: &P) -> bool {
+    let w = p.word();
+    let v = w.load_all();
+    let keep = v & (BIAS | OVERLAPS | IDLE_SCANS | crate::rwword::POISON);
+    v == WRITE_LOCKED | keep && w.cas_all(v, keep).is_ok()
 }
 
 /// Acquire an upgradable read lock: the writers' mutex (so no writer and no other upgradable
