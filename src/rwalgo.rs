@@ -281,9 +281,11 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
         rwtable::publish(i, key);
         dekker_fence::<P>();
         v
-    } else {
+    } else if P::BIAS_FAULT == BiasFault::Relaxed {
         rwtable::publish(i, key);
-        dekker_fence::<P>();
+        w.load_all()
+    } else {
+        rwtable::publish_fenced(i, key);
         w.load_all()
     };
     if v & (BIAS | PHASE) == BIAS {
