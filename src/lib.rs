@@ -45,7 +45,7 @@
 //! |---|---|---|---|
 //! | a `std::sync::Mutex` with Go's throughput and 1 ms fairness bound | [`Mutex`] | — | all |
 //! | a condition variable for it | [`Condvar`] | — | all |
-//! | a `std::sync::RwLock` with Go's `RWMutex` (one atomic add per read, writer preference) | [`RwLock`] ([`RawRwLock`] for `lock_api`) | — (`lock_api` for the traits) | all |
+//! | a `std::sync::RwLock` with Go's `RWMutex` (writer preference; overlapping readers write no shared line) | [`RwLock`] ([`RawRwLock`] for `lock_api`) | — (`lock_api` for the traits) | all |
 //! | a lock without data, or `lock_api::Mutex<gomutex::RawMutex, T>` (parking_lot's API) | [`RawMutex`] | `lock_api` (0.5) or `lock_api_04` (0.4) for the traits | all |
 //! | parking_lot's `Mutex` + `Condvar` + `RwLock`, switched by the `use` line | `gomutex::lock_api::{Mutex, Condvar, RwLock}` | `lock_api` (`lock_api_04`: `Condvar` for 0.4's guards) | all |
 //! | a mutex over a value shared by processes (`fork`, or unrelated processes by name), robust to owner death | [`shm::ShmMutex`][ShmMutex] | — (`derive` for `#[derive(ShmSafe)]`) | Linux |

@@ -284,9 +284,11 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
         rwtable::publish(i, key);
         dekker_fence::<P>();
         v
-    } else {
+    } else if P::BIAS_FAULT == BiasFault::Relaxed {
         rwtable::publish(i, key);
-        dekker_fence::<P>();
+        w.load_all()
+    } else {
+        rwtable::publish_fenced(i, key);
         w.load_all()
     };
     if v & (BIAS | PHASE) == BIAS {
@@ -629,19 +631,27 @@ pub fn try_write<P: RwParts>(p: &P) -> bool {
             Err(cur) => v = cur,
         }
     }
-    if v & BIAS != 0 {
-        dekker_fence::<P>();
-        let mut inside = false;
-        rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
-            inside = true
-        });
-        if inside {
-            // A reader in the table: we held the lock for no time at all.
-            write_unlock(p);
-            return false;
-        }
+    if table_reader_after_announcing(p, v) {
+        // A reader in the table: we held the lock for no time at all.
+        write_unlock(p);
+        return false;
     }
     true
+}
+
+/// After announcing [`PHASE`] without waiting (`try_write`, `try_upgrade`; `v` the word
+/// before): whether the lock was biased and a reader is in the table (the writer's side of
+/// the Dekker pair, without the fold).
+fn table_reader_after_announcing<P: RwParts>(p: &P, v: u64) -> bool {
+    if v & BIAS == 0 {
+        return false;
+    }
+    dekker_fence::<P>();
+    let mut inside = false;
+    rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
+        inside = true
+    });
+    inside
 }
 
 /// Read locks of this lock held through the table right now (a snapshot).
@@ -669,10 +679,20 @@ pub fn bias<P: RwParts>(p: &P) -> bool {
 /// release `w`.
 #[inline]
 pub fn write_unlock<P: RwParts>(p: &P) {
-    if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
+    if p.word().cas_all(WRITE_LOCKED, 0).is_err() && !write_unlock_quiet(p) {
         end_phase(p, 0);
         algo::unlock(p.word(), p.queue());
     }
+}
+
+/// The write unlock of a lock nobody waits for, with its bias bits (or poison) set: one
+/// compare-and-swap that keeps them, as the fast path's for a plain lock.
+#[inline]
+fn write_unlock_quiet<P: RwParts>(p: &P) -> bool {
+    let w = p.word();
+    let v = w.load_all();
+    let keep = v & (BIAS | OVERLAPS | IDLE_SCANS | crate::rwword::POISON);
+    v == WRITE_LOCKED | keep && w.cas_all(v, keep).is_ok()
 }
 
 /// Acquire an upgradable read lock: the writers' mutex (so no writer and no other upgradable
@@ -736,18 +756,11 @@ pub fn try_upgrade<P: RwParts>(p: &P) -> bool {
             Err(cur) => v = cur,
         }
     }
-    if v & BIAS != 0 {
-        dekker_fence::<P>();
-        let mut inside = false;
-        rwtable::scan(p.key() as u64, P::BIAS_FAULT == BiasFault::Relaxed, |_| {
-            inside = true
-        });
-        if inside {
-            // A reader in the table: back to an upgradable read lock (the readers that
-            // queued behind our phase meanwhile are admitted with us).
-            end_phase(p, 1);
-            return false;
-        }
+    if table_reader_after_announcing(p, v) {
+        // A reader in the table: back to an upgradable read lock (the readers that queued
+        // behind our phase meanwhile are admitted with us).
+        end_phase(p, 1);
+        return false;
     }
     true
 }

@@ -213,10 +213,25 @@ pub(crate) fn is_free(i: usize) -> bool {
 }
 
 /// Record in slot `i` (this thread's, free) a read lock of the lock `key` (`Relaxed`: the
-/// caller's `SeqCst` fence follows).
+/// caller fences after).
 #[inline]
 pub(crate) fn publish(i: usize, key: u64) {
     table().slots[i].0.store(key, Ordering::Relaxed);
+}
+
+/// [`publish`], then a full `SeqCst` fence: the reader's side of the Dekker pair. On x86 one
+/// `xchg`, a locked instruction, which is a full barrier there and cheaper than `mfence`
+/// (crossbeam-epoch's `pin` does the same); elsewhere, and under loom (which models the
+/// fence exactly, not the locked instruction's barrier), the store and `fence(SeqCst)`.
+#[inline]
+pub(crate) fn publish_fenced(i: usize, key: u64) {
+    #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(gomutex_loom)))]
+    table().slots[i].0.swap(key, Ordering::SeqCst);
+    #[cfg(not(all(any(target_arch = "x86", target_arch = "x86_64"), not(gomutex_loom))))]
+    {
+        publish(i, key);
+        crate::sync::fence(Ordering::SeqCst);
+    }
 }
 
 /// Clear slot `i` if it still names `key` (a reader releasing or withdrawing its read lock):
