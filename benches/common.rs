@@ -319,6 +319,11 @@ pub fn line_round_trip_ns() -> Option<f64> {
     Some(median(&samples))
 }
 
+/// `v` with one decimal, or `none` when there is no value.
+pub fn fmt_opt(v: Option<f64>, none: &str) -> String {
+    v.map_or_else(|| none.to_owned(), |v| format!("{v:.1}"))
+}
+
 /// Round-trip probes (see [`line_round_trip_ns`]) as `min–max` ns, one figure when they agree,
 /// `–` when there were none (test mode, one CPU): how the benches print them.
 pub fn fmt_round_trips(v: &[f64]) -> String {

@@ -1,16 +1,11 @@
 //! The table and the JSON.
 
-use crate::common::{fmt_busy, fmt_round_trips, paired_ratio};
+use crate::common::{fmt_busy, fmt_opt, fmt_round_trips, paired_ratio};
 use crate::death::Death;
 use crate::run::{mutex_work, Row, Run};
 use crate::Config;
 use std::io;
 use std::path::Path;
-
-/// `v` with one decimal, or `none` when there is no value.
-pub fn fmt_opt(v: Option<f64>, none: &str) -> String {
-    v.map_or_else(|| none.to_owned(), |v| format!("{v:.1}"))
-}
 
 pub fn print_table(cfg: &Config, rows: &[Row]) {
     println!();

@@ -1,8 +1,7 @@
 //! Running: the shared region, the children's loops, one run, and the rounds.
 
-use crate::common::{alternate, fmt_round_trips, go_work, pin_nth, BusyLoops, ShmBox};
+use crate::common::{alternate, fmt_opt, fmt_round_trips, go_work, pin_nth, BusyLoops, ShmBox};
 use crate::locks::{Count, ProcLock};
-use crate::report::fmt_opt;
 use crate::{Config, Workload, MAX_PROCS};
 use std::hint::black_box;
 use std::io::{self, Write};

@@ -2,7 +2,7 @@
 //! lock-step schedule, and a park or unpark counts the lines `parking_lot_core` would move.
 //! Timed waits never time out.
 use super::{FilterOp, ParkResult, UnparkResult};
-use crate::sync::coherence;
+use crate::sync::coherence::{self, Pick};
 use std::time::Instant;
 
 pub(crate) unsafe fn park(
@@ -21,10 +21,15 @@ pub(crate) unsafe fn park(
 
 pub(crate) unsafe fn unpark_filter(
     key: usize,
-    filter: impl FnMut(usize) -> FilterOp,
+    mut filter: impl FnMut(usize) -> FilterOp,
     callback: impl FnOnce(UnparkResult) -> usize,
 ) -> UnparkResult {
-    let unparked_threads = coherence::unpark_filter(key, filter, |n| {
+    let pick = |token| match filter(token) {
+        FilterOp::Unpark => Pick::Wake,
+        FilterOp::Skip => Pick::Skip,
+        FilterOp::Stop => Pick::Stop,
+    };
+    let unparked_threads = coherence::unpark_filter(key, pick, |n| {
         callback(UnparkResult {
             unparked_threads: n,
         })
@@ -33,7 +38,7 @@ pub(crate) unsafe fn unpark_filter(
 }
 
 pub(crate) unsafe fn unpark_all(key: usize) -> usize {
-    coherence::unpark_filter(key, |_| FilterOp::Unpark, |_| 0)
+    coherence::unpark_filter(key, |_| Pick::Wake, |_| 0)
 }
 
 pub(crate) fn parked(key: usize) -> usize {

@@ -21,7 +21,7 @@
 //!
 //! Invalidating copies other threads merely read is not counted (no data moves).
 //!
-//! Parking ([`crate::park`]) is a mock on the same schedule: a park or unpark is a
+//! Parking (`park/coherence.rs`) is a mock on the same schedule: a park or unpark is a
 //! read-modify-write of a line of its own per key (`parking_lot_core`'s bucket lock), a
 //! wake-up a store by the waker to a line of the sleeper's (its futex word) and a load of it
 //! by the sleeper once it runs: the transfers a sleep costs beside the lock's own. Timed waits
@@ -352,14 +352,24 @@ pub(crate) fn park(key: usize, validate: impl FnOnce() -> bool, token: usize) ->
     })
 }
 
+/// What [`unpark_filter`]'s filter says of a sleeper (`parking_lot_core::FilterOp`'s choices;
+/// the park module maps its own onto them, so this lower layer does not import it).
+pub(crate) enum Pick {
+    /// Wake it.
+    Wake,
+    /// Leave it asleep, look at the next.
+    Skip,
+    /// Leave it and every later one asleep.
+    Stop,
+}
+
 /// `unpark_filter`: walk the sleepers on `key` oldest first, wake those `filter` picks, then
 /// run `callback` with their number; its result is their token. Returns how many woke.
 pub(crate) fn unpark_filter(
     key: usize,
-    mut filter: impl FnMut(usize) -> crate::park::FilterOp,
+    mut filter: impl FnMut(usize) -> Pick,
     callback: impl FnOnce(usize) -> usize,
 ) -> usize {
-    use crate::park::FilterOp;
     let me = me_in_run();
     wait_turn(me);
     let sleepers: Vec<(usize, usize)> = with_run(|run| {
@@ -374,9 +384,9 @@ pub(crate) fn unpark_filter(
     critical(|| {
         for (thread, token) in sleepers {
             match filter(token) {
-                FilterOp::Unpark => picked.push(thread),
-                FilterOp::Skip => {}
-                FilterOp::Stop => break,
+                Pick::Wake => picked.push(thread),
+                Pick::Skip => {}
+                Pick::Stop => break,
             }
         }
     });
