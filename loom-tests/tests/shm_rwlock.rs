@@ -2,7 +2,8 @@
 //!
 //! The shipped lock runs on futexes in shared memory, which loom cannot run, so this file
 //! re-states its protocol operation for operation, same words, same orderings, same order.
-//! Keep it in step with `src/shm/rwlock/`: each piece in `shm_rwlock/protocol.rs` mirrors, line by line in order,
+//! Keep it in step with `src/shm/rwlock/`: each piece in `shm_rwlock/protocol.rs` mirrors,
+//! line by line in order,
 //!
 //! | here | `src/shm/rwlock/` |
 //! |---|---|
