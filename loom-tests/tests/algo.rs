@@ -1,5 +1,5 @@
 //! Go's algorithm (`gomutex::algo`) on a checked state word and a logged `ParkSema`: every
-//! transition is checked against the ghost state (see `src/lib.rs`), every critical section
+//! transition is checked against the ghost state (see `src/ghost.rs`), every critical section
 //! touches a loom `UnsafeCell`, and every model ends with a quiescence check.
 
 use gomutex::algo::waiters;

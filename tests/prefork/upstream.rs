@@ -1,0 +1,143 @@
+//! `--upstream`: the example as a reverse proxy in front of test backends.
+
+use super::*;
+/// A backend for `--upstream`: answers every request on its keep-alive connections with
+/// `body` (HTTP/1.1, `Content-Length`), counting them.
+fn backend(body: &'static str) -> (SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = served.clone();
+    thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { return };
+            let count = count.clone();
+            thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                loop {
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        match r.read_line(&mut line) {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) if line == "\r\n" => break,
+                            Ok(_) => {}
+                        }
+                    }
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Backend: {body}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if w.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, served)
+}
+
+/// An address nothing listens on (connections are refused).
+fn refused() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `--upstream`: requests go to the backends by weight over both workers (one zone), a peer
+/// that refuses is tried once, reported, retried on the next and then skipped (the client
+/// sees no error), `/status` shows every peer, and with no live peer the answer is `502`.
+#[test]
+fn upstream_proxies_by_weight_and_skips_a_dead_peer() {
+    let (a, na) = backend("A");
+    let (b, nb) = backend("B");
+    let dead = refused();
+    let (ua, ub, ud) = (
+        format!("{a},weight=2"),
+        b.to_string(),
+        format!("{dead},max_fails=1,fail_timeout=60000"),
+    );
+    let srv = Server::start_with(
+        "mutex",
+        &["--upstream", &ua, "--upstream", &ub, "--upstream", &ud],
+        &[],
+    );
+    // Half on one keep-alive connection, half on new ones (so both workers may serve).
+    let mut bodies = String::new();
+    let s = connect(srv.addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..9 {
+        w.write_all(b"GET /x HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        let (status, body, close) = read_response(&mut r).expect("response");
+        assert_eq!((status, close), (200, false), "{body}");
+        bodies.push_str(&body);
+    }
+    for _ in 0..9 {
+        let mut s = connect(srv.addr);
+        s.write_all(b"GET /y HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let (status, body, close) = read_response(&mut BufReader::new(s)).expect("response");
+        assert_eq!((status, close), (200, true), "{body}");
+        bodies.push_str(&body);
+    }
+    let (ca, cb) = (bodies.matches('A').count(), bodies.matches('B').count());
+    assert_eq!(ca + cb, 18, "{bodies}");
+    // 2:1 once the dead peer is skipped; its one failed pick went to the next peer.
+    assert!((11..=13).contains(&ca), "{bodies}");
+    use std::sync::atomic::Ordering::SeqCst;
+    assert_eq!(na.load(SeqCst) + nb.load(SeqCst), 18);
+    let text = get_status(srv.addr);
+    let line = |addr: SocketAddr| {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with(&format!("upstream {addr} ")))
+            .unwrap_or_else(|| panic!("no line for {addr}: {text}"));
+        pairs(&l.replacen(&addr.to_string(), "", 1))
+    };
+    let d = line(dead);
+    assert_eq!((d["fails"], d["unavailable"]), (1, 1), "{text}");
+    assert_eq!(
+        (line(a)["weight"], line(a)["conns"], line(b)["fails"]),
+        (2, 0, 0)
+    );
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+
+    // Only a dead peer: 502, on a connection that stays open.
+    let dead_only = format!("{},max_fails=1", refused());
+    let srv = Server::start_with("mutex", &["--upstream", &dead_only], &[]);
+    let s = connect(srv.addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..2 {
+        w.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        let (status, _, close) = read_response(&mut r).expect("response");
+        assert_eq!((status, close), (502, false));
+    }
+    assert!(srv.stop().status.success());
+}
+
+#[test]
+fn upstream_flag_errors() {
+    for bad in [
+        "nohost",
+        "127.0.0.1:1,weight=0",
+        "127.0.0.1:1,weight=x",
+        "127.0.0.1:1,spare",
+    ] {
+        let out = Command::new(example_binary())
+            .args(["--upstream", bad])
+            .output()
+            .expect("run prefork");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--upstream"), "{bad}: {err}");
+    }
+}
