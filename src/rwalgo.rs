@@ -289,7 +289,7 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
         w.load_all()
     } else {
         rwtable::publish_fenced(i, key);
-        w.load_all()
+        w.load_all_seqcst()
     };
     if v & (BIAS | PHASE) == BIAS {
         return Some(ReadToken::at(i as u32));

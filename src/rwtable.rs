@@ -220,9 +220,12 @@ pub(crate) fn publish(i: usize, key: u64) {
 }
 
 /// [`publish`], then a full `SeqCst` fence: the reader's side of the Dekker pair. On x86 one
-/// `xchg`, a locked instruction, which is a full barrier there and cheaper than `mfence`
-/// (crossbeam-epoch's `pin` does the same); elsewhere, and under loom (which models the
-/// fence exactly, not the locked instruction's barrier), the store and `fence(SeqCst)`.
+/// `SeqCst` swap (`xchg`, a locked instruction, a full barrier there and cheaper than
+/// `mfence`; crossbeam-epoch's `pin` does the same), and the caller's next load of the lock's
+/// word must then be `SeqCst` too (`load_all_seqcst`, a plain load on x86): with the writer's
+/// fence that makes the pair sound in the language's model, not only on x86's (Miri found a
+/// race with an `Acquire` load there). Elsewhere, and under loom (which models the fence
+/// exactly, not the locked instruction's barrier), the store and `fence(SeqCst)`.
 #[inline]
 pub(crate) fn publish_fenced(i: usize, key: u64) {
     #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(gomutex_loom)))]

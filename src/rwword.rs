@@ -76,6 +76,10 @@ fn lo(v: u64) -> u32 {
 pub trait RwState: StateWord {
     /// The whole word.
     fn load_all(&self) -> u64;
+    /// The whole word, `SeqCst`: a biased reader's look at the word after it published its
+    /// slot with one `SeqCst` swap (x86's `xchg`, no fence): the load must be `SeqCst` too for
+    /// the writer's fence to order it (C++20 [atomics.order]); on x86 it is a plain load.
+    fn load_all_seqcst(&self) -> u64;
     /// Compare-and-swap of the whole word (`Err` carries the current value).
     fn cas_all(&self, old: u64, new: u64) -> Result<u64, u64>;
     /// Add (wrapping), returning the previous value: a reader entering.
@@ -111,6 +115,10 @@ impl RwState for RwWord {
     #[inline]
     fn load_all(&self) -> u64 {
         self.0.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn load_all_seqcst(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
     }
     #[inline]
     fn cas_all(&self, old: u64, new: u64) -> Result<u64, u64> {

@@ -44,6 +44,9 @@ impl RwState for ModelWord {
     fn load_all(&self) -> u64 {
         self.a.load(Acquire)
     }
+    fn load_all_seqcst(&self) -> u64 {
+        self.a.load(SeqCst)
+    }
     fn cas_all(&self, old: u64, new: u64) -> Result<u64, u64> {
         self.a.compare_exchange(old, new, AcqRel, Acquire)
     }
