@@ -387,29 +387,23 @@ pub fn read_recursive_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> boo
 /// [`read_recursive_until`] without waiting: `false` if a writer is announced and no reader
 /// is inside.
 pub fn try_read_recursive<P: RwParts>(p: &P) -> bool {
-    let w = p.word();
-    let mut v = w.load_all();
-    loop {
-        if v & PHASE != 0 && readers(v) == 0 {
-            return false;
-        }
-        if readers(v) == MAX_READERS {
-            fatal("sync: too many readers of RWMutex");
-        }
-        match w.cas_all(v, v + ONE_READER) {
-            Ok(_) => return true,
-            Err(cur) => v = cur,
-        }
-    }
+    try_read_while(p, |v| v & PHASE == 0 || readers(v) != 0)
 }
 
 /// Acquire a read lock if no writer is announced; never blocks.
 #[inline]
 pub fn try_read<P: RwParts>(p: &P) -> bool {
+    try_read_while(p, |v| v & PHASE == 0)
+}
+
+/// One more reader counted in the word by compare-and-swap, as long as `admits` the word;
+/// `false` once it does not. Never blocks.
+#[inline]
+fn try_read_while<P: RwParts>(p: &P, admits: impl Fn(u64) -> bool) -> bool {
     let w = p.word();
     let mut v = w.load_all();
     loop {
-        if v & PHASE != 0 {
+        if !admits(v) {
             return false;
         }
         if readers(v) == MAX_READERS {

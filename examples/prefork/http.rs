@@ -121,7 +121,8 @@ pub fn respond_limited(out: &mut Vec<u8>, req: &Request, extra: &str) {
 }
 
 /// The `Connection` header's value for the answer to `req`.
-fn connection(req: &Request) -> &'static str {
+/// The `Connection` header's value for the answer to `req`.
+pub fn connection(req: &Request) -> &'static str {
     if req.keep_alive {
         "keep-alive"
     } else {

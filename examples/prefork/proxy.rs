@@ -13,7 +13,7 @@
 //! Answers with `Content-Length` or ended by the close are forwarded; chunked ones are a
 //! failure (`502`).
 
-use crate::http::{respond, Admit, Request};
+use crate::http::{connection, respond, Admit, Request};
 use crate::limit::Limit;
 use gomutex::upstream::{Peer, PickError, Tried, UpstreamZone};
 use std::io::{self, Read, Write};
@@ -201,11 +201,7 @@ fn rewrite(out: &mut Vec<u8>, head: &[u8], body: &[u8], req: &Request) {
             out.extend_from_slice(b"\r\n");
         }
     }
-    let conn = if req.keep_alive {
-        "keep-alive"
-    } else {
-        "close"
-    };
+    let conn = connection(req);
     let _ = write!(
         out,
         "Content-Length: {}\r\nConnection: {conn}\r\n\r\n",
@@ -217,11 +213,7 @@ fn rewrite(out: &mut Vec<u8>, head: &[u8], body: &[u8], req: &Request) {
 }
 
 fn bad_gateway(out: &mut Vec<u8>, req: &Request) {
-    let conn = if req.keep_alive {
-        "keep-alive"
-    } else {
-        "close"
-    };
+    let conn = connection(req);
     let _ = write!(
         out,
         "HTTP/1.1 502 Bad Gateway\r\nServer: gomutex-prefork\r\nContent-Length: 0\r\nConnection: {conn}\r\n\r\n"
