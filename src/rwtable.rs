@@ -143,19 +143,25 @@ struct GiveBack;
 #[cfg(not(gomutex_loom))]
 impl Drop for GiveBack {
     fn drop(&mut self) {
-        let Ok(i) = MINE.try_with(|m| m.replace(NONE)) else {
-            return;
-        };
-        if i >= SLOTS as u32 {
-            return;
-        }
-        let t = table();
-        let i = i as usize;
-        // A slot still naming a lock belongs to a read lock this thread never released (a
-        // leaked guard): it stays claimed, and every revocation keeps scanning it.
-        if t.slots[i].0.load(Ordering::SeqCst) == 0 {
-            t.claims.0[i / 64].fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
-        }
+        give_back();
+    }
+}
+
+/// Gives this thread's slot back (it is exiting): from then on it has none.
+#[cfg(not(gomutex_loom))]
+fn give_back() {
+    let Ok(i) = MINE.try_with(|m| m.replace(NONE)) else {
+        return;
+    };
+    if i >= SLOTS as u32 {
+        return;
+    }
+    let t = table();
+    let i = i as usize;
+    // A slot still naming a lock belongs to a read lock this thread never released (a leaked
+    // guard): it stays claimed, and every revocation keeps scanning it.
+    if t.slots[i].0.load(Ordering::SeqCst) == 0 {
+        t.claims.0[i / 64].fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
     }
 }
 
@@ -202,6 +208,10 @@ fn claim() -> Option<usize> {
         // registers one).
         #[cfg(not(gomutex_loom))]
         let _ = GIVE_BACK.try_with(|_| {});
+        // The coherence model gives it back as the thread's last step in the run: a
+        // destructor at the thread's real exit would race with the threads still running.
+        #[cfg(gomutex_coherence)]
+        crate::sync::coherence::at_exit(give_back);
     }
     got
 }

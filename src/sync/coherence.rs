@@ -117,6 +117,18 @@ std::thread_local! {
     /// Inside a park or unpark (its closures run while the queue is "locked"): accesses are
     /// counted but are no steps of their own.
     static CRITICAL: Cell<bool> = const { Cell::new(false) };
+    /// What this thread does as it exits, as its last steps in the run ([`at_exit`]).
+    static AT_EXIT: Cell<Option<fn()>> = const { Cell::new(None) };
+}
+
+/// Runs `f` as the calling thread's last steps in its run, where its thread-local destructor
+/// would run at the thread's real exit, after the run has let the thread go and while other
+/// threads still run: counted there, the destructor would race with them and a run would
+/// not be deterministic. Outside a run, nothing.
+pub(crate) fn at_exit(f: fn()) {
+    if ME.get().is_some() {
+        AT_EXIT.set(Some(f));
+    }
 }
 
 /// Lines the mock parking lot adds: a bucket per key, a futex word per thread. Real lines are
@@ -271,6 +283,9 @@ pub fn run_with<S: Send>(
                     ME.set(Some(i));
                     wait_turn(i);
                     let r = body(i);
+                    if let Some(f) = AT_EXIT.take() {
+                        f();
+                    }
                     wait_turn(i);
                     with_run(|run| {
                         run.state[i] = State::Done;
