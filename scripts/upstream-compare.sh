@@ -49,7 +49,8 @@
 # DURATION [5] (2) and ROUNDS [5] (1) for throughput, SHARE_DURATION [10] (2),
 # KILL_DURATION [12] (4), KILL_AT [3] (1), MAX_FAILS [3], FAIL_TIMEOUT [3000] (1000) ms,
 # MC_DURATION [6] (2), MC_DELAY [20] ms, MC_WORKERS ["2 16"] ("2"), RELOAD_DURATION [20] (4),
-# RELOADS [10] (3), PREFORK_ARGS [unset] (extra flags for every prefork run), KEEP [unset] (a
+# RELOADS [10] (3), PREFORK_ARGS [unset] (extra flags for every prefork run), PREFORK_BIN
+# [unset] (a prefork binary built elsewhere, instead of building this tree's), KEEP [unset] (a
 # directory to copy the logs to), NGINX [nginx from PATH or /usr/sbin/nginx]. wrk, nginx and
 # tcpdump are installed from Debian if missing; python3 must be there (the maxconns backend).
 set -euo pipefail
@@ -102,9 +103,13 @@ if ! command -v tcpdump >/dev/null && [[ " ${SECTIONS[*]} " == *" kill "* ]]; th
 fi
 command -v python3 >/dev/null || { log "python3 is needed (the maxconns backend)"; exit 1; }
 
-log "building the example"
-cargo build --release --example prefork >&2
-BIN="${CARGO_TARGET_DIR:-target}/release/examples/prefork"
+if [ -n "${PREFORK_BIN:-}" ]; then
+    BIN=$PREFORK_BIN
+else
+    log "building the example"
+    cargo build --release --example prefork >&2
+    BIN="${CARGO_TARGET_DIR:-target}/release/examples/prefork"
+fi
 [ -x "$BIN" ] || { log "no $BIN"; exit 1; }
 
 TMP=$(mktemp -d /tmp/upstream-compare.XXXXXX)
