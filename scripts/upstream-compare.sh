@@ -530,8 +530,9 @@ section_reload() {
     local listA=("1" "2") listB=("2" "3") who i
     local gap
     gap=$(awk -v d="$RELOAD_DURATION" -v n="$RELOADS" 'BEGIN { printf "%.3f", d / (n + 1) }')
-    local has_config=1
-    "$BIN" --help 2>&1 | grep -q -- --config || has_config=0
+    local has_config=1 help
+    help=$("$BIN" --help 2>&1 || true) # (not a pipe into grep -q: prefork dies of the early close)
+    grep -q -- --config <<<"$help" || has_config=0
     for who in nginx prefork; do
         if [ "$who" = prefork ] && [ "$has_config" = 0 ]; then
             log "reload: prefork skipped: \`prefork --help\` does not mention --config"
