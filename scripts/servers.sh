@@ -1,5 +1,5 @@
-# Helpers shared by scripts/load-compare.sh and scripts/limit-compare.sh (sourced, not run):
-# wrk and nginx from Debian if missing, and starting, waiting for and stopping the servers.
+# Helpers shared by scripts/load-compare.sh, limit-compare.sh and upstream-compare.sh (sourced,
+# not run): wrk and nginx from Debian if missing, and starting, waiting for and stopping servers.
 # The caller defines log(), and sets TMP (a scratch directory) and PIDS (servers running)
 # before calling servers_trap.
 
