@@ -64,6 +64,8 @@ mod lock;
 #[cfg(target_os = "linux")]
 mod proxy;
 #[cfg(target_os = "linux")]
+mod reload;
+#[cfg(target_os = "linux")]
 mod shared;
 #[cfg(target_os = "linux")]
 mod status;
@@ -110,6 +112,7 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                [--spread-rate-slack PCT|off]
                [--limit-req RATE] [--limit-burst N] [--limit-key addr|uri] [--limit-zone BYTES]
                [--upstream HOST:PORT[,weight=N,max_fails=N,fail_timeout=MS,max_conns=N,backup,down]]...
+               [--config FILE]
 
   --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
   --workers N               worker processes (default: number of CPUs)
@@ -142,11 +145,13 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --upstream SPEC           proxy requests to this backend (repeatable): nginx's `server`
                             parameters (weight=1 max_fails=1 fail_timeout=10000 by default),
                             balanced over all workers by a shared upstream zone
+  --config FILE             read the upstreams from FILE (`upstream SPEC` per line, `#`
+                            comments), again on SIGHUP; not with --upstream
   --limit-headers           tell the client where its key stands: RateLimit-Limit,
                             RateLimit-Remaining, RateLimit-Reset (seconds), and Retry-After
                             (seconds) on a 503
 
-Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
+Reloads --config's file on SIGHUP. Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
 the first worker to take the accept lock hold it N ms (once).";
 
 #[cfg(target_os = "linux")]
@@ -207,6 +212,8 @@ struct Args {
     limit_zone: usize,
     /// `--upstream`: the backends, in order.
     upstreams: Vec<(SocketAddr, gomutex::upstream::Peer)>,
+    /// `--config`: the file the upstreams are read from, at start and on `SIGHUP`.
+    config: Option<PathBuf>,
     /// `--limit-headers`: `RateLimit-*` and `Retry-After` headers.
     limit_headers: bool,
 }
@@ -228,6 +235,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         limit_key: KeyBy::Addr,
         limit_zone: 1 << 20,
         upstreams: Vec::new(),
+        config: None,
         limit_headers: false,
     };
     let (mut margin, mut batch, mut retry, mut slack) = (
@@ -259,6 +267,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 | "--limit-key"
                 | "--limit-zone"
                 | "--upstream"
+                | "--config"
         );
         let value = if has_value {
             match inline.or_else(|| it.next()) {
@@ -378,6 +387,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 }
             }
             "--upstream" => a.upstreams.push(proxy::parse_upstream(&value)?),
+            "--config" => a.config = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
@@ -389,6 +399,12 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     {
         return Err(
             "--limit-burst, --limit-key, --limit-zone and --limit-headers need --limit-req".into(),
+        );
+    }
+    if a.config.is_some() && !a.upstreams.is_empty() {
+        // One source of the peers: a reload must not silently drop the flags' ones.
+        return Err(
+            "--config and --upstream cannot be combined: put the upstreams in the file".into(),
         );
     }
     if a.spread.is_some() {
@@ -435,8 +451,10 @@ struct Master<'a> {
     listeners: &'a [TcpListener],
     lock: Option<&'a SharedLock>,
     limiter: Option<&'a RateLimiter>,
-    /// `--upstream`'s zone.
-    zone: Option<&'a gomutex::upstream::UpstreamZone>,
+    /// `--upstream`'s zone, or `--config`'s generations.
+    upstreams: Option<reload::Reloader>,
+    /// `--config`: one eventfd per worker slot, made readable after each reload.
+    wakes: Vec<OwnedFd>,
     region: &'a Region<'a>,
     /// Read end of the shutdown pipe (workers watch it).
     pipe_rd: &'a OwnedFd,
@@ -482,6 +500,8 @@ impl Master<'_> {
         // ignore it before unblocking what the master blocked.
         sys::ignore_signal(libc::SIGINT, true);
         sys::ignore_signal(libc::SIGPIPE, true);
+        // A hang-up of the terminal, or a SIGHUP meant for the master: not a worker's to act on.
+        sys::ignore_signal(libc::SIGHUP, true);
         let _ = sys::block_signals(&sys::master_signals(), false);
         // Our copy of the write end must go, or closing the master's would not reach us.
         drop(self.pipe_wr.take());
@@ -517,9 +537,15 @@ impl Master<'_> {
                 headers: self.args.limit_headers,
                 slot: self.region.slot(i),
             }),
+            // The current generation, inherited from the master.
             proxy: self
-                .zone
-                .map(|z| proxy::Proxy::new(z, self.args.upstreams.iter().map(|u| u.0).collect())),
+                .upstreams
+                .as_ref()
+                .map(|u| proxy::Proxy::new(u.current())),
+            config: self.upstreams.as_ref().and_then(|u| {
+                let snapshot = u.snapshot()?;
+                Some((snapshot, u.current().generation, self.wakes[i].as_raw_fd()))
+            }),
         };
         match w.run() {
             Ok(()) => 0,
@@ -552,9 +578,10 @@ impl Master<'_> {
                     "prefork: worker {pid} died holding the accept lock ({exit}); released it"
                 );
             }
-            // The connections it had open to the backends: given back at once.
-            if let Some(z) = self.zone {
-                z.force_release(pid);
+            // The connections it had open to the backends: given back at once, in every
+            // generation it may have used.
+            if let Some(u) = &self.upstreams {
+                u.force_release(pid);
             }
             let abnormal = exit != Exit::Code(0) || respawn;
             self.finished
@@ -579,6 +606,43 @@ impl Master<'_> {
             self.spawn(i)?;
         }
         Ok(())
+    }
+
+    /// `SIGHUP`: read `--config`'s file again; publish it and wake the workers, or keep the
+    /// old configuration and say why.
+    fn reload(&mut self) {
+        let Some(u) = &mut self.upstreams else {
+            eprintln!("prefork: SIGHUP: no --config file to reload");
+            return;
+        };
+        match u.reload() {
+            Ok(g) => {
+                eprintln!("prefork: reloaded the configuration: generation {g}");
+                for w in &self.wakes {
+                    sys::notify(w.as_raw_fd());
+                }
+            }
+            Err(e) => {
+                self.region.header().failed_reloads.fetch_add(1, Relaxed);
+                let g = u.current().generation;
+                eprintln!("prefork: reload failed: {e}; keeping generation {g}");
+            }
+        }
+    }
+
+    /// Drop the generations no running worker uses any more (a worker being started, at
+    /// generation 0 until it runs, keeps them all).
+    fn retire_generations(&mut self) {
+        let Some(u) = &mut self.upstreams else { return };
+        let oldest = self
+            .region
+            .slots()
+            .iter()
+            .filter(|s| s.pid.load(Relaxed) != 0)
+            .map(|s| s.generation.load(Relaxed))
+            .min()
+            .unwrap_or(0);
+        u.retire_below(oldest);
     }
 
     /// Close the pipe, give the workers 3 s to stop, then SIGKILL what is left.
@@ -663,17 +727,21 @@ fn run(args: Args) -> Result<(), String> {
         }
         None => None,
     };
-    let zone = if args.upstreams.is_empty() {
-        None
+    // A row per worker in each zone, respawned ones too.
+    let zone_cfg =
+        gomutex::upstream::UpstreamConfig::new().processes((args.workers as u32 * 2).max(64));
+    let upstreams = match &args.config {
+        Some(path) => Some(reload::Reloader::from_file(path.clone(), zone_cfg)?),
+        None if args.upstreams.is_empty() => None,
+        None => Some(reload::Reloader::fixed(&args.upstreams, zone_cfg)?),
+    };
+    let wakes = if args.config.is_some() {
+        (0..args.workers)
+            .map(|_| sys::eventfd())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("eventfd: {e}"))?
     } else {
-        let peers: Vec<_> = args.upstreams.iter().map(|u| u.1.clone()).collect();
-        // A row per worker, respawned ones too.
-        let cfg =
-            gomutex::upstream::UpstreamConfig::new().processes((args.workers as u32 * 2).max(64));
-        Some(
-            gomutex::upstream::UpstreamZone::anonymous_with(&peers, cfg)
-                .map_err(|e| format!("cannot create the upstream zone: {e}"))?,
-        )
+        Vec::new()
     };
     let signals = sys::master_signals();
     sys::block_signals(&signals, true).map_err(|e| format!("sigprocmask: {e}"))?;
@@ -690,7 +758,8 @@ fn run(args: Args) -> Result<(), String> {
         listeners: &listeners,
         lock: lock.as_ref(),
         limiter: limiter.as_ref(),
-        zone: zone.as_ref(),
+        upstreams,
+        wakes,
         region: &region,
         pipe_rd: &rd,
         pipe_wr: Some(wr),
@@ -713,8 +782,10 @@ fn run(args: Args) -> Result<(), String> {
     while result.is_ok() {
         match sys::wait_signal(&signals, Duration::from_secs(1)) {
             Some(libc::SIGINT) | Some(libc::SIGTERM) => break,
+            Some(libc::SIGHUP) => m.reload(),
             _ => result = m.reap(true),
         }
+        m.retire_generations();
         if m.running.iter().all(Option::is_none) {
             result = Err("every worker failed; giving up".into());
         }

@@ -1,0 +1,290 @@
+//! `--config FILE` and `SIGHUP`: nginx's configuration reload through shared memory.
+//!
+//! The file holds one directive per line; `#` starts a comment, blank lines are ignored:
+//!
+//! ```text
+//! # the backends, nginx's `server` parameters (the syntax of --upstream)
+//! upstream 127.0.0.1:9001,weight=5,max_fails=3,fail_timeout=10000
+//! upstream 127.0.0.1:9002,max_conns=100
+//! upstream 127.0.0.1:9003,backup
+//! ```
+//!
+//! The only directive is `upstream HOST:PORT[,weight=N][,max_fails=N][,fail_timeout=MS]
+//! [,max_conns=N][,backup][,down]`, parsed by `--upstream`'s own parser; at least one is
+//! needed. (The `--limit-*` settings stay command-line flags: the limiter's rate is fixed when
+//! the master makes it, before forking.)
+//!
+//! Each configuration is a *generation* (1, 2, …) with its own [`UpstreamZone`] (a zone's
+//! peers are fixed): a named one, `/gomutex-prefork-<master pid>-<generation>`, so that
+//! workers forked before it can open it. The master publishes `{generation, zone name, the
+//! peers' addresses}` in a [`ShmSnapshot`] it made before forking, then unlinks the previous
+//! generation's name (mappings outlive their name) and wakes every worker (an `eventfd` per
+//! worker in its epoll set). A worker checks [`ShmSnapshot::version`] (one load) after each
+//! `epoll_wait`, before it accepts or reads; on a new version it opens the new zone and
+//! proxies every request from then on to it. A request is proxied whole within one
+//! iteration of the loop, so at that point none is in flight on the old zone and the worker
+//! drops its handle at once (giving back its row of connection counts); its idle keep-alive
+//! connections to backends still listed are kept. A worker forked (or respawned) later takes
+//! the current generation from the master. The master keeps every generation's zone that a
+//! running worker may still use, so its `force_release(pid)` of a reaped worker covers them
+//! all.
+//!
+//! A file that does not parse (or a zone that cannot be made) keeps the old configuration:
+//! the master logs `prefork: reload of FILE failed: FILE:LINE: …`, counts it
+//! (`failed_reloads` on `/status`) and publishes nothing.
+//!
+//! | a death … | leaves | repaired by |
+//! |---|---|---|
+//! | the master, before the publish | the old generation everywhere; the new zone's name (an orphan in `/dev/shm`) | nothing needed; `rm /dev/shm/gomutex-prefork-*` |
+//! | the master, after it | the new generation for every worker that reads it; the old name maybe not unlinked | the workers stop (their pipe closes) |
+//! | a worker, mid-read of the snapshot | nothing (readers write nothing) | — |
+//! | a worker, after opening the new zone | its rows in the old and new zones | the master's `force_release(pid)`, over every generation it keeps |
+//! | a worker, mid-request | its connection count in its generation's zone | the same |
+
+use crate::proxy::parse_upstream;
+use gomutex::shm::{self, ShmSnapshot};
+use gomutex::upstream::{Peer, UpstreamConfig, UpstreamZone};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// The snapshot's capacity: the published form of up to 64 peers fits many times over.
+const SNAPSHOT_BYTES: usize = 16 << 10;
+
+/// Parse a configuration file's text: its peers, in order. `Err` names the line
+/// (`what:LINE: …`).
+pub fn parse(what: &str, text: &str) -> Result<Vec<(SocketAddr, Peer)>, String> {
+    let mut peers = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (directive, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let at = |e: String| format!("{what}:{}: {e}", i + 1);
+        match directive {
+            "upstream" => peers.push(parse_upstream(rest.trim()).map_err(at)?),
+            _ => return Err(at(format!("unknown directive {directive:?}"))),
+        }
+    }
+    if peers.is_empty() {
+        return Err(format!("{what}: no upstream directive"));
+    }
+    Ok(peers)
+}
+
+/// Read and [`parse`] the file at `path`.
+pub fn read(path: &Path) -> Result<Vec<(SocketAddr, Peer)>, String> {
+    let what = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {what}: {e}"))?;
+    parse(&what, &text)
+}
+
+/// One generation of the configuration: its zone and the peers' addresses (index = peer).
+pub struct Upstreams {
+    pub generation: u64,
+    pub zone: UpstreamZone,
+    pub addrs: Vec<SocketAddr>,
+}
+
+/// The published form: `generation N`, `zone NAME`, then a `peer ADDR` line per peer.
+fn encode(generation: u64, name: &str, addrs: &[SocketAddr]) -> String {
+    let mut s = format!("generation {generation}\nzone {name}\n");
+    for a in addrs {
+        s.push_str(&format!("peer {a}\n"));
+    }
+    s
+}
+
+fn decode(bytes: &[u8]) -> Option<(u64, String, Vec<SocketAddr>)> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut lines = text.lines();
+    let generation = lines.next()?.strip_prefix("generation ")?.parse().ok()?;
+    let name = lines.next()?.strip_prefix("zone ")?.to_string();
+    let addrs = lines
+        .map(|l| l.strip_prefix("peer ")?.parse().ok())
+        .collect::<Option<Vec<_>>>()?;
+    Some((generation, name, addrs))
+}
+
+/// The master's side: the file, the snapshot, and every generation a worker may still use
+/// (the newest last).
+pub struct Reloader {
+    /// `--config`'s file; `None`: the peers came from `--upstream` (nothing to reload).
+    path: Option<PathBuf>,
+    snapshot: Option<ShmSnapshot>,
+    /// Every generation kept, oldest first, with its zone's name (`None`: anonymous).
+    live: Vec<(Rc<Upstreams>, Option<String>)>,
+    cfg: UpstreamConfig,
+    /// The master's pid: only it unlinks names.
+    master: u32,
+}
+
+impl Reloader {
+    /// `--upstream`'s peers: one anonymous zone, generation 1, no snapshot.
+    pub fn fixed(peers: &[(SocketAddr, Peer)], cfg: UpstreamConfig) -> Result<Self, String> {
+        let list: Vec<_> = peers.iter().map(|u| u.1.clone()).collect();
+        let zone = UpstreamZone::anonymous_with(&list, cfg)
+            .map_err(|e| format!("cannot create the upstream zone: {e}"))?;
+        let up = Upstreams {
+            generation: 1,
+            zone,
+            addrs: peers.iter().map(|u| u.0).collect(),
+        };
+        Ok(Self {
+            path: None,
+            snapshot: None,
+            live: vec![(Rc::new(up), None)],
+            cfg,
+            master: std::process::id(),
+        })
+    }
+
+    /// `--config FILE`: the snapshot, and generation 1 from the file (published).
+    pub fn from_file(path: PathBuf, cfg: UpstreamConfig) -> Result<Self, String> {
+        let snapshot = ShmSnapshot::anonymous(SNAPSHOT_BYTES)
+            .map_err(|e| format!("cannot create the configuration snapshot: {e}"))?;
+        let mut r = Self {
+            path: Some(path),
+            snapshot: Some(snapshot),
+            live: Vec::new(),
+            cfg,
+            master: std::process::id(),
+        };
+        r.reload()?;
+        Ok(r)
+    }
+
+    /// The snapshot the workers poll (`--config` only).
+    pub fn snapshot(&self) -> Option<&ShmSnapshot> {
+        self.snapshot.as_ref()
+    }
+
+    /// The current generation.
+    pub fn current(&self) -> Rc<Upstreams> {
+        self.live.last().expect("a generation").0.clone()
+    }
+
+    /// Read the file again and publish it as the next generation: its number. On `Err`
+    /// nothing was published (the old generation stays).
+    pub fn reload(&mut self) -> Result<u64, String> {
+        let (Some(path), Some(snapshot)) = (&self.path, &self.snapshot) else {
+            return Err("no --config file to reload".into());
+        };
+        let peers = read(path)?;
+        let generation = snapshot.version() + 1;
+        let name = format!("/gomutex-prefork-{}-{generation}", self.master);
+        let list: Vec<_> = peers.iter().map(|u| u.1.clone()).collect();
+        // A name left by a master of the same pid that was killed: ours now.
+        let _ = shm::unlink(&name);
+        let zone = UpstreamZone::create(&name, &list, self.cfg)
+            .map_err(|e| format!("cannot create the upstream zone {name}: {e}"))?;
+        let addrs: Vec<_> = peers.iter().map(|u| u.0).collect();
+        let published = snapshot
+            .publish(encode(generation, &name, &addrs).as_bytes())
+            .map_err(|e| {
+                let _ = shm::unlink(&name);
+                format!("cannot publish generation {generation}: {e}")
+            })?;
+        debug_assert_eq!(published, generation);
+        // Published: the old name goes (its mapping stays valid for those who hold it).
+        if let Some((_, Some(old))) = self.live.last() {
+            let _ = shm::unlink(old);
+        }
+        let up = Upstreams {
+            generation,
+            zone,
+            addrs,
+        };
+        self.live.push((Rc::new(up), Some(name)));
+        Ok(generation)
+    }
+
+    /// Give back the connection counts of reaped process `pid` in every generation kept.
+    pub fn force_release(&self, pid: i32) {
+        for (up, _) in &self.live {
+            up.zone.force_release(pid);
+        }
+    }
+
+    /// Drop the generations older than `oldest`, the oldest one a running worker uses (never
+    /// the current one).
+    pub fn retire_below(&mut self, oldest: u64) {
+        let keep = self.live.len() - 1;
+        let old = self.live[..keep]
+            .iter()
+            .take_while(|(up, _)| up.generation < oldest)
+            .count();
+        self.live.drain(..old);
+    }
+}
+
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        if std::process::id() != self.master {
+            return;
+        }
+        if let Some((_, Some(name))) = self.live.last() {
+            let _ = shm::unlink(name);
+        }
+    }
+}
+
+/// A worker's side: the generation published after snapshot version `seen`, if any: the
+/// version read, and the generation with its zone opened, or why it cannot be (the worker
+/// keeps its old one).
+pub fn take(snapshot: &ShmSnapshot, seen: u64) -> Option<(u64, Result<Upstreams, String>)> {
+    if snapshot.version() == seen {
+        return None;
+    }
+    let mut buf = Vec::new();
+    loop {
+        let version = snapshot.read_into(&mut buf);
+        let Some((generation, name, addrs)) = decode(&buf) else {
+            return Some((version, Err(format!("generation {version}: unreadable"))));
+        };
+        let e = match UpstreamZone::open(&name) {
+            Ok(zone) if zone.peers() == addrs.len() => {
+                let up = Upstreams {
+                    generation,
+                    zone,
+                    addrs,
+                };
+                return Some((version, Ok(up)));
+            }
+            Ok(_) => format!("{name}: not the peers published"),
+            Err(e) => format!("cannot open {name}: {e}"),
+        };
+        // Superseded while we read (its name is gone): take the newer one.
+        if snapshot.version() == version {
+            return Some((version, Err(e)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_format() {
+        let text =
+            "# backends\n\nupstream 127.0.0.1:1,weight=5 # main\n  upstream 127.0.0.1:2,backup\n";
+        let peers = parse("f", text).unwrap();
+        assert_eq!(peers.len(), 2);
+        assert_eq!(peers[1].0, "127.0.0.1:2".parse().unwrap());
+        let e = parse("f", "upstream 127.0.0.1:1\nupstream nohost\n").unwrap_err();
+        assert!(e.starts_with("f:2: --upstream"), "{e}");
+        let e = parse("f", "server 127.0.0.1:1\n").unwrap_err();
+        assert!(e.starts_with("f:1: unknown directive"), "{e}");
+        assert!(parse("f", "# nothing\n").is_err());
+    }
+
+    #[test]
+    fn published_form_round_trips() {
+        let addrs = vec!["127.0.0.1:1".parse().unwrap(), "[::1]:2".parse().unwrap()];
+        let s = encode(7, "/z-7", &addrs);
+        assert_eq!(decode(s.as_bytes()), Some((7, "/z-7".to_string(), addrs)));
+        assert_eq!(decode(b"generation x\n"), None);
+    }
+}
