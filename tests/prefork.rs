@@ -27,6 +27,8 @@ mod common;
 mod harness;
 #[path = "prefork/limits.rs"]
 mod limits;
+#[path = "prefork/reload.rs"]
+mod reload;
 #[path = "prefork/spread.rs"]
 mod spread;
 #[path = "prefork/upstream.rs"]
