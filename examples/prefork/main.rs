@@ -510,6 +510,14 @@ impl Master<'_> {
         } else {
             vec![self.listeners[0].as_raw_fd()]
         };
+        let (current, snapshot) = match self.upstreams.take() {
+            Some(u) => {
+                let (current, snapshot) = u.into_worker();
+                (Some(current), snapshot)
+            }
+            None => (None, None),
+        };
+        let generation = current.as_ref().map_or(0, |c| c.generation);
         let config = Config::nginx()
             .with_delay(self.args.delay)
             .with_spread(self.args.spread)
@@ -538,14 +546,8 @@ impl Master<'_> {
                 slot: self.region.slot(i),
             }),
             // The current generation, inherited from the master.
-            proxy: self
-                .upstreams
-                .as_ref()
-                .map(|u| proxy::Proxy::new(u.current())),
-            config: self.upstreams.as_ref().and_then(|u| {
-                let snapshot = u.snapshot()?;
-                Some((snapshot, u.current().generation, self.wakes[i].as_raw_fd()))
-            }),
+            proxy: current.map(proxy::Proxy::new),
+            config: snapshot.map(|s| (s, generation, self.wakes[i].as_raw_fd())),
         };
         match w.run() {
             Ok(()) => 0,

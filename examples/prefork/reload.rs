@@ -155,10 +155,6 @@ impl Reloader {
         Ok(r)
     }
 
-    /// The snapshot the workers poll (`--config` only).
-    pub fn snapshot(&self) -> Option<&ShmSnapshot> {
-        self.snapshot.as_ref()
-    }
 
     /// The current generation.
     pub fn current(&self) -> Rc<Upstreams> {
@@ -198,6 +194,15 @@ impl Reloader {
         };
         self.live.push((Rc::new(up), Some(name)));
         Ok(generation)
+    }
+
+    /// In a forked worker: the current generation and the snapshot, the other generations
+    /// (the master's) dropped here, so the worker's handle of a zone goes with the last `Rc`
+    /// it holds.
+    pub fn into_worker(mut self) -> (Rc<Upstreams>, Option<ShmSnapshot>) {
+        let current = self.current();
+        self.live.clear();
+        (current, self.snapshot.take())
     }
 
     /// Give back the connection counts of reaped process `pid` in every generation kept.

@@ -59,7 +59,7 @@ pub struct Worker<'a, L: AcceptMutex> {
     pub proxy: Option<crate::proxy::Proxy>,
     /// `--config`: the published configuration, the snapshot version `proxy` is, and the
     /// eventfd the master makes readable after each publish.
-    pub config: Option<(&'a ShmSnapshot, u64, RawFd)>,
+    pub config: Option<(ShmSnapshot, u64, RawFd)>,
 }
 
 struct Entry {
@@ -98,8 +98,8 @@ impl<L: AcceptMutex> Worker<'_, L> {
         let ep = Epoll::new().map_err(|e| (e, true))?;
         ep.add(self.shutdown, libc::EPOLLIN as u32, TOKEN_SHUTDOWN)
             .map_err(|e| (e, true))?;
-        if let Some((_, _, wake)) = self.config {
-            ep.add(wake, libc::EPOLLIN as u32, TOKEN_RELOAD)
+        if let Some((_, _, wake)) = &self.config {
+            ep.add(*wake, libc::EPOLLIN as u32, TOKEN_RELOAD)
                 .map_err(|e| (e, true))?;
         }
         self.serve(ep).map_err(|e| (e, false))
@@ -126,7 +126,11 @@ impl<L: AcceptMutex> Worker<'_, L> {
         let shown = &shown;
         let first = limit.proxy.as_ref().map_or(0, |p| p.up.generation);
         self.slot.generation.store(first, Relaxed);
-        let snapshot = self.config.map(|c| c.0);
+        let (snapshot, mut seen, wake) = match self.config.take() {
+            Some((s, seen, wake)) => (Some(s), seen, Some(wake)),
+            None => (None, 0, None),
+        };
+        let snapshot = snapshot.as_ref();
         let total = self.connections;
         // Recent accepts (exponentially decayed), published in `slot.recent`.
         let mut recent = 0f64;
@@ -193,11 +197,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 let t = ev.u64; // a copy: epoll_event is packed
                 match t {
                     TOKEN_SHUTDOWN => stop = true,
-                    TOKEN_RELOAD => {
-                        if let Some((_, _, wake)) = self.config {
-                            sys::drain(wake);
-                        }
-                    }
+                    TOKEN_RELOAD => wake.into_iter().for_each(sys::drain),
                     t if t > TOKEN_LISTEN - MAX_LISTENERS && t <= TOKEN_LISTEN => {
                         listen_ready = true
                     }
@@ -207,9 +207,9 @@ impl<L: AcceptMutex> Worker<'_, L> {
 
             // An idle point: nothing is in flight. A new configuration takes effect here, for
             // the connections accepted below and every request read below.
-            if let Some((snap, seen, _)) = &mut self.config {
-                if let Some((version, next)) = crate::reload::take(snap, *seen) {
-                    *seen = version;
+            if let Some(snap) = snapshot {
+                if let Some((version, next)) = crate::reload::take(snap, seen) {
+                    seen = version;
                     match next {
                         Ok(up) => {
                             let up = Rc::new(up);
