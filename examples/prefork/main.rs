@@ -78,11 +78,11 @@ mod worker;
 use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, Spread, DEFAULT_DELAY};
 #[cfg(target_os = "linux")]
 use gomutex::{
-    dict::{DictConfig, RateLimiter, ShmDict},
+    dict::{DictConfig, ShmDict},
     shm::{Mapping, MappingLayout},
 };
 #[cfg(target_os = "linux")]
-use limit::KeyBy;
+use limit::Limits;
 #[cfg(target_os = "linux")]
 use lock::SharedLock;
 #[cfg(target_os = "linux")]
@@ -205,17 +205,13 @@ struct Args {
     multi_accept: bool,
     /// The load-aware spread rule (lock modes); `None`: `--no-spread`.
     spread: Option<Spread>,
-    /// `--limit-req` (requests per second per key), if given.
-    limit_req: Option<u32>,
-    limit_burst: u32,
-    limit_key: KeyBy,
+    /// `--limit-req`, `--limit-burst`, `--limit-key`, `--limit-headers`.
+    limits: Limits,
     limit_zone: usize,
     /// `--upstream`: the backends, in order.
     upstreams: Vec<(SocketAddr, gomutex::upstream::Peer)>,
     /// `--config`: the file the upstreams are read from, at start and on `SIGHUP`.
     config: Option<PathBuf>,
-    /// `--limit-headers`: `RateLimit-*` and `Retry-After` headers.
-    limit_headers: bool,
 }
 
 #[cfg(target_os = "linux")]
@@ -230,13 +226,10 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         connections: 1024,
         multi_accept: false,
         spread: Some(Spread::DEFAULT),
-        limit_req: None,
-        limit_burst: 0,
-        limit_key: KeyBy::Addr,
+        limits: Limits::NONE,
         limit_zone: 1 << 20,
         upstreams: Vec::new(),
         config: None,
-        limit_headers: false,
     };
     let (mut margin, mut batch, mut retry, mut slack) = (
         Spread::DEFAULT.margin,
@@ -279,6 +272,10 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         } else {
             String::new()
         };
+        if let Some(set) = a.limits.set(&flag, &value) {
+            set?;
+            continue;
+        }
         match flag.as_str() {
             "-h" | "--help" => return Ok(None),
             "--addr" => {
@@ -321,7 +318,6 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 }
             }
             "--multi-accept" => a.multi_accept = true,
-            "--limit-headers" => a.limit_headers = true,
             "--no-spread" => a.spread = None,
             "--spread-margin" => {
                 margin = value
@@ -356,25 +352,6 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                     })?),
                 }
             }
-            "--limit-req" => {
-                a.limit_req = match value.parse() {
-                    Ok(n) if n >= 1 => Some(n),
-                    _ => {
-                        return Err(format!(
-                            "--limit-req: expected requests per second >= 1, got {value:?}"
-                        ))
-                    }
-                }
-            }
-            "--limit-burst" => {
-                a.limit_burst = value
-                    .parse()
-                    .map_err(|_| format!("--limit-burst: expected a number, got {value:?}"))?
-            }
-            "--limit-key" => {
-                a.limit_key = KeyBy::parse(&value)
-                    .ok_or_else(|| format!("--limit-key: expected addr|uri, got {value:?}"))?
-            }
             "--limit-zone" => {
                 a.limit_zone = match value.parse() {
                     Ok(n) if n >= ShmDict::MIN_CAPACITY => n,
@@ -391,20 +368,16 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
-    if a.limit_req.is_none()
-        && (a.limit_burst != 0
-            || a.limit_key != KeyBy::Addr
-            || a.limit_zone != 1 << 20
-            || a.limit_headers)
-    {
-        return Err(
-            "--limit-burst, --limit-key, --limit-zone and --limit-headers need --limit-req".into(),
-        );
+    a.limits.check()?;
+    if a.limits.rate.is_none() && a.config.is_none() && a.limit_zone != 1 << 20 {
+        return Err("--limit-zone needs --limit-req or --config".into());
     }
-    if a.config.is_some() && !a.upstreams.is_empty() {
-        // One source of the peers: a reload must not silently drop the flags' ones.
+    if a.config.is_some() && (!a.upstreams.is_empty() || a.limits != Limits::NONE) {
+        // One source of the settings: a reload must not silently drop the flags' ones.
         return Err(
-            "--config and --upstream cannot be combined: put the upstreams in the file".into(),
+            "--config cannot be combined with --upstream or --limit-req/-burst/-key/\
+                    -headers: put them in the file"
+                .into(),
         );
     }
     if a.spread.is_some() {
@@ -450,7 +423,8 @@ struct Master<'a> {
     args: &'a Args,
     listeners: &'a [TcpListener],
     lock: Option<&'a SharedLock>,
-    limiter: Option<&'a RateLimiter>,
+    /// The limiter's dictionary (at offset 0), with `--limit-req` or `--config`.
+    dict: Option<&'a Mapping>,
     /// `--upstream`'s zone, or `--config`'s generations.
     upstreams: Option<reload::Reloader>,
     /// `--config`: one eventfd per worker slot, made readable after each reload.
@@ -518,6 +492,17 @@ impl Master<'_> {
             None => (None, None),
         };
         let generation = current.as_ref().map_or(0, |c| c.generation);
+        let limits = current.as_ref().map_or(self.args.limits, |c| c.limits);
+        let limit = match self.dict {
+            Some(dict) => match limit::Limit::new(dict, &limits, self.region.slot(i)) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("prefork: worker {pid}: {e}");
+                    return 2;
+                }
+            },
+            None => None,
+        };
         let config = Config::nginx()
             .with_delay(self.args.delay)
             .with_spread(self.args.spread)
@@ -539,15 +524,11 @@ impl Master<'_> {
             multi_accept: self.args.multi_accept,
             hold_ms: self.hold_ms,
             shared_lock: self.lock,
-            limit: self.limiter.map(|limiter| limit::Limit {
-                limiter,
-                key: self.args.limit_key,
-                headers: self.args.limit_headers,
-                slot: self.region.slot(i),
-            }),
+            limit,
             // The current generation, inherited from the master.
             proxy: current.map(proxy::Proxy::new),
             config: snapshot.map(|s| (s, generation, self.wakes[i].as_raw_fd())),
+            dict: self.dict,
         };
         match w.run() {
             Ok(()) => 0,
@@ -714,20 +695,19 @@ fn run(args: Args) -> Result<(), String> {
         None => None,
     };
     let region = Region::new(&map, stats_at).map_err(|e| format!("cannot place the stats: {e}"))?;
-    let limiter = match args.limit_req {
-        Some(rate) => {
-            let limit_error = |e| format!("cannot create the --limit-req zone: {e}");
-            // Every worker a participant of the zone's lock, respawned ones too.
-            let lock = gomutex::shm::Config::new().participants((args.workers as u32 * 2).max(64));
-            let dict = ShmDict::anonymous_with(args.limit_zone, DictConfig::new().lock(lock))
-                .map_err(limit_error)?;
-            Some(
-                RateLimiter::new(dict, rate, args.limit_burst)
-                    .map_err(limit_error)?
-                    .nodelay(),
-            )
-        }
-        None => None,
+    // The limiter's dictionary: each worker makes its limiter over it, with the rate of its
+    // generation.
+    let dict = if args.limits.rate.is_some() || args.config.is_some() {
+        let limit_error = |e| format!("cannot create the --limit-req zone: {e}");
+        // Every worker a participant of the zone's lock, respawned ones too.
+        let lock = gomutex::shm::Config::new().participants((args.workers as u32 * 2).max(64));
+        let cfg = DictConfig::new().lock(lock);
+        let size = ShmDict::required_size(args.limit_zone, cfg).map_err(limit_error)?;
+        let map = Mapping::anonymous(size).map_err(limit_error)?;
+        let made = ShmDict::init_in(&map, 0, args.limit_zone, cfg).map_err(limit_error)?;
+        Some((map, made))
+    } else {
+        None
     };
     // A row per worker in each zone, respawned ones too.
     let zone_cfg =
@@ -735,7 +715,11 @@ fn run(args: Args) -> Result<(), String> {
     let upstreams = match &args.config {
         Some(path) => Some(reload::Reloader::from_file(path.clone(), zone_cfg)?),
         None if args.upstreams.is_empty() => None,
-        None => Some(reload::Reloader::fixed(&args.upstreams, zone_cfg)?),
+        None => Some(reload::Reloader::fixed(
+            &args.upstreams,
+            args.limits,
+            zone_cfg,
+        )?),
     };
     let wakes = if args.config.is_some() {
         (0..args.workers)
@@ -759,7 +743,7 @@ fn run(args: Args) -> Result<(), String> {
         args: &args,
         listeners: &listeners,
         lock: lock.as_ref(),
-        limiter: limiter.as_ref(),
+        dict: dict.as_ref().map(|d| &d.0),
         upstreams,
         wakes,
         region: &region,

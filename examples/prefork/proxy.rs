@@ -15,7 +15,7 @@
 
 use crate::http::{connection, respond, Admit, Request};
 use crate::limit::Limit;
-use crate::reload::Upstreams;
+use crate::reload::Generation;
 use gomutex::upstream::{Peer, PickError, Tried};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -59,13 +59,13 @@ pub fn parse_upstream(spec: &str) -> Result<(SocketAddr, Peer), String> {
 /// One worker's side of the zone: its generation of the configuration (the zone and the
 /// backends' addresses) and its idle connections to the backends.
 pub struct Proxy {
-    pub up: Rc<Upstreams>,
+    pub up: Rc<Generation>,
     /// Idle keep-alive connections, per peer.
     pub idle: Vec<Vec<TcpStream>>,
 }
 
 impl Proxy {
-    pub fn new(up: Rc<Upstreams>) -> Self {
+    pub fn new(up: Rc<Generation>) -> Self {
         let idle = up.addrs.iter().map(|_| Vec::new()).collect();
         Self { up, idle }
     }
@@ -73,7 +73,7 @@ impl Proxy {
     /// Switch to generation `up` (no request is in flight: each is proxied whole within one
     /// call of [`forward`](Self::forward)); the old zone's handle is dropped with the last
     /// `Rc`, and the idle connections to backends `up` still lists are kept.
-    pub fn switch(&mut self, up: Rc<Upstreams>) {
+    pub fn switch(&mut self, up: Rc<Generation>) {
         let mut idle: Vec<Vec<TcpStream>> = up.addrs.iter().map(|_| Vec::new()).collect();
         for (old, conns) in self.up.addrs.iter().zip(self.idle.drain(..)) {
             if let Some(p) = up.addrs.iter().position(|a| a == old) {

@@ -41,6 +41,7 @@
 //! | a worker, after opening the new zone | its rows in the old and new zones | the master's `force_release(pid)`, over every generation it keeps |
 //! | a worker, mid-request | its connection count in its generation's zone | the same |
 
+use crate::limit::Limits;
 use crate::proxy::parse_upstream;
 use gomutex::shm::{self, ShmSnapshot};
 use gomutex::upstream::{Peer, UpstreamConfig, UpstreamZone};
@@ -51,10 +52,17 @@ use std::rc::Rc;
 /// The snapshot's capacity: the published form of up to 64 peers fits many times over.
 const SNAPSHOT_BYTES: usize = 16 << 10;
 
-/// Parse a configuration file's text: its peers, in order. `Err` names the line
-/// (`what:LINE: …`).
-pub fn parse(what: &str, text: &str) -> Result<Vec<(SocketAddr, Peer)>, String> {
+/// What a configuration file says.
+pub struct Settings {
+    /// The peers, in order.
+    pub peers: Vec<(SocketAddr, Peer)>,
+    pub limits: Limits,
+}
+
+/// Parse a configuration file's text. `Err` names the line (`what:LINE: …`).
+pub fn parse(what: &str, text: &str) -> Result<Settings, String> {
     let mut peers = Vec::new();
+    let mut limits = Limits::NONE;
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -64,47 +72,67 @@ pub fn parse(what: &str, text: &str) -> Result<Vec<(SocketAddr, Peer)>, String> 
         let at = |e: String| format!("{what}:{}: {e}", i + 1);
         match directive {
             "upstream" => peers.push(parse_upstream(rest.trim()).map_err(at)?),
+            "limit_req" | "limit_burst" | "limit_key" | "limit_headers" => {
+                // The flag's own parser: `limit_req 10` is `--limit-req 10`.
+                let flag = format!("--{}", directive.replace('_', "-"));
+                let set = limits.set(&flag, rest.trim()).expect("a limit flag");
+                set.map_err(at)?
+            }
             _ => return Err(at(format!("unknown directive {directive:?}"))),
         }
     }
     if peers.is_empty() {
         return Err(format!("{what}: no upstream directive"));
     }
-    Ok(peers)
+    limits.check().map_err(|e| format!("{what}: {e}"))?;
+    Ok(Settings { peers, limits })
 }
 
 /// Read and [`parse`] the file at `path`.
-pub fn read(path: &Path) -> Result<Vec<(SocketAddr, Peer)>, String> {
+pub fn read(path: &Path) -> Result<Settings, String> {
     let what = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {what}: {e}"))?;
     parse(&what, &text)
 }
 
-/// One generation of the configuration: its zone and the peers' addresses (index = peer).
-pub struct Upstreams {
+/// One generation of the configuration: its zone, the peers' addresses (index = peer), and
+/// its limits.
+pub struct Generation {
     pub generation: u64,
     pub zone: UpstreamZone,
     pub addrs: Vec<SocketAddr>,
+    pub limits: Limits,
 }
 
-/// The published form: `generation N`, `zone NAME`, then a `peer ADDR` line per peer.
-fn encode(generation: u64, name: &str, addrs: &[SocketAddr]) -> String {
+/// The published form: `generation N`, `zone NAME`, a `peer ADDR` line per peer, then the
+/// limits as the file's directives.
+fn encode(generation: u64, name: &str, addrs: &[SocketAddr], limits: &Limits) -> String {
     let mut s = format!("generation {generation}\nzone {name}\n");
     for a in addrs {
         s.push_str(&format!("peer {a}\n"));
     }
-    s
+    s + &limits.directives()
 }
 
-fn decode(bytes: &[u8]) -> Option<(u64, String, Vec<SocketAddr>)> {
+/// [`encode`]'s text read back: (generation, zone name, addresses, limits).
+type Published = (u64, String, Vec<SocketAddr>, Limits);
+
+fn decode(bytes: &[u8]) -> Option<Published> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut lines = text.lines();
     let generation = lines.next()?.strip_prefix("generation ")?.parse().ok()?;
     let name = lines.next()?.strip_prefix("zone ")?.to_string();
-    let addrs = lines
-        .map(|l| l.strip_prefix("peer ")?.parse().ok())
-        .collect::<Option<Vec<_>>>()?;
-    Some((generation, name, addrs))
+    let (mut addrs, mut limits) = (Vec::new(), Limits::NONE);
+    for l in lines {
+        let (directive, rest) = l.split_once(' ').unwrap_or((l, ""));
+        if directive == "peer" {
+            addrs.push(rest.parse().ok()?);
+        } else {
+            let flag = format!("--{}", directive.replace('_', "-"));
+            limits.set(&flag, rest)?.ok()?;
+        }
+    }
+    Some((generation, name, addrs, limits))
 }
 
 /// The master's side: the file, the snapshot, and every generation a worker may still use
@@ -114,7 +142,7 @@ pub struct Reloader {
     path: Option<PathBuf>,
     snapshot: Option<ShmSnapshot>,
     /// Every generation kept, oldest first, with its zone's name (`None`: anonymous).
-    live: Vec<(Rc<Upstreams>, Option<String>)>,
+    live: Vec<(Rc<Generation>, Option<String>)>,
     cfg: UpstreamConfig,
     /// The master's pid: only it unlinks names.
     master: u32,
@@ -122,14 +150,19 @@ pub struct Reloader {
 
 impl Reloader {
     /// `--upstream`'s peers: one anonymous zone, generation 1, no snapshot.
-    pub fn fixed(peers: &[(SocketAddr, Peer)], cfg: UpstreamConfig) -> Result<Self, String> {
+    pub fn fixed(
+        peers: &[(SocketAddr, Peer)],
+        limits: Limits,
+        cfg: UpstreamConfig,
+    ) -> Result<Self, String> {
         let list: Vec<_> = peers.iter().map(|u| u.1.clone()).collect();
         let zone = UpstreamZone::anonymous_with(&list, cfg)
             .map_err(|e| format!("cannot create the upstream zone: {e}"))?;
-        let up = Upstreams {
+        let up = Generation {
             generation: 1,
             zone,
             addrs: peers.iter().map(|u| u.0).collect(),
+            limits,
         };
         Ok(Self {
             path: None,
@@ -155,9 +188,8 @@ impl Reloader {
         Ok(r)
     }
 
-
     /// The current generation.
-    pub fn current(&self) -> Rc<Upstreams> {
+    pub fn current(&self) -> Rc<Generation> {
         self.live.last().expect("a generation").0.clone()
     }
 
@@ -167,7 +199,7 @@ impl Reloader {
         let (Some(path), Some(snapshot)) = (&self.path, &self.snapshot) else {
             return Err("no --config file to reload".into());
         };
-        let peers = read(path)?;
+        let Settings { peers, limits } = read(path)?;
         let generation = snapshot.version() + 1;
         let name = format!("/gomutex-prefork-{}-{generation}", self.master);
         let list: Vec<_> = peers.iter().map(|u| u.1.clone()).collect();
@@ -177,7 +209,7 @@ impl Reloader {
             .map_err(|e| format!("cannot create the upstream zone {name}: {e}"))?;
         let addrs: Vec<_> = peers.iter().map(|u| u.0).collect();
         let published = snapshot
-            .publish(encode(generation, &name, &addrs).as_bytes())
+            .publish(encode(generation, &name, &addrs, &limits).as_bytes())
             .map_err(|e| {
                 let _ = shm::unlink(&name);
                 format!("cannot publish generation {generation}: {e}")
@@ -187,10 +219,11 @@ impl Reloader {
         if let Some((_, Some(old))) = self.live.last() {
             let _ = shm::unlink(old);
         }
-        let up = Upstreams {
+        let up = Generation {
             generation,
             zone,
             addrs,
+            limits,
         };
         self.live.push((Rc::new(up), Some(name)));
         Ok(generation)
@@ -199,7 +232,7 @@ impl Reloader {
     /// In a forked worker: the current generation and the snapshot, the other generations
     /// (the master's) dropped here, so the worker's handle of a zone goes with the last `Rc`
     /// it holds.
-    pub fn into_worker(mut self) -> (Rc<Upstreams>, Option<ShmSnapshot>) {
+    pub fn into_worker(mut self) -> (Rc<Generation>, Option<ShmSnapshot>) {
         let current = self.current();
         self.live.clear();
         (current, self.snapshot.take())
@@ -238,22 +271,23 @@ impl Drop for Reloader {
 /// A worker's side: the generation published after snapshot version `seen`, if any: the
 /// version read, and the generation with its zone opened, or why it cannot be (the worker
 /// keeps its old one).
-pub fn take(snapshot: &ShmSnapshot, seen: u64) -> Option<(u64, Result<Upstreams, String>)> {
+pub fn take(snapshot: &ShmSnapshot, seen: u64) -> Option<(u64, Result<Generation, String>)> {
     if snapshot.version() == seen {
         return None;
     }
     let mut buf = Vec::new();
     loop {
         let version = snapshot.read_into(&mut buf);
-        let Some((generation, name, addrs)) = decode(&buf) else {
+        let Some((generation, name, addrs, limits)) = decode(&buf) else {
             return Some((version, Err(format!("generation {version}: unreadable"))));
         };
         let e = match UpstreamZone::open(&name) {
             Ok(zone) if zone.peers() == addrs.len() => {
-                let up = Upstreams {
+                let up = Generation {
                     generation,
                     zone,
                     addrs,
+                    limits,
                 };
                 return Some((version, Ok(up)));
             }
@@ -275,9 +309,15 @@ mod tests {
     fn file_format() {
         let text =
             "# backends\n\nupstream 127.0.0.1:1,weight=5 # main\n  upstream 127.0.0.1:2,backup\n";
-        let peers = parse("f", text).unwrap();
+        let peers = parse("f", text).unwrap().peers;
         assert_eq!(peers.len(), 2);
         assert_eq!(peers[1].0, "127.0.0.1:2".parse().unwrap());
+        let limits = parse("f", "upstream 127.0.0.1:1\nlimit_req 5\nlimit_headers\n")
+            .unwrap()
+            .limits;
+        assert_eq!((limits.rate, limits.headers), (Some(5), true));
+        let e = parse("f", "upstream 127.0.0.1:1\nlimit_burst 5\n").unwrap_err();
+        assert!(e.contains("need --limit-req"), "{e}");
         let e = parse("f", "upstream 127.0.0.1:1\nupstream nohost\n").unwrap_err();
         assert!(e.starts_with("f:2: --upstream"), "{e}");
         let e = parse("f", "server 127.0.0.1:1\n").unwrap_err();
@@ -288,8 +328,17 @@ mod tests {
     #[test]
     fn published_form_round_trips() {
         let addrs = vec!["127.0.0.1:1".parse().unwrap(), "[::1]:2".parse().unwrap()];
-        let s = encode(7, "/z-7", &addrs);
-        assert_eq!(decode(s.as_bytes()), Some((7, "/z-7".to_string(), addrs)));
+        let limits = Limits {
+            rate: Some(3),
+            burst: 2,
+            key: crate::limit::KeyBy::Uri,
+            headers: true,
+        };
+        let s = encode(7, "/z-7", &addrs, &limits);
+        assert_eq!(
+            decode(s.as_bytes()),
+            Some((7, "/z-7".to_string(), addrs, limits))
+        );
         assert_eq!(decode(b"generation x\n"), None);
     }
 }

@@ -24,7 +24,7 @@
 //! (the generation the master published last, and the reloads it refused). A worker's
 //! `generation` is the configuration it serves (0: none, without `--upstream`/`--config`).
 
-use crate::reload::Upstreams;
+use crate::reload::Generation;
 use crate::shared::{Region, STARTING};
 use gomutex::shm::LockStats;
 use std::fmt::Write;
@@ -35,7 +35,7 @@ pub fn render(
     region: &Region,
     lock: Option<LockStats>,
     limited: bool,
-    upstream: Option<&Upstreams>,
+    upstream: Option<&Generation>,
     published: Option<u64>,
 ) -> String {
     let h = region.header();

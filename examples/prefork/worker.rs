@@ -5,12 +5,12 @@ use crate::http::{Conn, Next};
 use crate::limit::Limit;
 use crate::lock::SharedLock;
 use crate::proxy::Proxy;
-use crate::reload::Upstreams;
+use crate::reload::Generation;
 use crate::shared::{mono_ms, Header, Region, Slot, RATE_HALF_LIFE};
 use crate::sys::{self, Epoll};
 use crate::Mode;
 use gomutex::accept::{AcceptLock, AcceptMutex};
-use gomutex::shm::ShmSnapshot;
+use gomutex::shm::{Mapping, ShmSnapshot};
 use std::cell::RefCell;
 use std::io;
 use std::net::TcpStream;
@@ -60,6 +60,8 @@ pub struct Worker<'a, L: AcceptMutex> {
     /// `--config`: the published configuration, the snapshot version `proxy` is, and the
     /// eventfd the master makes readable after each publish.
     pub config: Option<(ShmSnapshot, u64, RawFd)>,
+    /// The limiter's dictionary, for the limiter of each new generation.
+    pub dict: Option<&'a Mapping>,
 }
 
 struct Entry {
@@ -121,7 +123,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
             proxy: self.proxy.take(),
         };
         // The generation `/status` shows: the one requests go to.
-        let shown: RefCell<Option<Rc<Upstreams>>> =
+        let shown: RefCell<Option<Rc<Generation>>> =
             RefCell::new(limit.proxy.as_ref().map(|p| p.up.clone()));
         let shown = &shown;
         let first = limit.proxy.as_ref().map_or(0, |p| p.up.generation);
@@ -140,7 +142,10 @@ impl<L: AcceptMutex> Worker<'_, L> {
             crate::status::render(
                 region,
                 shared_lock.map(|l| l.stats()),
-                limited,
+                shown
+                    .borrow()
+                    .as_ref()
+                    .map_or(limited, |g| g.limits.rate.is_some()),
                 shown.borrow().as_deref(),
                 snapshot.map(ShmSnapshot::version),
             )
@@ -210,8 +215,17 @@ impl<L: AcceptMutex> Worker<'_, L> {
             if let Some(snap) = snapshot {
                 if let Some((version, next)) = crate::reload::take(snap, seen) {
                     seen = version;
+                    let next = next.and_then(|up| {
+                        let l = crate::limit::Limit::new(
+                            self.dict.expect("--config makes the dictionary"),
+                            &up.limits,
+                            self.slot,
+                        )?;
+                        Ok((up, l))
+                    });
                     match next {
-                        Ok(up) => {
+                        Ok((up, l)) => {
+                            limit.limit = l;
                             let up = Rc::new(up);
                             self.slot.generation.store(up.generation, Relaxed);
                             *shown.borrow_mut() = Some(up.clone());

@@ -121,11 +121,7 @@ impl Clients {
     /// Wait (bounded) until every client's last answer is `body`.
     fn wait_last(&self, body: char) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !self
-            .seen
-            .iter()
-            .all(|s| s.lock().unwrap().ends_with(body))
-        {
+        while !self.seen.iter().all(|s| s.lock().unwrap().ends_with(body)) {
             assert_eq!(self.errors.load(SeqCst), 0);
             assert!(Instant::now() < deadline, "clients never saw {body}");
             thread::sleep(Duration::from_millis(1));
@@ -138,7 +134,11 @@ impl Clients {
         for t in self.threads {
             t.join().unwrap();
         }
-        let seen = self.seen.iter().map(|s| s.lock().unwrap().clone()).collect();
+        let seen = self
+            .seen
+            .iter()
+            .map(|s| s.lock().unwrap().clone())
+            .collect();
         (self.errors.load(SeqCst), seen)
     }
 }
@@ -201,7 +201,8 @@ fn sighup_reloads_the_upstreams_without_errors() {
     let out = srv.stop();
     assert!(out.status.success(), "stderr: {}", out.stderr);
     assert!(
-        out.stderr.contains("reloaded the configuration: generation 2"),
+        out.stderr
+            .contains("reloaded the configuration: generation 2"),
         "{}",
         out.stderr
     );
@@ -242,7 +243,7 @@ fn bad_config_on_sighup_keeps_the_old_one() {
 }
 
 /// At start a bad file is an error naming the line (the server does not start); `--config`
-/// with `--upstream` is a usage error.
+/// with `--upstream` or a limit flag is a usage error.
 #[test]
 fn config_errors_at_start() {
     let conf = ConfFile::new("# backends\nupstream 127.0.0.1:1\nserver 127.0.0.1:2\n");
@@ -259,8 +260,72 @@ fn config_errors_at_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no upstream directive"), "{err}");
 
-    let out = run_example(&["--config", path, "--upstream", "127.0.0.1:1"]);
+    for flags in [["--upstream", "127.0.0.1:1"], ["--limit-req", "10"]] {
+        let out = run_example(&["--config", path, flags[0], flags[1]]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("cannot be combined"), "{err}");
+    }
+    conf.write("upstream 127.0.0.1:1\nlimit_key uri\n");
+    let out = run_example(&["--addr", "127.0.0.1:0", "--config", path]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("cannot be combined"), "{err}");
+    assert!(err.contains("need --limit-req"), "{err}");
+}
+
+/// `n` requests for `/lim` back to back on one keep-alive connection: (passed, answered 503,
+/// how long they took).
+fn burst(addr: SocketAddr, n: usize) -> (u64, u64, Duration) {
+    let t = Instant::now();
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let (mut ok, mut limited) = (0, 0);
+    for _ in 0..n {
+        w.write_all(b"GET /lim HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        match read_response(&mut r).expect("response") {
+            (200, body, false) if body == "A" => ok += 1,
+            (503, body, false) if body.is_empty() => limited += 1,
+            other => panic!("unexpected response {other:?}"),
+        }
+    }
+    (ok, limited, t.elapsed())
+}
+
+/// The file's `limit_req`, `limit_key`, `limit_headers` lines (the flags' parser) are
+/// reloaded too: none, then 1 request per second per URI (the rest of a burst answered 503,
+/// counted on `/status`), then none again.
+#[test]
+fn sighup_changes_the_limits() {
+    let (a, _) = backend("A");
+    let conf = ConfFile::new(&format!("upstream {a}\n"));
+    let path = conf.path().to_str().unwrap();
+    let srv = Server::start_with("mutex", &["--config", path], &[]);
+    let st = wait_generation(srv.addr, 1);
+    assert!(!st.text.contains("limit_req"), "{}", st.text);
+    let (ok, limited, _) = burst(srv.addr, 5);
+    assert_eq!((ok, limited), (5, 0));
+
+    conf.write(&format!(
+        "upstream {a}\nlimit_req 1\nlimit_key uri  # per path\nlimit_headers\n"
+    ));
+    sighup(srv.pid());
+    wait_generation(srv.addr, 2);
+    let (ok, limited, took) = burst(srv.addr, 6);
+    // The first passes, then one more per whole second the burst took.
+    assert!(
+        ok >= 1 && ok <= 1 + took.as_secs(),
+        "{ok} passed in {took:?}"
+    );
+    assert_eq!(ok + limited, 6);
+    let st = Status::parse(get_status(srv.addr));
+    assert_eq!(st.line("limit_req")["rejected"], limited, "{}", st.text);
+
+    conf.write(&format!("upstream {a}\n"));
+    sighup(srv.pid());
+    let st = wait_generation(srv.addr, 3);
+    assert!(!st.text.contains("limit_req"), "{}", st.text);
+    let (ok, limited, _) = burst(srv.addr, 5);
+    assert_eq!((ok, limited), (5, 0));
+    assert!(srv.stop().status.success());
 }
