@@ -64,7 +64,10 @@ impl Limits {
     pub fn set(&mut self, flag: &str, value: &str) -> Option<Result<(), String>> {
         let r = match flag {
             "--limit-req" => match value.parse() {
-                Ok(n) if n >= 1 => Ok(self.rate = Some(n)),
+                Ok(n) if n >= 1 => {
+                    self.rate = Some(n);
+                    Ok(())
+                }
                 _ => Err(format!(
                     "--limit-req: expected requests per second >= 1, got {value:?}"
                 )),
@@ -76,7 +79,10 @@ impl Limits {
             "--limit-key" => KeyBy::parse(value)
                 .map(|k| self.key = k)
                 .ok_or_else(|| format!("--limit-key: expected addr|uri, got {value:?}")),
-            "--limit-headers" if value.is_empty() => Ok(self.headers = true),
+            "--limit-headers" if value.is_empty() => {
+                self.headers = true;
+                Ok(())
+            }
             "--limit-headers" => Err("--limit-headers takes no value".into()),
             _ => return None,
         };

@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example prefork -- [--addr 127.0.0.1:8080] [--workers N]
 //!     [--accept mutex|blocking|none|exclusive|reuseport] [--stats-json PATH]
+//!     [--upstream SPEC]... [--limit-req RATE ...] [--config FILE]   (all: --help)
 //! ```
 //!
 //! The master binds the listening socket (nonblocking, `SO_REUSEADDR`), creates the shared
@@ -49,6 +50,18 @@
 //! zone and the request tried on the next peer, `502` when none is left (`proxy.rs`). The
 //! master gives back the connections of a worker it reaps (`force_release(pid)`). `/status`
 //! shows every peer's state. Without `--upstream` every request is answered `200 ok`.
+//!
+//! `--config FILE` takes the settings of `--upstream` and `--limit-req`, `--limit-burst`,
+//! `--limit-key`, `--limit-headers` from FILE instead (not with those flags): one directive
+//! a line, `upstream HOST:PORT[,…]`, `limit_req RATE`, `limit_burst N`, `limit_key
+//! addr|uri`, `limit_headers`, each parsed by its flag's parser; `#` starts a comment, blank
+//! lines are ignored; at least one `upstream`. On `SIGHUP` the master reads it again and
+//! publishes it as the next generation (a new upstream zone, the new limits over the same
+//! dictionary) in a [`gomutex::shm::ShmSnapshot`]; the workers switch at an idle point of
+//! their loop without dropping a connection, and `/status` shows each one's `generation`. A
+//! file that does not parse is an error naming its line: at start the server does not start,
+//! on a reload the old generation keeps serving. The mechanism, and what a death at each
+//! point of a reload leaves: `reload.rs`.
 //!
 //! With `--limit-headers` every answer the worker makes to a limited request (not a proxied
 //! one, which is the backend's) says where its key stands

@@ -7,39 +7,55 @@
 //! upstream 127.0.0.1:9001,weight=5,max_fails=3,fail_timeout=10000
 //! upstream 127.0.0.1:9002,max_conns=100
 //! upstream 127.0.0.1:9003,backup
+//! # nginx's limit_req nodelay: 100 requests per second per client address
+//! limit_req 100
+//! limit_burst 20
 //! ```
 //!
-//! The only directive is `upstream HOST:PORT[,weight=N][,max_fails=N][,fail_timeout=MS]
-//! [,max_conns=N][,backup][,down]`, parsed by `--upstream`'s own parser; at least one is
-//! needed. (The `--limit-*` settings stay command-line flags: the limiter's rate is fixed when
-//! the master makes it, before forking.)
+//! | directive | as the flag |
+//! |---|---|
+//! | `upstream HOST:PORT[,weight=N][,max_fails=N][,fail_timeout=MS][,max_conns=N][,backup][,down]` (at least one) | `--upstream` |
+//! | `limit_req RATE` | `--limit-req` |
+//! | `limit_burst N` | `--limit-burst` |
+//! | `limit_key addr\|uri` | `--limit-key` |
+//! | `limit_headers` | `--limit-headers` |
+//!
+//! Each is parsed by its flag's own parser. `--limit-zone` (the dictionary's size) stays a
+//! flag: the master makes the dictionary once, before forking; a reload changes the rate, the
+//! burst, the key and the headers, and the buckets stay.
 //!
 //! Each configuration is a *generation* (1, 2, …) with its own [`UpstreamZone`] (a zone's
 //! peers are fixed): a named one, `/gomutex-prefork-<master pid>-<generation>`, so that
-//! workers forked before it can open it. The master publishes `{generation, zone name, the
-//! peers' addresses}` in a [`ShmSnapshot`] it made before forking, then unlinks the previous
-//! generation's name (mappings outlive their name) and wakes every worker (an `eventfd` per
-//! worker in its epoll set). A worker checks [`ShmSnapshot::version`] (one load) after each
-//! `epoll_wait`, before it accepts or reads; on a new version it opens the new zone and
-//! proxies every request from then on to it. A request is proxied whole within one
-//! iteration of the loop, so at that point none is in flight on the old zone and the worker
-//! drops its handle at once (giving back its row of connection counts); its idle keep-alive
-//! connections to backends still listed are kept. A worker forked (or respawned) later takes
-//! the current generation from the master. The master keeps every generation's zone that a
-//! running worker may still use, so its `force_release(pid)` of a reaped worker covers them
-//! all.
+//! workers forked before it can open it. On `SIGHUP` the master reads the file, makes the
+//! zone, publishes `{generation, zone name, the peers' addresses, the limits}` in a
+//! [`ShmSnapshot`] it made before forking, unlinks the previous generation's name (mappings
+//! outlive their name) and wakes every worker (an `eventfd` per worker in its epoll set).
+//!
+//! A worker checks [`ShmSnapshot::version`] (one load) after each `epoll_wait`, before it
+//! accepts or reads: its idle point. On a new version it opens the new zone, makes its
+//! limiter, and serves every request from then on with them. A request is proxied whole
+//! within one iteration of the loop, so at that point none is in flight on the old zone: the
+//! worker drops its handle of it at once (giving back its row of connection counts) and keeps
+//! its idle keep-alive connections to the backends the new list still has. A worker forked
+//! (or respawned) later starts on the current generation, inherited from the master. The
+//! master keeps every generation's zone a running worker may still be on (each worker's
+//! `generation` is in the stats region), so its `force_release(pid)` of a reaped worker covers
+//! them all, and unlinks the current name when it stops.
 //!
 //! A file that does not parse (or a zone that cannot be made) keeps the old configuration:
-//! the master logs `prefork: reload of FILE failed: FILE:LINE: …`, counts it
+//! the master logs `prefork: reload failed: FILE:LINE: …; keeping generation N`, counts it
 //! (`failed_reloads` on `/status`) and publishes nothing.
+//!
+//! What a death at each point of a reload leaves (the snapshot's own guarantee: a reader gets
+//! one published version whole, whoever dies where):
 //!
 //! | a death … | leaves | repaired by |
 //! |---|---|---|
-//! | the master, before the publish | the old generation everywhere; the new zone's name (an orphan in `/dev/shm`) | nothing needed; `rm /dev/shm/gomutex-prefork-*` |
-//! | the master, after it | the new generation for every worker that reads it; the old name maybe not unlinked | the workers stop (their pipe closes) |
+//! | the master, before the new zone is published | the old generation everywhere; the new zone's name in `/dev/shm` | nobody: `rm /dev/shm/gomutex-prefork-<pid>-*` |
+//! | the master, inside the publish | the old generation or the new one, whole | — |
+//! | the master, after the publish | the new generation for the workers that read it before their pipe closes; a name or two in `/dev/shm` | the workers stop (as on any master death) |
 //! | a worker, mid-read of the snapshot | nothing (readers write nothing) | — |
-//! | a worker, after opening the new zone | its rows in the old and new zones | the master's `force_release(pid)`, over every generation it keeps |
-//! | a worker, mid-request | its connection count in its generation's zone | the same |
+//! | a worker, on either generation | its connection counts in the zones it used | the master's `force_release(pid)` over every generation it keeps |
 
 use crate::limit::Limits;
 use crate::proxy::parse_upstream;
@@ -298,47 +314,5 @@ pub fn take(snapshot: &ShmSnapshot, seen: u64) -> Option<(u64, Result<Generation
         if snapshot.version() == version {
             return Some((version, Err(e)));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_format() {
-        let text =
-            "# backends\n\nupstream 127.0.0.1:1,weight=5 # main\n  upstream 127.0.0.1:2,backup\n";
-        let peers = parse("f", text).unwrap().peers;
-        assert_eq!(peers.len(), 2);
-        assert_eq!(peers[1].0, "127.0.0.1:2".parse().unwrap());
-        let limits = parse("f", "upstream 127.0.0.1:1\nlimit_req 5\nlimit_headers\n")
-            .unwrap()
-            .limits;
-        assert_eq!((limits.rate, limits.headers), (Some(5), true));
-        let e = parse("f", "upstream 127.0.0.1:1\nlimit_burst 5\n").unwrap_err();
-        assert!(e.contains("need --limit-req"), "{e}");
-        let e = parse("f", "upstream 127.0.0.1:1\nupstream nohost\n").unwrap_err();
-        assert!(e.starts_with("f:2: --upstream"), "{e}");
-        let e = parse("f", "server 127.0.0.1:1\n").unwrap_err();
-        assert!(e.starts_with("f:1: unknown directive"), "{e}");
-        assert!(parse("f", "# nothing\n").is_err());
-    }
-
-    #[test]
-    fn published_form_round_trips() {
-        let addrs = vec!["127.0.0.1:1".parse().unwrap(), "[::1]:2".parse().unwrap()];
-        let limits = Limits {
-            rate: Some(3),
-            burst: 2,
-            key: crate::limit::KeyBy::Uri,
-            headers: true,
-        };
-        let s = encode(7, "/z-7", &addrs, &limits);
-        assert_eq!(
-            decode(s.as_bytes()),
-            Some((7, "/z-7".to_string(), addrs, limits))
-        );
-        assert_eq!(decode(b"generation x\n"), None);
     }
 }
