@@ -158,14 +158,17 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --upstream SPEC           proxy requests to this backend (repeatable): nginx's `server`
                             parameters (weight=1 max_fails=1 fail_timeout=10000 by default),
                             balanced over all workers by a shared upstream zone
-  --config FILE             read the upstreams from FILE (`upstream SPEC` per line, `#`
-                            comments), again on SIGHUP; not with --upstream
+  --config FILE             read the upstreams and limits from FILE, again on SIGHUP: one
+                            directive a line (`upstream SPEC`, `limit_req RATE`, `limit_burst
+                            N`, `limit_key addr|uri`, `limit_headers`), `#` comments; not with
+                            --upstream or the --limit-* flags but --limit-zone
   --limit-headers           tell the client where its key stands: RateLimit-Limit,
                             RateLimit-Remaining, RateLimit-Reset (seconds), and Retry-After
                             (seconds) on a 503
 
-Reloads --config's file on SIGHUP. Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
-the first worker to take the accept lock hold it N ms (once).";
+Reloads --config's file on SIGHUP. Stops on SIGINT/SIGTERM and prints per-worker stats.
+Test hook: PREFORK_TEST_HOLD_MS=N makes the first worker to take the accept lock hold it N ms
+(once).";
 
 #[cfg(target_os = "linux")]
 /// Who watches the listening socket.

@@ -329,3 +329,41 @@ fn sighup_changes_the_limits() {
     assert_eq!((ok, limited), (5, 0));
     assert!(srv.stop().status.success());
 }
+
+/// Ten reloads in a row, the list swapped between A and B each time, under keep-alive clients:
+/// no client error, each new list in effect for every client, and only the current
+/// generation's zone left named in `/dev/shm` (the master unlinks each previous one).
+#[test]
+fn ten_reloads_under_load() {
+    let (a, _) = backend("A");
+    let (b, _) = backend("B");
+    let conf = ConfFile::new(&format!("upstream {a}\n"));
+    let path = conf.path().to_str().unwrap();
+    let srv = Server::start_with("mutex", &["--config", path], &[]);
+    wait_generation(srv.addr, 1);
+    let clients = Clients::start(srv.addr, 4);
+    clients.wait_last('A');
+    let names = |pid: i32| {
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&format!("gomutex-prefork-{pid}-")))
+            .collect::<Vec<_>>()
+    };
+    for g in 2..=11 {
+        let (addr, body) = if g % 2 == 0 { (b, 'B') } else { (a, 'A') };
+        conf.write(&format!("upstream {addr}\n"));
+        sighup(srv.pid());
+        wait_generation(srv.addr, g);
+        clients.wait_last(body);
+        assert_eq!(
+            names(srv.pid()),
+            [format!("gomutex-prefork-{}-{g}", srv.pid())]
+        );
+    }
+    let (errors, seen) = clients.stop();
+    assert_eq!(errors, 0, "{seen:?}");
+    let pid = srv.pid();
+    assert!(srv.stop().status.success());
+    assert!(names(pid).is_empty(), "{:?}", names(pid));
+}
