@@ -53,10 +53,10 @@ pub struct Worker<'a, L: AcceptMutex> {
     pub hold_ms: Option<u64>,
     /// The accept lock itself (lock modes), for the `/status` page's lock figures.
     pub shared_lock: Option<&'a SharedLock>,
-    /// `--limit-req`.
+    /// `--limit-req` (or `--config`'s `limit_req`): the generation the worker starts with.
     pub limit: Option<Limit<'a>>,
     /// `--upstream` or `--config`: the generation the worker starts with.
-    pub proxy: Option<crate::proxy::Proxy>,
+    pub proxy: Option<Proxy>,
     /// `--config`: the published configuration, the snapshot version `proxy` is, and the
     /// eventfd the master makes readable after each publish.
     pub config: Option<(ShmSnapshot, u64, RawFd)>,
