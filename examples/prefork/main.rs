@@ -580,7 +580,7 @@ impl Master<'_> {
             // The connections it had open to the backends: given back at once, in every
             // generation it may have used.
             if let Some(u) = &self.upstreams {
-                u.force_release(pid);
+                let _ = u.force_release(pid);
             }
             let abnormal = exit != Exit::Code(0) || respawn;
             self.finished

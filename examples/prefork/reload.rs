@@ -254,11 +254,13 @@ impl Reloader {
         (current, self.snapshot.take())
     }
 
-    /// Give back the connection counts of reaped process `pid` in every generation kept.
-    pub fn force_release(&self, pid: i32) {
-        for (up, _) in &self.live {
-            up.zone.force_release(pid);
-        }
+    /// Give back the connection counts of reaped process `pid` in every generation kept: how
+    /// many.
+    pub fn force_release(&self, pid: i32) -> u64 {
+        self.live
+            .iter()
+            .map(|(g, _)| g.zone.force_release(pid))
+            .sum()
     }
 
     /// Drop the generations older than `oldest`, the oldest one a running worker uses (never

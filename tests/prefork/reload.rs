@@ -2,6 +2,7 @@
 
 use super::upstream::backend;
 use super::*;
+use gomutex::upstream::{UpstreamConfig, UpstreamZone};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Mutex;
@@ -366,4 +367,70 @@ fn ten_reloads_under_load() {
     let pid = srv.pid();
     assert!(srv.stop().status.success());
     assert!(names(pid).is_empty(), "{:?}", names(pid));
+}
+
+/// Set in the environment of [`zone_child`] run as a child process: the zone it opens.
+const CHILD_ZONE: &str = "PREFORK_TEST_CHILD_ZONE";
+
+/// Not a test of its own (a no-op without [`CHILD_ZONE`]): the child process of
+/// [`force_release_covers_every_generation_kept`], which opens the zone, picks a peer and
+/// exits holding the connection.
+#[test]
+fn zone_child() {
+    let Ok(name) = std::env::var(CHILD_ZONE) else {
+        return;
+    };
+    let zone = UpstreamZone::open(&name).expect("open the zone");
+    std::mem::forget(zone.pick().expect("a pick"));
+    // SAFETY: leave at once, the connection counted and not given back.
+    unsafe { libc::_exit(0) };
+}
+
+/// The master's side: a process that died holding a connection of generation 1, reaped after
+/// generation 2 was published, has it given back by `force_release` over every generation
+/// kept; a generation no worker uses any more is dropped (its name was unlinked at the
+/// publish after it), never the current one.
+#[test]
+fn force_release_covers_every_generation_kept() {
+    let conf = ConfFile::new("upstream 127.0.0.1:1\n");
+    let mut r = reload::Reloader::from_file(conf.path().into(), UpstreamConfig::new().processes(8))
+        .unwrap();
+    let first = r.current();
+    assert_eq!(first.generation, 1);
+    let name = format!("/gomutex-prefork-{}-1", std::process::id());
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "config_reload::zone_child",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD_ZONE, &name)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    assert!(child.wait().unwrap().success());
+    assert_eq!(first.zone.diagnostics().peers[0].conns, 1);
+
+    conf.write("upstream 127.0.0.1:2\n");
+    assert_eq!(r.reload(), Ok(2));
+    assert!(
+        UpstreamZone::open(&name).is_err(),
+        "generation 1's name unlinked"
+    );
+    assert_eq!(r.force_release(pid), 1);
+    assert_eq!(first.zone.diagnostics().peers[0].conns, 0);
+
+    // Every worker on generation 2: generation 1 is dropped, 2 never.
+    r.retire_below(2);
+    r.retire_below(3);
+    assert_eq!(r.current().generation, 2);
+    assert_eq!(r.force_release(pid), 0);
+    drop(r);
+    let current = format!("/gomutex-prefork-{}-2", std::process::id());
+    assert!(
+        UpstreamZone::open(&current).is_err(),
+        "unlinked when dropped"
+    );
 }
