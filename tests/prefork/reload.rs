@@ -41,6 +41,16 @@ fn sighup(pid: i32) {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
 }
 
+/// A server started with `--config` holding `text`, once every worker serves generation 1
+/// (its page then).
+fn start_with_config(text: &str) -> (ConfFile, Server, Status) {
+    let conf = ConfFile::new(text);
+    let path = conf.path().to_str().unwrap();
+    let srv = Server::start_with("mutex", &["--config", path], &[]);
+    let st = wait_generation(srv.addr, 1);
+    (conf, srv, st)
+}
+
 /// Poll `/status` (generous deadline, no fixed sleep) until the master published generation
 /// `g` and every worker runs (no slot being started) on it; the page.
 fn wait_generation(addr: SocketAddr, g: u64) -> Status {
@@ -152,10 +162,7 @@ impl Clients {
 fn sighup_reloads_the_upstreams_without_errors() {
     let (a, na) = backend("A");
     let (b, nb) = backend("B");
-    let conf = ConfFile::new(&format!("# first\nupstream {a},max_fails=3\n"));
-    let path = conf.path().to_str().unwrap();
-    let srv = Server::start_with("mutex", &["--config", path], &[]);
-    let st = wait_generation(srv.addr, 1);
+    let (conf, srv, st) = start_with_config(&format!("# first\nupstream {a},max_fails=3\n"));
     assert_eq!(st.line("config")["failed_reloads"], 0, "{}", st.text);
     for _ in 0..6 {
         assert_eq!(fetch(srv.addr), "A");
@@ -215,10 +222,8 @@ fn sighup_reloads_the_upstreams_without_errors() {
 fn bad_config_on_sighup_keeps_the_old_one() {
     let (a, _) = backend("A");
     let (b, _) = backend("B");
-    let conf = ConfFile::new(&format!("upstream {a}\n"));
+    let (conf, srv, _) = start_with_config(&format!("upstream {a}\n"));
     let path = conf.path().to_str().unwrap();
-    let srv = Server::start_with("mutex", &["--config", path], &[]);
-    wait_generation(srv.addr, 1);
     assert_eq!(fetch(srv.addr), "A");
 
     conf.write(&format!("upstream {b}\nupstream {b},weight=0\n"));
@@ -299,10 +304,7 @@ fn burst(addr: SocketAddr, n: usize) -> (u64, u64, Duration) {
 #[test]
 fn sighup_changes_the_limits() {
     let (a, _) = backend("A");
-    let conf = ConfFile::new(&format!("upstream {a}\n"));
-    let path = conf.path().to_str().unwrap();
-    let srv = Server::start_with("mutex", &["--config", path], &[]);
-    let st = wait_generation(srv.addr, 1);
+    let (conf, srv, st) = start_with_config(&format!("upstream {a}\n"));
     assert!(!st.text.contains("limit_req"), "{}", st.text);
     let (ok, limited, _) = burst(srv.addr, 5);
     assert_eq!((ok, limited), (5, 0));
@@ -338,10 +340,7 @@ fn sighup_changes_the_limits() {
 fn ten_reloads_under_load() {
     let (a, _) = backend("A");
     let (b, _) = backend("B");
-    let conf = ConfFile::new(&format!("upstream {a}\n"));
-    let path = conf.path().to_str().unwrap();
-    let srv = Server::start_with("mutex", &["--config", path], &[]);
-    wait_generation(srv.addr, 1);
+    let (conf, srv, _) = start_with_config(&format!("upstream {a}\n"));
     let clients = Clients::start(srv.addr, 4);
     clients.wait_last('A');
     let names = |pid: i32| {
