@@ -36,7 +36,9 @@
 //! limiter, and serves every request from then on with them. A request is proxied whole
 //! within one iteration of the loop, so at that point none is in flight on the old zone: the
 //! worker drops its handle of it at once (giving back its row of connection counts) and keeps
-//! its idle keep-alive connections to the backends the new list still has. A worker forked
+//! its idle keep-alive connections to the backends the new list still has. (In `blocking`
+//! mode a worker asleep on the accept lock has no connection: it switches when it wakes,
+//! before it accepts; until then `/status` shows it on the old generation.) A worker forked
 //! (or respawned) later starts on the current generation, inherited from the master. The
 //! master keeps every generation's zone a running worker may still be on (each worker's
 //! `generation` is in the stats region), so its `force_release(pid)` of a reaped worker covers
