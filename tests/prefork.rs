@@ -20,9 +20,23 @@ mod http;
 #[path = "../examples/prefork/shared.rs"]
 mod shared;
 
+/// The example's `--config` and `--limit-req` pieces and the proxy they use, compiled here to
+/// test the master's side of a reload (`reload::Reloader`) directly.
+#[allow(dead_code)]
+#[path = "../examples/prefork/limit.rs"]
+mod limit;
+#[allow(dead_code)]
+#[path = "../examples/prefork/proxy.rs"]
+mod proxy;
+#[allow(dead_code)]
+#[path = "../examples/prefork/reload.rs"]
+mod reload;
+
 #[path = "prefork/chaos.rs"]
 mod chaos;
 mod common;
+#[path = "prefork/reload.rs"]
+mod config_reload;
 #[path = "prefork/harness.rs"]
 mod harness;
 #[path = "prefork/limits.rs"]

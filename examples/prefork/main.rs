@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example prefork -- [--addr 127.0.0.1:8080] [--workers N]
 //!     [--accept mutex|blocking|none|exclusive|reuseport] [--stats-json PATH]
+//!     [--upstream SPEC]... [--limit-req RATE ...] [--config FILE]   (all: --help)
 //! ```
 //!
 //! The master binds the listening socket (nonblocking, `SO_REUSEADDR`), creates the shared
@@ -50,6 +51,18 @@
 //! master gives back the connections of a worker it reaps (`force_release(pid)`). `/status`
 //! shows every peer's state. Without `--upstream` every request is answered `200 ok`.
 //!
+//! `--config FILE` takes the settings of `--upstream` and `--limit-req`, `--limit-burst`,
+//! `--limit-key`, `--limit-headers` from FILE instead (not with those flags): one directive
+//! a line, `upstream HOST:PORT[,…]`, `limit_req RATE`, `limit_burst N`, `limit_key
+//! addr|uri`, `limit_headers`, each parsed by its flag's parser; `#` starts a comment, blank
+//! lines are ignored; at least one `upstream`. On `SIGHUP` the master reads it again and
+//! publishes it as the next generation (a new upstream zone, the new limits over the same
+//! dictionary) in a [`gomutex::shm::ShmSnapshot`]; the workers switch at an idle point of
+//! their loop without dropping a connection, and `/status` shows each one's `generation`. A
+//! file that does not parse is an error naming its line: at start the server does not start,
+//! on a reload the old generation keeps serving. The mechanism, and what a death at each
+//! point of a reload leaves: `reload.rs`.
+//!
 //! With `--limit-headers` every answer the worker makes to a limited request (not a proxied
 //! one, which is the backend's) says where its key stands
 //! (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` in seconds, and on a 503
@@ -64,6 +77,8 @@ mod lock;
 #[cfg(target_os = "linux")]
 mod proxy;
 #[cfg(target_os = "linux")]
+mod reload;
+#[cfg(target_os = "linux")]
 mod shared;
 #[cfg(target_os = "linux")]
 mod status;
@@ -76,11 +91,11 @@ mod worker;
 use gomutex::accept::{AcceptLock, Config, ForceUnlock, LockMode, Spread, DEFAULT_DELAY};
 #[cfg(target_os = "linux")]
 use gomutex::{
-    dict::{DictConfig, RateLimiter, ShmDict},
+    dict::{DictConfig, ShmDict},
     shm::{Mapping, MappingLayout},
 };
 #[cfg(target_os = "linux")]
-use limit::KeyBy;
+use limit::Limits;
 #[cfg(target_os = "linux")]
 use lock::SharedLock;
 #[cfg(target_os = "linux")]
@@ -110,6 +125,7 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
                [--spread-rate-slack PCT|off]
                [--limit-req RATE] [--limit-burst N] [--limit-key addr|uri] [--limit-zone BYTES]
                [--upstream HOST:PORT[,weight=N,max_fails=N,fail_timeout=MS,max_conns=N,backup,down]]...
+               [--config FILE]
 
   --addr HOST:PORT          address to listen on (default 127.0.0.1:8080; port 0 = any free port)
   --workers N               worker processes (default: number of CPUs)
@@ -142,12 +158,17 @@ usage: prefork [--addr HOST:PORT] [--workers N] [--accept MODE] [--stats-json PA
   --upstream SPEC           proxy requests to this backend (repeatable): nginx's `server`
                             parameters (weight=1 max_fails=1 fail_timeout=10000 by default),
                             balanced over all workers by a shared upstream zone
+  --config FILE             read the upstreams and limits from FILE, again on SIGHUP: one
+                            directive a line (`upstream SPEC`, `limit_req RATE`, `limit_burst
+                            N`, `limit_key addr|uri`, `limit_headers`), `#` comments; not with
+                            --upstream or the --limit-* flags but --limit-zone
   --limit-headers           tell the client where its key stands: RateLimit-Limit,
                             RateLimit-Remaining, RateLimit-Reset (seconds), and Retry-After
                             (seconds) on a 503
 
-Stops on SIGINT/SIGTERM and prints per-worker stats. Test hook: PREFORK_TEST_HOLD_MS=N makes
-the first worker to take the accept lock hold it N ms (once).";
+Reloads --config's file on SIGHUP. Stops on SIGINT/SIGTERM and prints per-worker stats.
+Test hook: PREFORK_TEST_HOLD_MS=N makes the first worker to take the accept lock hold it N ms
+(once).";
 
 #[cfg(target_os = "linux")]
 /// Who watches the listening socket.
@@ -200,15 +221,13 @@ struct Args {
     multi_accept: bool,
     /// The load-aware spread rule (lock modes); `None`: `--no-spread`.
     spread: Option<Spread>,
-    /// `--limit-req` (requests per second per key), if given.
-    limit_req: Option<u32>,
-    limit_burst: u32,
-    limit_key: KeyBy,
+    /// `--limit-req`, `--limit-burst`, `--limit-key`, `--limit-headers`.
+    limits: Limits,
     limit_zone: usize,
     /// `--upstream`: the backends, in order.
     upstreams: Vec<(SocketAddr, gomutex::upstream::Peer)>,
-    /// `--limit-headers`: `RateLimit-*` and `Retry-After` headers.
-    limit_headers: bool,
+    /// `--config`: the file the upstreams are read from, at start and on `SIGHUP`.
+    config: Option<PathBuf>,
 }
 
 #[cfg(target_os = "linux")]
@@ -223,12 +242,10 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         connections: 1024,
         multi_accept: false,
         spread: Some(Spread::DEFAULT),
-        limit_req: None,
-        limit_burst: 0,
-        limit_key: KeyBy::Addr,
+        limits: Limits::NONE,
         limit_zone: 1 << 20,
         upstreams: Vec::new(),
-        limit_headers: false,
+        config: None,
     };
     let (mut margin, mut batch, mut retry, mut slack) = (
         Spread::DEFAULT.margin,
@@ -259,6 +276,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 | "--limit-key"
                 | "--limit-zone"
                 | "--upstream"
+                | "--config"
         );
         let value = if has_value {
             match inline.or_else(|| it.next()) {
@@ -270,6 +288,10 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         } else {
             String::new()
         };
+        if let Some(set) = a.limits.set(&flag, &value) {
+            set?;
+            continue;
+        }
         match flag.as_str() {
             "-h" | "--help" => return Ok(None),
             "--addr" => {
@@ -312,7 +334,6 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 }
             }
             "--multi-accept" => a.multi_accept = true,
-            "--limit-headers" => a.limit_headers = true,
             "--no-spread" => a.spread = None,
             "--spread-margin" => {
                 margin = value
@@ -347,25 +368,6 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                     })?),
                 }
             }
-            "--limit-req" => {
-                a.limit_req = match value.parse() {
-                    Ok(n) if n >= 1 => Some(n),
-                    _ => {
-                        return Err(format!(
-                            "--limit-req: expected requests per second >= 1, got {value:?}"
-                        ))
-                    }
-                }
-            }
-            "--limit-burst" => {
-                a.limit_burst = value
-                    .parse()
-                    .map_err(|_| format!("--limit-burst: expected a number, got {value:?}"))?
-            }
-            "--limit-key" => {
-                a.limit_key = KeyBy::parse(&value)
-                    .ok_or_else(|| format!("--limit-key: expected addr|uri, got {value:?}"))?
-            }
             "--limit-zone" => {
                 a.limit_zone = match value.parse() {
                     Ok(n) if n >= ShmDict::MIN_CAPACITY => n,
@@ -378,17 +380,20 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 }
             }
             "--upstream" => a.upstreams.push(proxy::parse_upstream(&value)?),
+            "--config" => a.config = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
-    if a.limit_req.is_none()
-        && (a.limit_burst != 0
-            || a.limit_key != KeyBy::Addr
-            || a.limit_zone != 1 << 20
-            || a.limit_headers)
-    {
+    a.limits.check()?;
+    if a.limits.rate.is_none() && a.config.is_none() && a.limit_zone != 1 << 20 {
+        return Err("--limit-zone needs --limit-req or --config".into());
+    }
+    if a.config.is_some() && (!a.upstreams.is_empty() || a.limits != Limits::NONE) {
+        // One source of the settings: a reload must not silently drop the flags' ones.
         return Err(
-            "--limit-burst, --limit-key, --limit-zone and --limit-headers need --limit-req".into(),
+            "--config cannot be combined with --upstream or --limit-req/-burst/-key/\
+                    -headers: put them in the file"
+                .into(),
         );
     }
     if a.spread.is_some() {
@@ -434,9 +439,12 @@ struct Master<'a> {
     args: &'a Args,
     listeners: &'a [TcpListener],
     lock: Option<&'a SharedLock>,
-    limiter: Option<&'a RateLimiter>,
-    /// `--upstream`'s zone.
-    zone: Option<&'a gomutex::upstream::UpstreamZone>,
+    /// The limiter's dictionary (at offset 0), with `--limit-req` or `--config`.
+    dict: Option<&'a Mapping>,
+    /// `--upstream`'s zone, or `--config`'s generations.
+    upstreams: Option<reload::Reloader>,
+    /// `--config`: one eventfd per worker slot, made readable after each reload.
+    wakes: Vec<OwnedFd>,
     region: &'a Region<'a>,
     /// Read end of the shutdown pipe (workers watch it).
     pipe_rd: &'a OwnedFd,
@@ -482,6 +490,8 @@ impl Master<'_> {
         // ignore it before unblocking what the master blocked.
         sys::ignore_signal(libc::SIGINT, true);
         sys::ignore_signal(libc::SIGPIPE, true);
+        // A hang-up of the terminal, or a SIGHUP meant for the master: not a worker's to act on.
+        sys::ignore_signal(libc::SIGHUP, true);
         let _ = sys::block_signals(&sys::master_signals(), false);
         // Our copy of the write end must go, or closing the master's would not reach us.
         drop(self.pipe_wr.take());
@@ -489,6 +499,25 @@ impl Master<'_> {
             vec![self.listeners[i].as_raw_fd()]
         } else {
             vec![self.listeners[0].as_raw_fd()]
+        };
+        let (current, snapshot) = match self.upstreams.take() {
+            Some(u) => {
+                let (current, snapshot) = u.into_worker();
+                (Some(current), snapshot)
+            }
+            None => (None, None),
+        };
+        let generation = current.as_ref().map_or(0, |c| c.generation);
+        let limits = current.as_ref().map_or(self.args.limits, |c| c.limits);
+        let limit = match self.dict {
+            Some(dict) => match limit::Limit::new(dict, &limits, self.region.slot(i)) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("prefork: worker {pid}: {e}");
+                    return 2;
+                }
+            },
+            None => None,
         };
         let config = Config::nginx()
             .with_delay(self.args.delay)
@@ -511,15 +540,11 @@ impl Master<'_> {
             multi_accept: self.args.multi_accept,
             hold_ms: self.hold_ms,
             shared_lock: self.lock,
-            limit: self.limiter.map(|limiter| limit::Limit {
-                limiter,
-                key: self.args.limit_key,
-                headers: self.args.limit_headers,
-                slot: self.region.slot(i),
-            }),
-            proxy: self
-                .zone
-                .map(|z| proxy::Proxy::new(z, self.args.upstreams.iter().map(|u| u.0).collect())),
+            limit,
+            // The current generation, inherited from the master.
+            proxy: current.map(proxy::Proxy::new),
+            config: snapshot.map(|s| (s, generation, self.wakes[i].as_raw_fd())),
+            dict: self.dict,
         };
         match w.run() {
             Ok(()) => 0,
@@ -552,9 +577,10 @@ impl Master<'_> {
                     "prefork: worker {pid} died holding the accept lock ({exit}); released it"
                 );
             }
-            // The connections it had open to the backends: given back at once.
-            if let Some(z) = self.zone {
-                z.force_release(pid);
+            // The connections it had open to the backends: given back at once, in every
+            // generation it may have used.
+            if let Some(u) = &self.upstreams {
+                let _ = u.force_release(pid);
             }
             let abnormal = exit != Exit::Code(0) || respawn;
             self.finished
@@ -579,6 +605,43 @@ impl Master<'_> {
             self.spawn(i)?;
         }
         Ok(())
+    }
+
+    /// `SIGHUP`: read `--config`'s file again; publish it and wake the workers, or keep the
+    /// old configuration and say why.
+    fn reload(&mut self) {
+        let Some(u) = &mut self.upstreams else {
+            eprintln!("prefork: SIGHUP: no --config file to reload");
+            return;
+        };
+        match u.reload() {
+            Ok(g) => {
+                eprintln!("prefork: reloaded the configuration: generation {g}");
+                for w in &self.wakes {
+                    sys::notify(w.as_raw_fd());
+                }
+            }
+            Err(e) => {
+                self.region.header().failed_reloads.fetch_add(1, Relaxed);
+                let g = u.current().generation;
+                eprintln!("prefork: reload failed: {e}; keeping generation {g}");
+            }
+        }
+    }
+
+    /// Drop the generations no running worker uses any more (a worker being started, at
+    /// generation 0 until it runs, keeps them all).
+    fn retire_generations(&mut self) {
+        let Some(u) = &mut self.upstreams else { return };
+        let oldest = self
+            .region
+            .slots()
+            .iter()
+            .filter(|s| s.pid.load(Relaxed) != 0)
+            .map(|s| s.generation.load(Relaxed))
+            .min()
+            .unwrap_or(0);
+        u.retire_below(oldest);
     }
 
     /// Close the pipe, give the workers 3 s to stop, then SIGKILL what is left.
@@ -648,32 +711,39 @@ fn run(args: Args) -> Result<(), String> {
         None => None,
     };
     let region = Region::new(&map, stats_at).map_err(|e| format!("cannot place the stats: {e}"))?;
-    let limiter = match args.limit_req {
-        Some(rate) => {
-            let limit_error = |e| format!("cannot create the --limit-req zone: {e}");
-            // Every worker a participant of the zone's lock, respawned ones too.
-            let lock = gomutex::shm::Config::new().participants((args.workers as u32 * 2).max(64));
-            let dict = ShmDict::anonymous_with(args.limit_zone, DictConfig::new().lock(lock))
-                .map_err(limit_error)?;
-            Some(
-                RateLimiter::new(dict, rate, args.limit_burst)
-                    .map_err(limit_error)?
-                    .nodelay(),
-            )
-        }
-        None => None,
-    };
-    let zone = if args.upstreams.is_empty() {
-        None
+    // The limiter's dictionary: each worker makes its limiter over it, with the rate of its
+    // generation.
+    let dict = if args.limits.rate.is_some() || args.config.is_some() {
+        let limit_error = |e| format!("cannot create the --limit-req zone: {e}");
+        // Every worker a participant of the zone's lock, respawned ones too.
+        let lock = gomutex::shm::Config::new().participants((args.workers as u32 * 2).max(64));
+        let cfg = DictConfig::new().lock(lock);
+        let size = ShmDict::required_size(args.limit_zone, cfg).map_err(limit_error)?;
+        let map = Mapping::anonymous(size).map_err(limit_error)?;
+        let made = ShmDict::init_in(&map, 0, args.limit_zone, cfg).map_err(limit_error)?;
+        Some((map, made))
     } else {
-        let peers: Vec<_> = args.upstreams.iter().map(|u| u.1.clone()).collect();
-        // A row per worker, respawned ones too.
-        let cfg =
-            gomutex::upstream::UpstreamConfig::new().processes((args.workers as u32 * 2).max(64));
-        Some(
-            gomutex::upstream::UpstreamZone::anonymous_with(&peers, cfg)
-                .map_err(|e| format!("cannot create the upstream zone: {e}"))?,
-        )
+        None
+    };
+    // A row per worker in each zone, respawned ones too.
+    let zone_cfg =
+        gomutex::upstream::UpstreamConfig::new().processes((args.workers as u32 * 2).max(64));
+    let upstreams = match &args.config {
+        Some(path) => Some(reload::Reloader::from_file(path.clone(), zone_cfg)?),
+        None if args.upstreams.is_empty() => None,
+        None => Some(reload::Reloader::fixed(
+            &args.upstreams,
+            args.limits,
+            zone_cfg,
+        )?),
+    };
+    let wakes = if args.config.is_some() {
+        (0..args.workers)
+            .map(|_| sys::eventfd())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("eventfd: {e}"))?
+    } else {
+        Vec::new()
     };
     let signals = sys::master_signals();
     sys::block_signals(&signals, true).map_err(|e| format!("sigprocmask: {e}"))?;
@@ -689,8 +759,9 @@ fn run(args: Args) -> Result<(), String> {
         args: &args,
         listeners: &listeners,
         lock: lock.as_ref(),
-        limiter: limiter.as_ref(),
-        zone: zone.as_ref(),
+        dict: dict.as_ref().map(|d| &d.0),
+        upstreams,
+        wakes,
         region: &region,
         pipe_rd: &rd,
         pipe_wr: Some(wr),
@@ -713,8 +784,10 @@ fn run(args: Args) -> Result<(), String> {
     while result.is_ok() {
         match sys::wait_signal(&signals, Duration::from_secs(1)) {
             Some(libc::SIGINT) | Some(libc::SIGTERM) => break,
+            Some(libc::SIGHUP) => m.reload(),
             _ => result = m.reap(true),
         }
+        m.retire_generations();
         if m.running.iter().all(Option::is_none) {
             result = Err("every worker failed; giving up".into());
         }

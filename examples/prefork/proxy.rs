@@ -15,9 +15,11 @@
 
 use crate::http::{connection, respond, Admit, Request};
 use crate::limit::Limit;
-use gomutex::upstream::{Peer, PickError, Tried, UpstreamZone};
+use crate::reload::Generation;
+use gomutex::upstream::{Peer, PickError, Tried};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::rc::Rc;
 use std::time::Duration;
 
 /// Connect, read and write timeout of a backend exchange.
@@ -54,30 +56,45 @@ pub fn parse_upstream(spec: &str) -> Result<(SocketAddr, Peer), String> {
     Ok((addr, peer))
 }
 
-/// One worker's side of the zone: the backends' addresses and its idle connections to them.
-pub struct Proxy<'a> {
-    pub zone: &'a UpstreamZone,
-    pub addrs: Vec<SocketAddr>,
+/// One worker's side of the zone: its generation of the configuration (the zone and the
+/// backends' addresses) and its idle connections to the backends.
+pub struct Proxy {
+    pub up: Rc<Generation>,
     /// Idle keep-alive connections, per peer.
     pub idle: Vec<Vec<TcpStream>>,
 }
 
-impl<'a> Proxy<'a> {
-    pub fn new(zone: &'a UpstreamZone, addrs: Vec<SocketAddr>) -> Self {
-        let idle = addrs.iter().map(|_| Vec::new()).collect();
-        Self { zone, addrs, idle }
+impl Proxy {
+    pub fn new(up: Rc<Generation>) -> Self {
+        let idle = up.addrs.iter().map(|_| Vec::new()).collect();
+        Self { up, idle }
+    }
+
+    /// Switch to generation `up` (no request is in flight: each is proxied whole within one
+    /// call of [`forward`](Self::forward)); the old zone's handle is dropped with the last
+    /// `Rc`, and the idle connections to backends `up` still lists are kept.
+    pub fn switch(&mut self, up: Rc<Generation>) {
+        let mut idle: Vec<Vec<TcpStream>> = up.addrs.iter().map(|_| Vec::new()).collect();
+        for (old, conns) in self.up.addrs.iter().zip(self.idle.drain(..)) {
+            if let Some(p) = up.addrs.iter().position(|a| a == old) {
+                idle[p].extend(conns);
+            }
+        }
+        *self = Self { up, idle };
     }
 
     /// Append the answer to `req` (`raw`: its bytes) from a peer of the zone, or a `502`.
     fn forward(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8]) {
         let mut tried = Tried::new();
         loop {
-            let slot = match self.zone.pick_untried(&mut tried) {
+            let zone = &self.up.zone;
+            let slot = match zone.pick_untried(&mut tried) {
                 Ok(s) => s,
                 Err(PickError::NoLivePeer) | Err(_) => return bad_gateway(out, req),
             };
             let p = slot.peer();
-            match self.exchange(p, raw, req.head) {
+            let addr = self.up.addrs[p];
+            match exchange(&mut self.idle[p], addr, raw, req.head) {
                 Ok((head, body)) => {
                     slot.success();
                     return rewrite(out, &head, &body, req);
@@ -86,33 +103,34 @@ impl<'a> Proxy<'a> {
             }
         }
     }
+}
 
-    /// Send `raw` to peer `p` and read its answer (head, body), on a kept connection if there
-    /// is one (kept again once its answer was read whole, unless the backend closes it).
-    fn exchange(
-        &mut self,
-        p: usize,
-        raw: &[u8],
-        head_only: bool,
-    ) -> io::Result<(Vec<u8>, Vec<u8>)> {
-        if let Some(mut s) = self.idle[p].pop() {
-            if let Ok((head, body, keep)) = round_trip(&mut s, raw, head_only) {
-                if keep {
-                    self.idle[p].push(s);
-                }
-                return Ok((head, body));
+/// Send `raw` to the peer at `addr` and read its answer (head, body), on one of its `idle`
+/// connections if there is one (kept again once its answer was read whole, unless the
+/// backend closes it).
+fn exchange(
+    idle: &mut Vec<TcpStream>,
+    addr: SocketAddr,
+    raw: &[u8],
+    head_only: bool,
+) -> io::Result<(Vec<u8>, Vec<u8>)> {
+    if let Some(mut s) = idle.pop() {
+        if let Ok((head, body, keep)) = round_trip(&mut s, raw, head_only) {
+            if keep {
+                idle.push(s);
             }
+            return Ok((head, body));
         }
-        let mut s = TcpStream::connect_timeout(&self.addrs[p], TIMEOUT)?;
-        s.set_read_timeout(Some(TIMEOUT))?;
-        s.set_write_timeout(Some(TIMEOUT))?;
-        let _ = s.set_nodelay(true);
-        let (head, body, keep) = round_trip(&mut s, raw, head_only)?;
-        if keep {
-            self.idle[p].push(s);
-        }
-        Ok((head, body))
     }
+    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT)?;
+    s.set_read_timeout(Some(TIMEOUT))?;
+    s.set_write_timeout(Some(TIMEOUT))?;
+    let _ = s.set_nodelay(true);
+    let (head, body, keep) = round_trip(&mut s, raw, head_only)?;
+    if keep {
+        idle.push(s);
+    }
+    Ok((head, body))
 }
 
 /// Write the request, read the answer: (head, body, keep the connection).
@@ -224,7 +242,7 @@ fn bad_gateway(out: &mut Vec<u8>, req: &Request) {
 /// peer, or `200 ok`).
 pub struct Handler<'a> {
     pub limit: Option<Limit<'a>>,
-    pub proxy: Option<Proxy<'a>>,
+    pub proxy: Option<Proxy>,
 }
 
 impl Admit for Handler<'_> {

@@ -48,6 +48,8 @@ pub struct Slot {
     pub limit_passed: AtomicU64,
     /// Requests `--limit-req` answered with 503.
     pub limit_rejected: AtomicU64,
+    /// The configuration generation the worker serves (`--upstream`: 1; none: 0).
+    pub generation: AtomicU64,
 }
 
 /// How long a worker may go without starting an event-loop iteration before the others'
@@ -85,6 +87,8 @@ pub struct Header {
     pub retired_requests: AtomicU64,
     pub retired_limit_passed: AtomicU64,
     pub retired_limit_rejected: AtomicU64,
+    /// `SIGHUP`s whose configuration file was refused (the old one kept).
+    pub failed_reloads: AtomicU64,
 }
 
 /// A snapshot of one worker's counters.
@@ -123,6 +127,7 @@ impl Slot {
             &self.heartbeat_ms,
             &self.limit_passed,
             &self.limit_rejected,
+            &self.generation,
         ] {
             c.store(0, Relaxed);
         }

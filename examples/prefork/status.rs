@@ -7,10 +7,11 @@
 //! Active connections: 2
 //! server accepts handled requests
 //!  14 14 37
-//! worker 0 pid 4242 accepted 8 requests 20 active 1
-//! worker 1 pid 4243 accepted 6 requests 17 active 1
+//! worker 0 pid 4242 accepted 8 requests 20 active 1 generation 2
+//! worker 1 pid 4243 accepted 6 requests 17 active 1 generation 2
 //! accept_lock acquisitions 120 contended 3 slept 2 total_wait_ns 51200 worst_wait_ns 20480 starvation_entries 0 owner_deaths 0 owner_died_reported 0 recoveries 0
 //! limit_req passed 30 rejected 7
+//! config generation 2 failed_reloads 0
 //! upstream 127.0.0.1:9001 weight 5 conns 1 fails 0 unavailable 0 down 0 backup 0 effective_weight 5
 //! ```
 //!
@@ -18,11 +19,14 @@
 //! respawns the slot); the worker lines are the running workers. Every accepted connection is
 //! served, so `handled` equals `accepts` (nginx's differ when it runs out of connections).
 //! The `accept_lock` line is there in the lock modes, the `limit_req` line with `--limit-req`,
-//! an `upstream` line per peer with `--upstream` (the zone's state, read under its lock).
+//! an `upstream` line per peer with `--upstream` or `--config` (the state of the zone of the
+//! answering worker's generation, read under its lock), the `config` line with `--config`
+//! (the generation the master published last, and the reloads it refused). A worker's
+//! `generation` is the configuration it serves (0: none, without `--upstream`/`--config`).
 
+use crate::reload::Generation;
 use crate::shared::{Region, STARTING};
 use gomutex::shm::LockStats;
-use gomutex::upstream::UpstreamZone;
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -31,7 +35,8 @@ pub fn render(
     region: &Region,
     lock: Option<LockStats>,
     limited: bool,
-    upstream: Option<&UpstreamZone>,
+    upstream: Option<&Generation>,
+    published: Option<u64>,
 ) -> String {
     let h = region.header();
     let mut active = 0;
@@ -46,10 +51,11 @@ pub fn render(
             STARTING => 0, // being forked: `pid 0`, no counts yet
             pid => pid,
         };
-        let (a, r, live) = (
+        let (a, r, live, g) = (
             s.accepted.load(Relaxed),
             s.requests.load(Relaxed),
             s.live.load(Relaxed),
+            s.generation.load(Relaxed),
         );
         active += live;
         accepted += a;
@@ -58,7 +64,7 @@ pub fn render(
         rejected += s.limit_rejected.load(Relaxed);
         let _ = writeln!(
             rows,
-            "worker {i} pid {pid} accepted {a} requests {r} active {live}"
+            "worker {i} pid {pid} accepted {a} requests {r} active {live} generation {g}"
         );
     }
     let mut out = format!(
@@ -83,8 +89,12 @@ pub fn render(
     if limited {
         let _ = writeln!(out, "limit_req passed {passed} rejected {rejected}");
     }
-    if let Some(z) = upstream {
-        for p in z.diagnostics().peers {
+    if let Some(g) = published {
+        let failed = h.failed_reloads.load(Relaxed);
+        let _ = writeln!(out, "config generation {g} failed_reloads {failed}");
+    }
+    if let Some(up) = upstream {
+        for p in up.zone.diagnostics().peers {
             let _ = writeln!(
                 out,
                 "upstream {} weight {} conns {} fails {} unavailable {} down {} backup {} \

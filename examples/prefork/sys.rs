@@ -197,6 +197,28 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// `eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)`: a wake-up a worker watches in its epoll set.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the result is a fresh descriptor or -1.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+    // SAFETY: a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Make the eventfd `fd` readable (add 1 to its counter).
+pub fn notify(fd: RawFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: `one` is 8 readable bytes, what an eventfd write takes.
+    let _ = unsafe { libc::write(fd, one.as_ptr().cast(), one.len()) };
+}
+
+/// Read (and so reset) the eventfd `fd`'s counter.
+pub fn drain(fd: RawFd) {
+    let mut buf = [0u8; 8];
+    // SAFETY: `buf` is 8 writable bytes, what an eventfd read takes.
+    let _ = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+}
+
 /// The signals the master handles synchronously (blocked, then taken with `sigtimedwait`).
 pub fn master_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it.
@@ -207,6 +229,7 @@ pub fn master_signals() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGCHLD);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
     }
     set
 }

@@ -4,17 +4,24 @@
 use crate::http::{Conn, Next};
 use crate::limit::Limit;
 use crate::lock::SharedLock;
+use crate::proxy::Proxy;
+use crate::reload::Generation;
 use crate::shared::{mono_ms, Header, Region, Slot, RATE_HALF_LIFE};
 use crate::sys::{self, Epoll};
 use crate::Mode;
 use gomutex::accept::{AcceptLock, AcceptMutex};
+use gomutex::shm::{Mapping, ShmSnapshot};
+use std::cell::RefCell;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 const TOKEN_SHUTDOWN: u64 = u64::MAX;
+/// The master's wake-up after a reload (above every connection token, below the listen ones).
+const TOKEN_RELOAD: u64 = 1 << 63;
 /// Listening socket `i` has token `TOKEN_LISTEN - i`.
 const TOKEN_LISTEN: u64 = u64::MAX - 1;
 const MAX_LISTENERS: u64 = 1 << 16;
@@ -46,10 +53,15 @@ pub struct Worker<'a, L: AcceptMutex> {
     pub hold_ms: Option<u64>,
     /// The accept lock itself (lock modes), for the `/status` page's lock figures.
     pub shared_lock: Option<&'a SharedLock>,
-    /// `--limit-req`.
+    /// `--limit-req` (or `--config`'s `limit_req`): the generation the worker starts with.
     pub limit: Option<Limit<'a>>,
-    /// `--upstream`.
-    pub proxy: Option<crate::proxy::Proxy<'a>>,
+    /// `--upstream` or `--config`: the generation the worker starts with.
+    pub proxy: Option<Proxy>,
+    /// `--config`: the published configuration, the snapshot version `proxy` is, and the
+    /// eventfd the master makes readable after each publish.
+    pub config: Option<(ShmSnapshot, u64, RawFd)>,
+    /// The limiter's dictionary, for the limiter of each new generation.
+    pub dict: Option<&'a Mapping>,
 }
 
 struct Entry {
@@ -88,6 +100,10 @@ impl<L: AcceptMutex> Worker<'_, L> {
         let ep = Epoll::new().map_err(|e| (e, true))?;
         ep.add(self.shutdown, libc::EPOLLIN as u32, TOKEN_SHUTDOWN)
             .map_err(|e| (e, true))?;
+        if let Some((_, _, wake)) = &self.config {
+            ep.add(*wake, libc::EPOLLIN as u32, TOKEN_RELOAD)
+                .map_err(|e| (e, true))?;
+        }
         self.serve(ep).map_err(|e| (e, false))
     }
 
@@ -106,14 +122,34 @@ impl<L: AcceptMutex> Worker<'_, L> {
             limit: self.limit.take(),
             proxy: self.proxy.take(),
         };
-        let zone = limit.proxy.as_ref().map(|p| p.zone);
+        // The generation `/status` shows: the one requests go to.
+        let shown: RefCell<Option<Rc<Generation>>> =
+            RefCell::new(limit.proxy.as_ref().map(|p| p.up.clone()));
+        let shown = &shown;
+        let first = limit.proxy.as_ref().map_or(0, |p| p.up.generation);
+        self.slot.generation.store(first, Relaxed);
+        let (snapshot, mut seen, wake) = match self.config.take() {
+            Some((s, seen, wake)) => (Some(s), seen, Some(wake)),
+            None => (None, 0, None),
+        };
+        let snapshot = snapshot.as_ref();
         let total = self.connections;
         // Recent accepts (exponentially decayed), published in `slot.recent`.
         let mut recent = 0f64;
         let mut decayed_at = Instant::now();
         let (region, shared_lock, limited) = (self.region, self.shared_lock, limit.limit.is_some());
-        let status =
-            move || crate::status::render(region, shared_lock.map(|l| l.stats()), limited, zone);
+        let status = move || {
+            crate::status::render(
+                region,
+                shared_lock.map(|l| l.stats()),
+                shown
+                    .borrow()
+                    .as_ref()
+                    .map_or(limited, |g| g.limits.rate.is_some()),
+                shown.borrow().as_deref(),
+                snapshot.map(ShmSnapshot::version),
+            )
+        };
 
         while !stop {
             self.slot.iterations.fetch_add(1, Relaxed);
@@ -166,10 +202,40 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 let t = ev.u64; // a copy: epoll_event is packed
                 match t {
                     TOKEN_SHUTDOWN => stop = true,
+                    TOKEN_RELOAD => wake.into_iter().for_each(sys::drain),
                     t if t > TOKEN_LISTEN - MAX_LISTENERS && t <= TOKEN_LISTEN => {
                         listen_ready = true
                     }
                     t => ready.push(t),
+                }
+            }
+
+            // An idle point: nothing is in flight. A new configuration takes effect here, for
+            // the connections accepted below and every request read below.
+            if let Some(snap) = snapshot {
+                if let Some((version, next)) = crate::reload::take(snap, seen) {
+                    seen = version;
+                    let next = next.and_then(|up| {
+                        let l = crate::limit::Limit::new(
+                            self.dict.expect("--config makes the dictionary"),
+                            &up.limits,
+                            self.slot,
+                        )?;
+                        Ok((up, l))
+                    });
+                    match next {
+                        Ok((up, l)) => {
+                            limit.limit = l;
+                            let up = Rc::new(up);
+                            self.slot.generation.store(up.generation, Relaxed);
+                            *shown.borrow_mut() = Some(up.clone());
+                            match &mut limit.proxy {
+                                Some(p) => p.switch(up),
+                                None => limit.proxy = Some(Proxy::new(up)),
+                            }
+                        }
+                        Err(e) => eprintln!("prefork: worker {pid}: reload: {e}"),
+                    }
                 }
             }
 

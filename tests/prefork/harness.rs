@@ -36,6 +36,8 @@ pub(crate) struct Server {
     pub(crate) stdout: Arc<Mutex<String>>,
     pub(crate) stderr: Arc<Mutex<String>>,
     pub(crate) stderr_lines: mpsc::Receiver<String>,
+    /// The threads reading stdout and stderr (done at EOF: every process of the server gone).
+    pub(crate) readers: Vec<thread::JoinHandle<()>>,
 }
 
 /// What a stopped server left.
@@ -46,11 +48,12 @@ pub(crate) struct Stopped {
     pub(crate) json: String,
 }
 
+/// Read `r` line by line into `into` (and `lines`) until EOF, on a thread of its own.
 pub(crate) fn collect<R: Read + Send + 'static>(
     r: R,
     into: Arc<Mutex<String>>,
     lines: Option<mpsc::Sender<String>>,
-) {
+) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         for line in BufReader::new(r).lines() {
             let Ok(line) = line else { break };
@@ -60,7 +63,7 @@ pub(crate) fn collect<R: Read + Send + 'static>(
                 let _ = tx.send(line);
             }
         }
-    });
+    })
 }
 
 impl Server {
@@ -88,8 +91,10 @@ impl Server {
         let stderr = Arc::new(Mutex::new(String::new()));
         let (out_tx, out_rx) = mpsc::channel();
         let (err_tx, err_rx) = mpsc::channel();
-        collect(child.stdout.take().unwrap(), stdout.clone(), Some(out_tx));
-        collect(child.stderr.take().unwrap(), stderr.clone(), Some(err_tx));
+        let readers = vec![
+            collect(child.stdout.take().unwrap(), stdout.clone(), Some(out_tx)),
+            collect(child.stderr.take().unwrap(), stderr.clone(), Some(err_tx)),
+        ];
         let line = out_rx
             .recv_timeout(Duration::from_secs(10))
             .unwrap_or_else(|_| {
@@ -110,6 +115,7 @@ impl Server {
             stdout,
             stderr,
             stderr_lines: err_rx,
+            readers,
         }
     }
 
@@ -149,8 +155,12 @@ impl Server {
             }
             thread::sleep(Duration::from_millis(10));
         };
-        // Let the reader threads drain the pipes.
-        thread::sleep(Duration::from_millis(50));
+        // Let the reader threads drain the pipes: EOF once the workers are gone too (bounded:
+        // a worker the master could not stop would hold them open).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.readers.iter().all(|r| r.is_finished()) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(1));
+        }
         let json = std::fs::read_to_string(&self.stats).unwrap_or_default();
         let _ = std::fs::remove_file(&self.stats);
         Stopped {

@@ -3,7 +3,7 @@
 use super::*;
 /// A backend for `--upstream`: answers every request on its keep-alive connections with
 /// `body` (HTTP/1.1, `Content-Length`), counting them.
-fn backend(body: &'static str) -> (SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
+pub(crate) fn backend(body: &'static str) -> (SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
