@@ -56,6 +56,9 @@ pub const DICT_BETWEEN: u32 = 106;
 /// An update of the same size is planned in place (its new words in the transaction); not
 /// committed.
 pub const DICT_IN_PLACE: u32 = 107;
+/// A lookup holds its shard's read side (its process's read count raised); it has read
+/// nothing yet.
+pub const DICT_READING: u32 = 108;
 
 // The upstream zone (`upstream/`).
 /// A pick: the spare copy written and this process's row counted, the epoch not committed.

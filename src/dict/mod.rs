@@ -427,7 +427,7 @@ impl ShmDict {
 
     fn get_item(&self, key: &[u8], stale: bool) -> Result<Option<Item>, DictError> {
         Self::check_key(key)?;
-        self.shard(key).try_with(|z, now| {
+        self.shard(key).try_read(|z, now| {
             let Some((e, expired)) = z.get(key, stale, now) else {
                 return Ok(None);
             };
@@ -474,7 +474,7 @@ impl ShmDict {
     ) -> Result<Option<R>, DictError> {
         let key = key.as_ref();
         Self::check_key(key)?;
-        self.shard(key).try_with(|z, now| {
+        self.shard(key).try_read(|z, now| {
             let Some((e, _)) = z.get(key, false, now) else {
                 return Ok(None);
             };
@@ -682,7 +682,7 @@ impl ShmDict {
     pub fn ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, DictError> {
         let key = key.as_ref();
         Self::check_key(key)?;
-        self.shard(key).try_with(|z, now| z.ttl(key, now))
+        self.shard(key).try_read(|z, now| z.ttl(key, now))
     }
 
     /// Set the time to live of `key`'s live entry (`None` or zero: never expires), or
