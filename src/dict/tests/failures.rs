@@ -205,9 +205,19 @@ fn reentrant_use_inside_get_with_or_update_panics() {
     let d = Arc::new(dict(1 << 16));
     d.set("k", "v", None, 0).unwrap();
     type Reentry = fn(&ShmDict);
-    let reentries: [(&str, Reentry); 3] = [
+    let reentries: [(&str, Reentry); 6] = [
         ("get inside get_with", |d| {
             let _ = d.get_with("k", |_, _| d.get("k"));
+        }),
+        // The read side held, the write side asked for; and the other way round.
+        ("set inside get_with", |d| {
+            let _ = d.get_with("k", |_, _| d.set("k", "w", None, 0));
+        }),
+        ("ttl inside update", |d| {
+            let _ = d.update("k", None, |_| (d.ttl("k"), None::<[u8; 1]>));
+        }),
+        ("llen inside get_with", |d| {
+            let _ = d.get_with("k", |_, _| d.llen("k"));
         }),
         ("set inside update", |d| {
             let _ = d.update("k", None, |_| (d.set("k", "w", None, 0), None::<[u8; 1]>));
@@ -224,10 +234,31 @@ fn reentrant_use_inside_get_with_or_update_panics() {
             let _ = tx.send(r.map_err(panic_text));
         });
         match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Err(msg)) => assert!(
-                msg.contains("already holds") && msg.contains("deadlock"),
-                "{what}: {msg}"
-            ),
+            Ok(Err(msg)) => {
+                assert!(
+                    msg.contains("already holds") && msg.contains("deadlock"),
+                    "{what}: {msg}"
+                );
+                // Which side is held and which is asked for, as the call made them.
+                let held = if what.contains("update") {
+                    "write"
+                } else {
+                    "read"
+                };
+                let asked = if what.starts_with("get")
+                    || what.starts_with("ttl")
+                    || what.starts_with("llen")
+                {
+                    "read"
+                } else {
+                    "write"
+                };
+                assert!(
+                    msg.contains(&format!("holds the {held} side"))
+                        && msg.contains(&format!("asks for its {asked} side")),
+                    "{what}: {msg}"
+                );
+            }
             Ok(Ok(())) => panic!("{what}: no panic"),
             Err(_) => panic!("{what}: deadlocked"),
         }
