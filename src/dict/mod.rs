@@ -47,7 +47,7 @@ use self::shard::Shard;
 pub(crate) use self::ttl::Now;
 use crate::shm::{Mapping, ShmError};
 #[cfg(doc)]
-use crate::shm::{ShmMutex, ShmRwLock};
+use crate::shm::ShmRwLock;
 use core::fmt;
 use std::time::Duration;
 
@@ -859,7 +859,8 @@ impl ShmDict {
     }
 
     /// Release the lock if process `pid` died holding it (for a supervisor that reaped it with
-    /// `waitpid`; see [`ShmMutex::force_unlock`]). The next operation completes what it was
+    /// `waitpid`; see [`ShmRwLock::force_unlock`]): its write side, and its reads of the read
+    /// side. The next operation completes what it was
     /// doing.
     pub fn force_unlock(&self, pid: impl TryInto<u32>) -> bool {
         let Ok(pid) = pid.try_into() else {

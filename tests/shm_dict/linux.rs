@@ -27,6 +27,17 @@ const POINTS: [(u32, &str); 7] = [
     (crash::DICT_BETWEEN, "between transactions"),
 ];
 
+/// The points of one update (a new entry beside the old one, or a value written in place),
+/// and whether the update is committed when the writer dies there.
+pub(crate) const UPDATE_POINTS: [(u32, bool); 6] = [
+    (crash::DICT_ENTRY_WRITTEN, false),
+    (crash::DICT_IN_PLACE, false),
+    (crash::DICT_LOGGED, false),
+    (crash::DICT_COMMITTED, true),
+    (crash::DICT_HALF_APPLIED, true),
+    (crash::DICT_APPLIED, true),
+];
+
 fn bytes(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
     d.get_stale(k).unwrap().map(|i| match i.value {
         OwnedValue::Bytes(b) => b,

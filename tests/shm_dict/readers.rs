@@ -89,14 +89,7 @@ pub fn reader_killed_inside_a_lookup() {
 /// (the reader repairs first: it replays the record as the next writer would), never half of
 /// each; the record is replayed once.
 pub fn reader_after_a_writer_died_mid_update() {
-    let points = [
-        (crash::DICT_ENTRY_WRITTEN, false),
-        (crash::DICT_IN_PLACE, false),
-        (crash::DICT_LOGGED, false),
-        (crash::DICT_COMMITTED, true),
-        (crash::DICT_HALF_APPLIED, true),
-        (crash::DICT_APPLIED, true),
-    ];
+    let points = crate::linux::UPDATE_POINTS;
     // (old, new): a new entry of another size, or 40 bytes written over 40 in place.
     let updates: [(&[u8], &[u8]); 2] = [(&[1u8; 24], &[2u8; 300]), (&[3u8; 40], &[4u8; 40])];
     for (old, new) in updates {
