@@ -45,9 +45,9 @@ use self::layout::PAGE;
 use self::ops::{Mode, Write};
 use self::shard::Shard;
 pub(crate) use self::ttl::Now;
-use crate::shm::{Mapping, ShmError};
 #[cfg(doc)]
 use crate::shm::ShmRwLock;
+use crate::shm::{Mapping, ShmError};
 use core::fmt;
 use std::time::Duration;
 

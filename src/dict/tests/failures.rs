@@ -1,5 +1,5 @@
 //! Failures: a panicking reader, a dead holder's committed record, corrupt zones, re-entrant
-//! use.
+//! use (and threads reading one shard together, which is not re-entry).
 
 use super::*;
 
@@ -304,4 +304,43 @@ fn reentrant_use_inside_get_with_or_update_panics() {
     }
     assert_eq!(nest(&ds), 12);
     assert_eq!(bytes(&ds[0], "k").as_deref(), Some(&b"v"[..]));
+}
+
+/// Lookups of two threads of one process on one shard run together: a thread inside
+/// `get_with` (holding the read side) waits for another thread's `get` of the same shard to
+/// finish, which it could not under an exclusive lock (the wait then times out). Each lookup
+/// has its own corruption report, so neither sees the other's.
+#[test]
+fn threads_of_one_process_read_a_shard_together() {
+    use std::sync::mpsc;
+    let d = dict(1 << 16);
+    d.set("a", "1", None, 0).unwrap();
+    d.set("b", "2", None, 0).unwrap();
+    let (inside_tx, inside_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        let d = &d;
+        let first = s.spawn(move || {
+            d.get_with("a", |v, _| {
+                inside_tx.send(()).unwrap();
+                // The other thread's lookup ends while this one holds the read side.
+                let other = done_rx.recv_timeout(Duration::from_secs(10));
+                (matches!(v, Value::Bytes(b"1")), other)
+            })
+        });
+        inside_rx.recv().unwrap();
+        let second = s.spawn(move || {
+            let got = bytes(d, "b");
+            let _ = done_tx.send(got.clone());
+            got
+        });
+        let (whole, other) = first.join().unwrap().unwrap().unwrap();
+        assert!(whole);
+        assert_eq!(
+            other.expect("the second reader waited for the first: an exclusive lock"),
+            Some(b"2".to_vec())
+        );
+        assert_eq!(second.join().unwrap(), Some(b"2".to_vec()));
+    });
+    ok(&d);
 }
