@@ -5,7 +5,8 @@
 //!
 //! Not part of the API. Armed only with the test-only `__crash-points` feature (this crate's
 //! tests enable it), through `gomutex::__crash::crash_at` and `stop_at`; without the feature
-//! [`point`] compiles to nothing. A point costs one relaxed load, on slow paths only.
+//! [`point`] compiles to nothing. A point costs one relaxed load, on slow paths only (and on
+//! a lookup's path, `DICT_READING`: in test builds alone).
 
 // The shared-memory lock: its journal (`shm/journal.rs`).
 /// Journal lock held, redo log committed, state word not changed yet.
@@ -100,7 +101,7 @@ pub fn stop_at(p: u32) {
     ARMED.store(p | STOP, core::sync::atomic::Ordering::Relaxed);
 }
 
-/// Die (or stop) here if point `p` is armed (one relaxed load; only on slow paths).
+/// Die (or stop) here if point `p` is armed (one relaxed load; on slow paths, and a lookup's).
 #[cfg(feature = "__crash-points")]
 #[inline]
 pub(crate) fn point(p: u32) {
