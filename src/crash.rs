@@ -5,7 +5,8 @@
 //!
 //! Not part of the API. Armed only with the test-only `__crash-points` feature (this crate's
 //! tests enable it), through `gomutex::__crash::crash_at` and `stop_at`; without the feature
-//! [`point`] compiles to nothing. A point costs one relaxed load, on slow paths only.
+//! [`point`] compiles to nothing. A point costs one relaxed load, on slow paths only (and on
+//! a lookup's path, `DICT_READING`: in test builds alone).
 
 // The shared-memory lock: its journal (`shm/journal.rs`).
 /// Journal lock held, redo log committed, state word not changed yet.
@@ -56,6 +57,9 @@ pub const DICT_BETWEEN: u32 = 106;
 /// An update of the same size is planned in place (its new words in the transaction); not
 /// committed.
 pub const DICT_IN_PLACE: u32 = 107;
+/// A lookup holds its shard's read side (its process's read count raised); it has read
+/// nothing yet.
+pub const DICT_READING: u32 = 108;
 
 // The upstream zone (`upstream/`).
 /// A pick: the spare copy written and this process's row counted, the epoch not committed.
@@ -97,7 +101,7 @@ pub fn stop_at(p: u32) {
     ARMED.store(p | STOP, core::sync::atomic::Ordering::Relaxed);
 }
 
-/// Die (or stop) here if point `p` is armed (one relaxed load; only on slow paths).
+/// Die (or stop) here if point `p` is armed (one relaxed load; on slow paths, and a lookup's).
 #[cfg(feature = "__crash-points")]
 #[inline]
 pub(crate) fn point(p: u32) {

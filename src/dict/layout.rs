@@ -242,8 +242,9 @@ pub(crate) struct Mem {
     len: usize,
     /// The first offset outside the region (or another impossible value) that the operation
     /// in progress met ([`NONE`] if none): the operation's report of a corrupt zone
-    /// ([`corrupt`](Self::corrupt)). Only the thread that holds the dictionary's lock (an
-    /// operation is one hold) touches it; an atomic so that `Mem` is `Sync`.
+    /// ([`corrupt`](Self::corrupt)). Only the thread that holds the shard's write side (an
+    /// operation is one hold) touches the shard's own; a lookup under the read side uses a
+    /// [`view`](Self::view) of its own. An atomic so that `Mem` is `Sync`.
     corrupt: AtomicUsize,
 }
 
@@ -251,8 +252,9 @@ pub(crate) struct Mem {
 const NONE: usize = usize::MAX;
 
 // SAFETY: `Mem` is an address range in a shared mapping that its owner keeps mapped; it is
-// only dereferenced by the dictionary's code while the dictionary's lock is held (or, for the
-// immutable header fields, after the magic was published).
+// only dereferenced by the dictionary's code while a side of the shard's lock is held (or, for
+// the immutable header fields, after the magic was published): under the read side only loads
+// and the atomic store of an entry's used word are made, so nothing a reader reads changes.
 unsafe impl Send for Mem {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Mem {}
@@ -267,6 +269,16 @@ impl Mem {
             len,
             corrupt: AtomicUsize::new(NONE),
         }
+    }
+
+    /// The same bytes with a corruption report of their own: the view of one lookup under the
+    /// shard's read side, which other threads of this process may hold at the same time (each
+    /// operation's report is its own, [`corrupt`](Self::corrupt)).
+    #[inline]
+    pub(crate) fn view(&self) -> Self {
+        // SAFETY: the range of `self`, which the caller keeps mapped as long as `self`
+        // (the view is used within one operation on `self`'s shard).
+        unsafe { Self::new(self.base, self.len) }
     }
 
     /// A reference, offset or field read from the region is impossible: the region was
@@ -355,15 +367,16 @@ impl Mem {
         }
     }
 
-    /// `n` bytes at `off` (none outside the region). Only under the lock (nobody writes them
-    /// meanwhile).
+    /// `n` bytes at `off` (none outside the region). Only under the lock, either side (nobody
+    /// writes them meanwhile).
     #[inline]
     pub(crate) fn bytes(&self, off: usize, n: usize) -> &[u8] {
         if !self.check(off, n, 1) {
             return &[];
         }
-        // SAFETY: in bounds (checked); the lock is held, so no process writes these bytes
-        // while the borrow lives (the callers' rule).
+        // SAFETY: in bounds (checked); the lock is held (the read side excludes writers too,
+        // and readers write no entry's bytes), so no process writes these bytes while the
+        // borrow lives (the callers' rule).
         unsafe { core::slice::from_raw_parts(self.base.add(off), n) }
     }
 

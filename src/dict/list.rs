@@ -273,7 +273,7 @@ impl ShmDict {
     pub fn llen(&self, key: impl AsRef<[u8]>) -> Result<usize, DictError> {
         let key = key.as_ref();
         Self::check_key(key)?;
-        self.shard(key).try_with(|z, now| match z.list(key, now)? {
+        self.shard(key).try_read(|z, now| match z.list(key, now)? {
             Some(f) => count(f.items).ok_or_else(|| not_whole(f.e)),
             None => Ok(0),
         })

@@ -15,7 +15,7 @@
 //! # Ok::<(), gomutex::shm::ShmError>(())
 //! ```
 //!
-//! The module uses [`crate::shm`] through its public API ([`ShmMutex`] guards each shard,
+//! The module uses [`crate::shm`] through its public API ([`ShmRwLock`] guards each shard,
 //! [`Mapping`] and [`MappingLayout`](crate::shm::MappingLayout) place the zones), plus the
 //! clock, the pid and `init_in`'s checks from `shm/seam.rs`. Its crash points are in the
 //! crate's one list (`src/crash.rs`). (Each type is documented on itself.)
@@ -46,7 +46,7 @@ use self::ops::{Mode, Write};
 use self::shard::Shard;
 pub(crate) use self::ttl::Now;
 #[cfg(doc)]
-use crate::shm::ShmMutex;
+use crate::shm::ShmRwLock;
 use crate::shm::{Mapping, ShmError};
 use core::fmt;
 use std::time::Duration;
@@ -57,12 +57,13 @@ use std::time::Duration;
 /// One region of fixed size holds everything, as an nginx zone does: a header, a redo record,
 /// a buddy allocator of 4 KiB pages with slab pages of 21 size classes for small entries, an
 /// index (open hashing with chains of offsets, never pointers) and an LRU list; one
-/// [`ShmMutex`] guards it. A dictionary is one such zone (nginx's layout) or several
+/// [`ShmRwLock`] guards it: lookups share its read side, updates hold its write side. A
+/// dictionary is one such zone (nginx's layout) or several
 /// ([`DictConfig::shards`]): each with its own lock, a key in the one its hash picks, so
 /// processes working on different shards do not wait for each other.
 ///
 /// ```text
-/// mapping:  [ ShmMutex<u64> region | pad to 4096 | dictionary zone (capacity bytes)           ]
+/// mapping:  [ ShmRwLock<u64> region | pad to 4096 | dictionary zone (capacity bytes)          ]
 /// zone:     [ header | redo record | page descriptors | buckets | pages (slabs, large, free) ]
 /// entry:    [ chain link | LRU prev, next | hash | key length, kind | flags | value length |
 ///             used | expiry (ms, CLOCK_MONOTONIC) | sequence | value (8-aligned) | key ]
@@ -88,6 +89,32 @@ use std::time::Duration;
 /// committed record before the operation proceeds, without the user's help. Operations made
 /// of several steps (evicting to make room, then storing; `flush_expired`) commit each step,
 /// each leaving a valid dictionary.
+///
+/// # What a concurrent reader sees
+///
+/// [`get`](Self::get), [`get_stale`](Self::get_stale), [`get_with`](Self::get_with),
+/// [`ttl`](Self::ttl) and [`llen`](Self::llen) hold the read side of their shard's lock
+/// (lua-nginx-module#656's shared lock for `ngx.shared.DICT` reads): lookups of any number of
+/// processes and threads run side by side, each process counting its reads on its own line
+/// (no line moves between reading processes), and every update waits until the readers
+/// inside have left, then keeps new ones out until it is done (writer preference, as
+/// [`ShmRwLock`]). So a reader sees the shard as the last update finished it, never an update
+/// in progress: every value whole, the old one or the new one. Then:
+///
+/// * **A writer's death in the middle of an update**: the lock tells every later reader that
+///   its writer died until somebody repairs; a reader told so lets go of the read side, takes
+///   the write side to replay the dead writer's committed record (as the next writer would),
+///   and reads again. No reader sees a half-applied update.
+/// * **A reader writes nothing a reader reads**: a hit marks its entry used for eviction with
+///   one store of a constant (skipped if the mark is there), which readers side by side may
+///   repeat in any order, and which a death before or after leaves valid; the LRU list is
+///   never relinked by a reader. An expired entry found by a reader is a miss (`get_stale`
+///   returns it); its memory is freed by a later write (or [`flush_expired`](Self::flush_expired)).
+/// * **A reader's death** changes nothing in the zone; its hold of the read side is given back
+///   as [`ShmRwLock`] gives back a dead reader's (a waiting writer finds it within 10 ms, or
+///   [`force_unlock`](Self::force_unlock) at once).
+/// * Several shards are not one snapshot: two lookups on different shards may see one before
+///   an update of the second shard and one after.
 ///
 /// [`ShmDict::check`] walks every structure and verifies it (the allocator's tiling, free
 /// lists and slab lists, every chain, the LRU list, every entry's size and hash, the counts).
@@ -181,9 +208,10 @@ use std::time::Duration;
 ///   bounds fails with [`DictError::NoMemory`] and frees (and moves) nothing.
 /// * TTLs: `None` or zero never expires (lua_shared_dict's `exptime` 0); the resolution is
 ///   1 ms, a TTL under it is 1 ms.
-/// * Every operation, `get` included, takes the lock of its key's shard: one called inside
-///   [`get_with`](Self::get_with) or [`update`](Self::update) on the same shard panics (it
-///   would wait for itself). Operations on the
+/// * Every operation takes a side of the lock of its key's shard (a lookup the read side, an
+///   update the write side): one called inside [`get_with`](Self::get_with) or
+///   [`update`](Self::update) on the same shard panics (it would wait for itself; a read
+///   inside a read too, since a writer may be queued between the two). Operations on the
 ///   whole dictionary ([`keys`](Self::keys), [`flush_all`](Self::flush_all),
 ///   [`flush_expired`](Self::flush_expired), [`check`](Self::check), [`stats`](Self::stats))
 ///   take the shards' locks one after another, so with several shards they are not atomic:
@@ -427,7 +455,7 @@ impl ShmDict {
 
     fn get_item(&self, key: &[u8], stale: bool) -> Result<Option<Item>, DictError> {
         Self::check_key(key)?;
-        self.shard(key).try_with(|z, now| {
+        self.shard(key).try_read(|z, now| {
             let Some((e, expired)) = z.get(key, stale, now) else {
                 return Ok(None);
             };
@@ -444,8 +472,9 @@ impl ShmDict {
     }
 
     /// Run `f` on the value and flags of `key`'s live entry, borrowed from the zone under the
-    /// lock (no copy): `None` without calling `f` if there is none. `f` holds the lock of the
-    /// key's shard: keep it short.
+    /// read side of the lock (no copy): `None` without calling `f` if there is none. `f` holds
+    /// the read side of the key's shard (other lookups run beside it, updates wait): keep it
+    /// short.
     ///
     /// # Panics
     ///
@@ -474,7 +503,7 @@ impl ShmDict {
     ) -> Result<Option<R>, DictError> {
         let key = key.as_ref();
         Self::check_key(key)?;
-        self.shard(key).try_with(|z, now| {
+        self.shard(key).try_read(|z, now| {
             let Some((e, _)) = z.get(key, false, now) else {
                 return Ok(None);
             };
@@ -682,7 +711,7 @@ impl ShmDict {
     pub fn ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, DictError> {
         let key = key.as_ref();
         Self::check_key(key)?;
-        self.shard(key).try_with(|z, now| z.ttl(key, now))
+        self.shard(key).try_read(|z, now| z.ttl(key, now))
     }
 
     /// Set the time to live of `key`'s live entry (`None` or zero: never expires), or
@@ -830,7 +859,8 @@ impl ShmDict {
     }
 
     /// Release the lock if process `pid` died holding it (for a supervisor that reaped it with
-    /// `waitpid`; see [`ShmMutex::force_unlock`]). The next operation completes what it was
+    /// `waitpid`; see [`ShmRwLock::force_unlock`]): its write side, and its reads of the read
+    /// side. The next operation completes what it was
     /// doing.
     pub fn force_unlock(&self, pid: impl TryInto<u32>) -> bool {
         let Ok(pid) = pid.try_into() else {

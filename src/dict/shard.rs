@@ -1,6 +1,12 @@
 //! One shard of a dictionary: a lock region and the zone it guards, placed one after the other
 //! in a [`Mapping`] (the zone on the next 4096-byte boundary). A dictionary is 1 or more
 //! shards of equal size, back to back; a key lives in the shard its hash picks.
+//!
+//! The lock is a [`ShmRwLock`]: updates hold its write side ([`Shard::with`]), lookups its
+//! read side ([`Shard::read`]), counted per process as the lock counts every reader, so a dead
+//! reader's hold is given back by the lock's recovery. A lookup changes nothing but an
+//! entry's used word (one idempotent atomic store), so a reader killed anywhere leaves the
+//! zone as it was.
 
 use super::layout::{self, Geometry, Mem, PAGE};
 use super::ops::Zone;
@@ -8,12 +14,12 @@ use super::ttl::Now;
 use super::types::DictError;
 use super::{alloc, redo};
 use crate::shm::seam;
-use crate::shm::{Config, Mapping, ShmError, ShmMutex, ShmMutexGuard};
+use crate::shm::{Config, Mapping, ShmError, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) struct Shard {
-    pub lock: ShmMutex<u64>,
+    pub lock: ShmRwLock<u64>,
     pub mem: Mem,
     pub g: Geometry,
     pub seed: u64,
@@ -21,7 +27,7 @@ pub(crate) struct Shard {
 
 /// Bytes of a shard's lock region, rounded up to a page (where its zone starts).
 pub(crate) fn lock_pad(cfg: Config) -> Result<usize, ShmError> {
-    Ok(ShmMutex::<u64>::required_size(cfg)?.next_multiple_of(PAGE))
+    Ok(ShmRwLock::<u64>::required_size(cfg)?.next_multiple_of(PAGE))
 }
 
 impl Shard {
@@ -34,7 +40,7 @@ impl Shard {
         cfg: Config,
         (index, shards): (u32, u32),
     ) -> Result<Self, ShmError> {
-        let lock = ShmMutex::init_in(map, off, 0u64, cfg)?;
+        let lock = ShmRwLock::init_in(map, off, 0u64, cfg)?;
         let mem = claim(map, off + lock_pad(cfg)?, g.len)?;
         let seed = random_seed();
         init_zone(&mem, &g, seed, index, shards);
@@ -52,7 +58,7 @@ impl Shard {
     /// Attach to the shard at `off`, validating the lock's header and the zone's; its
     /// `(index, shards)` as recorded.
     pub(crate) fn attach_in(map: &Mapping, off: usize) -> Result<(Self, u32, u32), ShmError> {
-        let lock = ShmMutex::<u64>::attach_in(map, off)?;
+        let lock = ShmRwLock::<u64>::attach_in(map, off)?;
         let zone_off = off + lock.as_ptr_len().1.next_multiple_of(PAGE);
         if zone_off + layout::META > map.len() {
             return Err(ShmError::TooSmall {
@@ -113,18 +119,18 @@ impl Shard {
         self.lock.as_ptr_len().1.next_multiple_of(PAGE) + self.g.len
     }
 
-    /// Hold the lock; if a holder died (or panicked) inside an operation, finish its committed
-    /// update first.
+    /// Hold the write side; if a writer died (or panicked) inside an operation, finish its
+    /// committed update first.
     ///
     /// # Panics
     ///
-    /// If this thread holds the lock already (an operation called inside `get_with` or
-    /// `update` on a key of the same shard): it would wait for itself for ever.
-    pub(crate) fn locked(&self) -> Held<'_> {
-        if held_here(self.seed) {
-            reentered();
+    /// If this thread holds a side of the lock already (an operation called inside
+    /// `get_with` or `update` on a key of the same shard): it would wait for itself for ever.
+    pub(crate) fn locked(&self) -> Held<ShmRwLockWriteGuard<'_, u64>> {
+        if let Some(side) = held_here(self.seed) {
+            reentered(side, Side::Write);
         }
-        let guard = self.lock.lock();
+        let guard = self.lock.write();
         // A new operation: what the last one met (if it did not finish) is not its concern.
         self.mem.take_corrupt();
         let guard = match guard {
@@ -139,8 +145,66 @@ impl Shard {
                 g
             }
         };
-        hold(self.seed);
+        hold(self.seed, Side::Write);
         Held { _guard: guard }
+    }
+
+    /// Hold the read side, with no writer's committed record left unreplayed: a writer that
+    /// died (or panicked) holding the write side is reported by the lock to every later
+    /// reader until a writer repairs; such a reader lets go, repairs as the next writer
+    /// ([`locked`](Self::locked)), and reads again. So no reader sees a half-applied update.
+    ///
+    /// # Panics
+    ///
+    /// As [`locked`](Self::locked): a read inside a read of the same shard too (a writer
+    /// queued between the two would wait for the first while the second waits for it).
+    pub(crate) fn read_locked(&self) -> Held<ShmRwLockReadGuard<'_, u64>> {
+        if let Some(side) = held_here(self.seed) {
+            reentered(side, Side::Read);
+        }
+        loop {
+            match self.lock.read() {
+                Ok(guard) => {
+                    hold(self.seed, Side::Read);
+                    return Held { _guard: guard };
+                }
+                Err(e) => {
+                    drop(e.into_inner());
+                    drop(self.locked());
+                }
+            }
+        }
+    }
+
+    /// Run the lookup `f` on the zone under the read side, with the time now (ms): other
+    /// lookups, of this process and others, run beside it. `f` may only load from the zone
+    /// (and mark an entry used, [`lru::mark_used`](super::lru::mark_used)).
+    /// [`DictError::Corrupt`] as for [`with`](Self::with).
+    #[inline]
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&Zone<'_>, &Now) -> R) -> Result<R, DictError> {
+        let _g = self.read_locked();
+        crate::crash::point(crate::crash::DICT_READING);
+        // This lookup's own corruption report: other threads of the process may be reading.
+        let mem = self.mem.view();
+        let zone = Zone {
+            m: &mem,
+            g: self.g,
+            seed: self.seed,
+        };
+        let r = f(&zone, &Now::lazy());
+        match mem.take_corrupt() {
+            None => Ok(r),
+            Some(off) => Err(corrupt_error(off)),
+        }
+    }
+
+    /// [`read`](Self::read) for a lookup that may fail itself.
+    #[inline]
+    pub(crate) fn try_read<R>(
+        &self,
+        f: impl FnOnce(&Zone<'_>, &Now) -> Result<R, DictError>,
+    ) -> Result<R, DictError> {
+        self.read(f)?
     }
 
     /// Run `f` on the zone under the lock, with the time now (ms); [`DictError::Corrupt`] if
@@ -166,11 +230,7 @@ impl Shard {
         let r = f(&zone, &now);
         match self.mem.take_corrupt() {
             None => Ok(r),
-            Some(off) => Err(DictError::Corrupt(format!(
-                "a reference points outside the zone or to no entry, or a count or redo record \
-                 is impossible (offset {off:#x}): the region was written by something other \
-                 than this dictionary; nothing was changed (check() describes the damage)"
-            ))),
+            Some(off) => Err(corrupt_error(off)),
         }
     }
 
@@ -193,15 +253,35 @@ impl Shard {
     }
 }
 
+/// What an operation that met damage at `off` reports.
+#[cold]
+fn corrupt_error(off: usize) -> DictError {
+    DictError::Corrupt(format!(
+        "a reference points outside the zone or to no entry, or a count or redo record is \
+         impossible (offset {off:#x}): the region was written by something other than this \
+         dictionary; nothing was changed (check() describes the damage)"
+    ))
+}
+
 /// How many nested shard locks a thread's record holds (deeper ones go unchecked).
 const NESTED: usize = 8;
 
+/// The side of a shard's lock a thread holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// A lookup's.
+    Read,
+    /// An update's.
+    Write,
+}
+
 /// The shards whose lock a thread holds, by seed (random per shard, the same in every process
-/// and mapping of it), innermost last: what tells a re-entrant call, which would wait for
-/// itself, from a nested one on another shard or dictionary. Plain cells, no destructor: an
-/// access is a load from the thread's block.
+/// and mapping of it), with the side held, innermost last: what tells a re-entrant call, which
+/// would wait for itself, from a nested one on another shard or dictionary. Plain cells, no
+/// destructor: an access is a load from the thread's block.
 struct HeldShards {
     seeds: [Cell<u64>; NESTED],
+    writes: [Cell<bool>; NESTED],
     depth: Cell<usize>,
 }
 
@@ -209,27 +289,35 @@ thread_local! {
     static HELD: HeldShards = const {
         HeldShards {
             seeds: [const { Cell::new(0) }; NESTED],
+            writes: [const { Cell::new(false) }; NESTED],
             depth: Cell::new(0),
         }
     };
 }
 
-/// Whether this thread holds the lock of the shard with `seed`.
+/// The side of the lock of the shard with `seed` this thread holds, if any.
 #[inline]
-fn held_here(seed: u64) -> bool {
+fn held_here(seed: u64) -> Option<Side> {
     HELD.with(|h| {
         let d = h.depth.get().min(NESTED);
-        h.seeds[..d].iter().any(|s| s.get() == seed)
+        let i = h.seeds[..d].iter().position(|s| s.get() == seed)?;
+        Some(if h.writes[i].get() {
+            Side::Write
+        } else {
+            Side::Read
+        })
     })
 }
 
-/// Record that this thread holds the shard with `seed` (past [`NESTED`] levels, counted only).
+/// Record that this thread holds `side` of the shard with `seed` (past [`NESTED`] levels,
+/// counted only).
 #[inline]
-fn hold(seed: u64) {
+fn hold(seed: u64, side: Side) {
     HELD.with(|h| {
         let d = h.depth.get();
-        if let Some(s) = h.seeds.get(d) {
+        if let (Some(s), Some(w)) = (h.seeds.get(d), h.writes.get(d)) {
             s.set(seed);
+            w.set(side == Side::Write);
         }
         h.depth.set(d + 1);
     });
@@ -243,21 +331,27 @@ fn release() {
 
 #[cold]
 #[inline(never)]
-fn reentered() -> ! {
+fn reentered(held: Side, wanted: Side) -> ! {
+    let side = |s| match s {
+        Side::Read => "read",
+        Side::Write => "write",
+    };
     panic!(
-        "gomutex::dict::ShmDict: this thread already holds the lock of this key's shard (a \
-         dictionary operation called inside get_with or update on the same shard): waiting \
-         for it would deadlock"
+        "gomutex::dict::ShmDict: this thread already holds the {} side of the lock of this \
+         key's shard and asks for its {} side (a dictionary operation called inside get_with \
+         or update on the same shard): waiting for it would deadlock",
+        side(held),
+        side(wanted)
     )
 }
 
-/// A shard's lock, held by this thread (recorded in [`HELD`] while it lives; a thread
-/// releases its shards in the reverse order, as each is held for one call).
-pub(crate) struct Held<'a> {
-    _guard: ShmMutexGuard<'a, u64>,
+/// A side of a shard's lock, held by this thread (recorded in [`HELD`] while it lives; a
+/// thread releases its shards in the reverse order, as each is held for one call).
+pub(crate) struct Held<G> {
+    _guard: G,
 }
 
-impl Drop for Held<'_> {
+impl<G> Drop for Held<G> {
     fn drop(&mut self) {
         // Before the guard (a field) unlocks.
         release();
@@ -265,7 +359,7 @@ impl Drop for Held<'_> {
 }
 
 /// Refuse `off..off + len` of `map` if a handle of this process uses part of it (a lock, a
-/// shared value, another dictionary), as [`ShmMutex::init_in`] and
+/// shared value, another dictionary), as [`ShmRwLock::init_in`] and
 /// [`Mapping::shared_slice`] would, but before anything is written.
 pub(crate) fn check_free(map: &Mapping, off: usize, len: usize) -> Result<(), ShmError> {
     seam::check_range_free(map, off, len)
@@ -277,7 +371,7 @@ fn claim(map: &Mapping, off: usize, len: usize) -> Result<Mem, ShmError> {
     // SAFETY: `words` is in the mapping, which the dictionary keeps alive, 8-aligned, and
     // claimed for this zone alone; the bytes are only reached under the lock (or, for the
     // immutable header, after the magic), through atomics or, for entry bytes, plain copies
-    // that the lock keeps from racing.
+    // that the lock keeps from racing (readers only read them).
     Ok(unsafe { Mem::new(words.as_ptr() as *mut u8, len / 8 * 8) })
 }
 

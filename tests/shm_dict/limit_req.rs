@@ -85,14 +85,7 @@ pub fn rate_across_two_workers() {
 /// and is counted from whichever it finds.
 #[cfg(feature = "__crash-points")] // arms crash points: the test-only feature
 pub fn worker_killed_while_updating_its_bucket() {
-    let points = [
-        (crash::DICT_ENTRY_WRITTEN, false),
-        (crash::DICT_IN_PLACE, false),
-        (crash::DICT_LOGGED, false),
-        (crash::DICT_COMMITTED, true),
-        (crash::DICT_HALF_APPLIED, true),
-        (crash::DICT_APPLIED, true),
-    ];
+    let points = crate::linux::UPDATE_POINTS;
     for (point, committed) in points {
         for existing in [false, true] {
             // A new key's entry is written beside; an existing one's bucket in place.

@@ -5,7 +5,7 @@
     allow(dead_code, unused_imports, unused_variables, unused_mut)
 )]
 use gomutex::__crash as crash;
-use gomutex::dict::{DictConfig, DictError, OwnedValue, ShmDict};
+use gomutex::dict::{DictConfig, DictError, OwnedValue, ShmDict, Value};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,17 @@ const POINTS: [(u32, &str); 7] = [
     (crash::DICT_HALF_APPLIED, "half applied"),
     (crash::DICT_APPLIED, "applied"),
     (crash::DICT_BETWEEN, "between transactions"),
+];
+
+/// The points of one update (a new entry beside the old one, or a value written in place),
+/// and whether the update is committed when the writer dies there.
+pub(crate) const UPDATE_POINTS: [(u32, bool); 6] = [
+    (crash::DICT_ENTRY_WRITTEN, false),
+    (crash::DICT_IN_PLACE, false),
+    (crash::DICT_LOGGED, false),
+    (crash::DICT_COMMITTED, true),
+    (crash::DICT_HALF_APPLIED, true),
+    (crash::DICT_APPLIED, true),
 ];
 
 fn bytes(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
@@ -540,6 +551,8 @@ fn crash_points_every_operation() {
 // ------------------------------------------------------------------ kill torture
 
 const WORKERS: usize = 4;
+/// Processes that only look keys up (slots after the workers'), checking every value whole.
+const READERS: usize = 2;
 const KEYS: usize = 64;
 /// Keys from this one on are counters (`incr`); the others hold byte strings.
 const COUNTERS: usize = 48;
@@ -690,6 +703,52 @@ fn worker(d: &ShmDict, book: &AnonShared, slot: usize, seed: u64, crash: u32) ->
     0
 }
 
+/// A reader: looks up random keys of every worker (`get`, `get_with`, `ttl`, `llen`) while
+/// they update them, each value a whole version of its key, never torn; counts its lookups
+/// in the book after the stop word. Armed (`crash`) to die inside a lookup, holding the
+/// shard's read side, after `after` lookups.
+fn reader(d: &ShmDict, book: &AnonShared, r: usize, seed: u64, crash: bool, after: u64) -> i32 {
+    let stop = book.at(WORKERS * SLOT);
+    let done = book.at(WORKERS * SLOT + 1 + r);
+    let mut rng = Rng::new(seed);
+    let mut n = 0u64;
+    while stop.load(SeqCst) == 0 {
+        #[cfg(feature = "__crash-points")]
+        if crash && n == after {
+            gomutex::__crash::crash_at(crash::DICT_READING);
+        }
+        let slot = rng.below(WORKERS as u64) as usize;
+        let k = rng.below(KEYS as u64) as usize;
+        if let Err(e) = observe(d, slot, k) {
+            eprintln!("reader {r}: {e}");
+            return 11;
+        }
+        let name = key(slot, k);
+        if k < LISTS {
+            // Borrowed in place: the bytes of one version, whole.
+            let whole = d.get_with(&name, |v, _| match v {
+                Value::Bytes(b) if b.len() >= 8 => {
+                    b == value(slot, k, u64::from_le_bytes(b[..8].try_into().unwrap()))
+                }
+                _ => false,
+            });
+            if !matches!(whole, Ok(None | Some(true))) {
+                eprintln!("reader {r}: {name}: borrowed {whole:?}");
+                return 12;
+            }
+        }
+        if let Err(e) = d.ttl(&name) {
+            if e != DictError::NotFound {
+                eprintln!("reader {r}: {name}: ttl: {e}");
+                return 13;
+            }
+        }
+        n += 1;
+        done.fetch_add(1, SeqCst);
+    }
+    0
+}
+
 /// Check the keys of a dead (or stopped) worker's slot against its model: exact, except the
 /// key of the operation it was in, which holds the old or the new value. Then settle the
 /// model to what is stored. Returns how many keys were checked exactly.
@@ -733,11 +792,21 @@ fn kill_torture() {
     let secs = torture::secs("GOMUTEX_DICT_TORTURE_SECS", 12);
     // Sharded: a worker's keys spread over every shard's lock and zone.
     let d = ShmDict::anonymous_with(8 << 20, DictConfig::new().shards(4)).unwrap();
-    let book = AnonShared::counters(WORKERS * SLOT + 1);
+    let book = AnonShared::counters(WORKERS * SLOT + 1 + READERS);
     let mut rng = Rng::new(0x9e37_79b9u64 ^ u64::from(std::process::id()));
-    let spawn = |slot: usize, seed: u64, crash: u32| fork(|| worker(&d, &book, slot, seed, crash));
-    let mut pids: Vec<i32> = (0..WORKERS).map(|s| spawn(s, rng.next(), 0)).collect();
-    let (mut deaths, mut exact) = (0u64, 0usize);
+    // Slots past the workers' are readers: `crash` != 0 arms them to die inside a lookup.
+    let spawn = |slot: usize, seed: u64, crash: u32| {
+        if slot < WORKERS {
+            fork(|| worker(&d, &book, slot, seed, crash))
+        } else {
+            let after = seed % 2000;
+            fork(|| reader(&d, &book, slot - WORKERS, seed, crash != 0, after))
+        }
+    };
+    let mut pids: Vec<i32> = (0..WORKERS + READERS)
+        .map(|s| spawn(s, rng.next(), 0))
+        .collect();
+    let (mut deaths, mut reader_deaths, mut exact) = (0u64, 0u64, 0usize);
     // Every 0–30 ms a worker looked at: reaped if it died at its crash point, else killed one
     // time in three.
     let kills = Kills {
@@ -762,6 +831,15 @@ fn kill_torture() {
         |_, _| (),
         |slot, pid, _, _| {
             deaths += 1;
+            if slot >= WORKERS {
+                // A dead reader: nobody releases its hold but the lock's own recovery (the
+                // writers waiting for it, and `check`'s write side, find it dead).
+                reader_deaths += 1;
+                return d
+                    .check()
+                    .map(drop)
+                    .map_err(|e| format!("after death {deaths} (reader {slot}): {e}"));
+            }
             d.force_unlock(pid);
             if let Err(e) = d.check() {
                 return Err(format!("after death {deaths} (worker {slot}): {e}"));
@@ -769,11 +847,16 @@ fn kill_torture() {
             exact += verify_slot(&d, &book, slot).map_err(|e| format!("death {deaths}: {e}"))?;
             Ok(())
         },
-        // Progress of everybody: no stall.
+        // Progress of everybody, writers and readers: no stall.
         || {
-            [(0..WORKERS)
-                .map(|s| book.at(s * SLOT + KEYS + 3).load(SeqCst))
-                .sum::<u64>()]
+            [
+                (0..WORKERS)
+                    .map(|s| book.at(s * SLOT + KEYS + 3).load(SeqCst))
+                    .sum::<u64>(),
+                (0..READERS)
+                    .map(|r| book.at(WORKERS * SLOT + 1 + r).load(SeqCst))
+                    .sum::<u64>(),
+            ]
         },
         |_, _| {},
     )
@@ -787,21 +870,26 @@ fn kill_torture() {
         |_, _| {},
     )
     .unwrap_or_else(|why| panic!("{why}"));
-    for (slot, (&pid, st)) in pids.iter().zip(statuses).enumerate() {
+    for (slot, (&pid, st)) in pids.iter().zip(statuses).enumerate().take(WORKERS) {
         if torture::killed(st) {
             d.force_unlock(pid);
         }
         verify_slot(&d, &book, slot).unwrap();
     }
     let r = d.check().unwrap();
+    let lookups: u64 = (0..READERS)
+        .map(|r| book.at(WORKERS * SLOT + 1 + r).load(SeqCst))
+        .sum();
     println!(
-        "  {deaths} deaths ({} at crash points), {exact} keys checked exactly after \
-         deaths, {} entries, {} replays, 0 torn, 0 check failures",
+        "  {deaths} deaths ({} at crash points, {reader_deaths} readers), {exact} keys checked \
+         exactly after deaths, {lookups} lookups by readers, {} entries, {} replays, 0 torn, \
+         0 check failures",
         died.own,
         r.entries,
         d.stats().replayed
     );
     assert!(deaths >= 10, "only {deaths} deaths in {secs:?}");
+    assert!(reader_deaths >= 1, "no reader died in {secs:?}");
 }
 
 /// Workers forked from one parent count per-client hits with `incr`: the sums are exact, and
@@ -848,6 +936,21 @@ pub fn main() {
         ("counters_of_forked_workers", counters_of_forked_workers),
         #[cfg(feature = "__crash-points")]
         ("crash_points_every_operation", crash_points_every_operation),
+        #[cfg(feature = "__crash-points")]
+        (
+            "two_readers_inside_one_shard",
+            crate::readers::two_readers_inside_one_shard,
+        ),
+        #[cfg(feature = "__crash-points")]
+        (
+            "reader_killed_inside_a_lookup",
+            crate::readers::reader_killed_inside_a_lookup,
+        ),
+        #[cfg(feature = "__crash-points")]
+        (
+            "reader_after_a_writer_died_mid_update",
+            crate::readers::reader_after_a_writer_died_mid_update,
+        ),
         ("kill_torture", kill_torture),
         ("corruption_fuzz", crate::corrupt::corruption_fuzz),
         (

@@ -1,5 +1,5 @@
 //! Failures: a panicking reader, a dead holder's committed record, corrupt zones, re-entrant
-//! use.
+//! use (and threads reading one shard together, which is not re-entry).
 
 use super::*;
 
@@ -205,9 +205,19 @@ fn reentrant_use_inside_get_with_or_update_panics() {
     let d = Arc::new(dict(1 << 16));
     d.set("k", "v", None, 0).unwrap();
     type Reentry = fn(&ShmDict);
-    let reentries: [(&str, Reentry); 3] = [
+    let reentries: [(&str, Reentry); 6] = [
         ("get inside get_with", |d| {
             let _ = d.get_with("k", |_, _| d.get("k"));
+        }),
+        // The read side held, the write side asked for; and the other way round.
+        ("set inside get_with", |d| {
+            let _ = d.get_with("k", |_, _| d.set("k", "w", None, 0));
+        }),
+        ("ttl inside update", |d| {
+            let _ = d.update("k", None, |_| (d.ttl("k"), None::<[u8; 1]>));
+        }),
+        ("llen inside get_with", |d| {
+            let _ = d.get_with("k", |_, _| d.llen("k"));
         }),
         ("set inside update", |d| {
             let _ = d.update("k", None, |_| (d.set("k", "w", None, 0), None::<[u8; 1]>));
@@ -224,10 +234,31 @@ fn reentrant_use_inside_get_with_or_update_panics() {
             let _ = tx.send(r.map_err(panic_text));
         });
         match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Err(msg)) => assert!(
-                msg.contains("already holds") && msg.contains("deadlock"),
-                "{what}: {msg}"
-            ),
+            Ok(Err(msg)) => {
+                assert!(
+                    msg.contains("already holds") && msg.contains("deadlock"),
+                    "{what}: {msg}"
+                );
+                // Which side is held and which is asked for, as the call made them.
+                let held = if what.contains("update") {
+                    "write"
+                } else {
+                    "read"
+                };
+                let asked = if what.starts_with("get")
+                    || what.starts_with("ttl")
+                    || what.starts_with("llen")
+                {
+                    "read"
+                } else {
+                    "write"
+                };
+                assert!(
+                    msg.contains(&format!("holds the {held} side"))
+                        && msg.contains(&format!("asks for its {asked} side")),
+                    "{what}: {msg}"
+                );
+            }
             Ok(Ok(())) => panic!("{what}: no panic"),
             Err(_) => panic!("{what}: deadlocked"),
         }
@@ -273,4 +304,43 @@ fn reentrant_use_inside_get_with_or_update_panics() {
     }
     assert_eq!(nest(&ds), 12);
     assert_eq!(bytes(&ds[0], "k").as_deref(), Some(&b"v"[..]));
+}
+
+/// Lookups of two threads of one process on one shard run together: a thread inside
+/// `get_with` (holding the read side) waits for another thread's `get` of the same shard to
+/// finish, which it could not under an exclusive lock (the wait then times out). Each lookup
+/// has its own corruption report, so neither sees the other's.
+#[test]
+fn threads_of_one_process_read_a_shard_together() {
+    use std::sync::mpsc;
+    let d = dict(1 << 16);
+    d.set("a", "1", None, 0).unwrap();
+    d.set("b", "2", None, 0).unwrap();
+    let (inside_tx, inside_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        let d = &d;
+        let first = s.spawn(move || {
+            d.get_with("a", |v, _| {
+                inside_tx.send(()).unwrap();
+                // The other thread's lookup ends while this one holds the read side.
+                let other = done_rx.recv_timeout(Duration::from_secs(10));
+                (matches!(v, Value::Bytes(b"1")), other)
+            })
+        });
+        inside_rx.recv().unwrap();
+        let second = s.spawn(move || {
+            let got = bytes(d, "b");
+            let _ = done_tx.send(got.clone());
+            got
+        });
+        let (whole, other) = first.join().unwrap().unwrap().unwrap();
+        assert!(whole);
+        assert_eq!(
+            other.expect("the second reader waited for the first: an exclusive lock"),
+            Some(b"2".to_vec())
+        );
+        assert_eq!(second.join().unwrap(), Some(b"2".to_vec()));
+    });
+    ok(&d);
 }

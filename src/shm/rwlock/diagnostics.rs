@@ -107,6 +107,19 @@ impl<T: ShmSafe> ShmRwLock<T> {
     pub fn clear_poison(&self) {
         self.m.clear_poison();
     }
+
+    /// Address and length of the region, as [`ShmMutex::as_ptr_len`] (what a structure placed
+    /// after the lock in a [`Mapping`] starts past).
+    ///
+    /// ```
+    /// use gomutex::shm::{Config, ShmRwLock};
+    /// let lock = ShmRwLock::anonymous(0u64)?;
+    /// assert!(lock.as_ptr_len().1 >= ShmRwLock::<u64>::required_size(Config::default())?);
+    /// # Ok::<(), gomutex::shm::ShmError>(())
+    /// ```
+    pub fn as_ptr_len(&self) -> (*mut u8, usize) {
+        self.m.as_ptr_len()
+    }
 }
 
 /// A snapshot of a [`ShmRwLock`] (see [`ShmRwLock::diagnostics`]).
