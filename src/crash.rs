@@ -56,6 +56,9 @@ pub const DICT_BETWEEN: u32 = 106;
 /// An update of the same size is planned in place (its new words in the transaction); not
 /// committed.
 pub const DICT_IN_PLACE: u32 = 107;
+/// Between two slices of a pass over the dictionary (`keys`, `flush_expired`, `flush_all`):
+/// one slice done and its shard's lock released, the next not begun.
+pub const DICT_SLICE: u32 = 108;
 
 // The upstream zone (`upstream/`).
 /// A pick: the spare copy written and this process's row counted, the epoch not committed.
