@@ -1,5 +1,6 @@
 //! Multi-process tests of `gomutex::dict::ShmDict`: a death at every crash point of every
-//! operation, and a kill torture against a reference model.
+//! operation, passes over the whole dictionary stopped and killed between two slices
+//! (`passes.rs`), and a kill torture against a reference model.
 //!
 //! `harness = false`: the cases run one after another on the main thread, so the process is
 //! single-threaded whenever it forks. Run one with `cargo test --test shm_dict -- <name> --exact`.
@@ -14,6 +15,8 @@ mod corrupt;
 mod limit_req;
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod passes;
 
 fn main() {
     #[cfg(target_os = "linux")]
