@@ -819,7 +819,8 @@ impl ShmDict {
     /// A pass over every shard in slices: `slice(shard, cursor)` does a bounded part under one
     /// hold of the shard's lock and says where the next one starts (`None`: go to the next
     /// shard). Between two slices no lock is held (crash point `DICT_SLICE`), so a process
-    /// killed there leaves every structure whole, the slices done done and the rest not begun.
+    /// killed there leaves every structure whole, the slices done done and the rest not begun;
+    /// a waiter the release woke takes the lock first ([`Shard::let_waiter_in`]).
     fn pass(
         &self,
         mut slice: impl FnMut(&Shard, ops::Cursor) -> Result<Option<ops::Cursor>, DictError>,
@@ -833,6 +834,9 @@ impl ShmDict {
                 }
                 first = false;
                 at = slice(s, c)?;
+                if at.is_some() {
+                    s.let_waiter_in();
+                }
             }
         }
         Ok(())

@@ -29,7 +29,7 @@ pub(crate) const MAX_EVICT: usize = 64;
 /// What a slice of a pass over the index may cost under one hold of the lock, in units of a
 /// bucket looked at (4 bytes, 16 to a cache line): about 30 µs on the machine of
 /// docs/benchmarks.md (a slice always ends its last bucket: a chain more).
-pub(crate) const SLICE_WORK: usize = 2048;
+pub(crate) const SLICE_WORK: usize = 1024;
 /// What an entry a pass looks at costs (its line or two, missed in a large zone; a key copied).
 const VISIT_COST: usize = 8;
 /// What an entry a pass frees costs (a transaction through the redo record).
