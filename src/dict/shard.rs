@@ -213,7 +213,7 @@ impl Shard {
         let mut spins = 0u32;
         while seam::waiter_coming(&self.lock) && start.elapsed() < LET_IN {
             spins += 1;
-            if spins % 64 == 0 {
+            if spins.is_multiple_of(64) {
                 // The waiter may need this CPU.
                 std::thread::yield_now();
             } else {
