@@ -91,20 +91,28 @@ pub fn keys_lets_a_writer_in_between_slices() {
     assert_eq!(d.keys(0).unwrap().len(), STAY + GO);
 }
 
-/// `flush_expired` stopped between two slices while another process adds live keys: it frees
-/// every expired entry (each there for the whole call) and nothing else.
-#[cfg(feature = "__crash-points")]
-pub fn flush_expired_lets_a_writer_in_between_slices() {
-    const N: usize = 5_000;
+/// Expired entries of the `flush_expired` cases.
+const N: usize = 5_000;
+
+/// A dictionary of `N` expired entries `e0`, `e1`, …, `also(d, i)` run after each is stored;
+/// its LRU tail a live entry, so that the writes free no expired entry themselves.
+fn expired<R>(also: impl Fn(&ShmDict, usize) -> R) -> ShmDict {
     let d = ShmDict::anonymous(16 << 20).unwrap();
-    // A live entry at the LRU tail: the writes free no expired entry themselves.
     d.set("first", "v", None, 0).unwrap();
     for i in 0..N {
         d.set(format!("e{i}"), "v", Some(Duration::from_millis(1)), 0)
             .unwrap();
-        d.set(format!("l{i}"), "v", None, 0).unwrap();
+        also(&d, i);
     }
     std::thread::sleep(Duration::from_millis(5));
+    d
+}
+
+/// `flush_expired` stopped between two slices while another process adds live keys: it frees
+/// every expired entry (each there for the whole call) and nothing else.
+#[cfg(feature = "__crash-points")]
+pub fn flush_expired_lets_a_writer_in_between_slices() {
+    let d = expired(|d, i| d.set(format!("l{i}"), "v", None, 0).unwrap());
     writer_between_slices(
         "flush_expired",
         || match d.flush_expired(0).unwrap() {
@@ -213,14 +221,7 @@ pub fn passes_killed_between_slices() {
     assert_eq!(flushed(&d).len(), FLUSHED);
     d.check().unwrap();
 
-    const N: usize = 5_000;
-    let d = ShmDict::anonymous(16 << 20).unwrap();
-    d.set("first", "v", None, 0).unwrap();
-    for i in 0..N {
-        d.set(format!("e{i}"), "v", Some(Duration::from_millis(1)), 0)
-            .unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(5));
+    let d = expired(|_, _| 0);
     kill(&d, |d| {
         d.flush_expired(0).unwrap();
     });
