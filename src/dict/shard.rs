@@ -195,9 +195,10 @@ impl Shard {
 }
 
 /// How long the pass over a shard waits, between two slices, for a woken waiter to take the
-/// lock: a wake-up's latency on an idle CPU, a few µs, with room (on a busy machine the waiter
-/// may not run that soon: the pass then takes the lock back, and waits again after its next
-/// slice).
+/// lock: a wake-up's latency, a few µs on an idle CPU, tens on an idle vCPU, with room (on a
+/// busy machine the waiter may not run that soon: the pass then takes the lock back, and waits
+/// again after its next slice). A waiter that died queued is counted until the lock's recovery
+/// takes it out: meanwhile each slice waits this long for it.
 const LET_IN: Duration = Duration::from_micros(200);
 
 impl Shard {

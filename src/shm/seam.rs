@@ -82,7 +82,8 @@ pub(crate) fn check_no_region_at(map: &Mapping, off: usize) -> Result<(), ShmErr
 /// again at once (the dictionary's passes in slices) barges past such a waiter in Go's normal
 /// mode, until the waiter has waited 1 ms and switches the lock to starvation mode; waiting
 /// while this holds lets the waiter in first. A snapshot (`false` while the lock is held or
-/// starving: a starving unlock hands the lock over itself).
+/// starving: a starving unlock hands the lock over itself), loaded `Relaxed`: a hint, which
+/// orders nothing (the lock, taken next, does).
 pub(crate) fn waiter_coming<T: super::ShmSafe>(m: &ShmMutex<T>) -> bool {
     use crate::algo::{self, LOCKED, STARVING, WOKEN};
     let s = super::region::low(
