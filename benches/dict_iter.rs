@@ -1,5 +1,5 @@
 //! The passes over a whole dictionary (`keys`, `flush_expired`, `flush_all`) on 100 000 keys
-//! of 10 bytes with 32-byte values, one shard: how long each call takes, and the longest a
+//! of 10 bytes with 32-byte values, one shard: how long each call takes (alone, then probed), and the longest a
 //! `get` of another thread waited while it ran (the longest hold of the shard's lock a
 //! reader meets, plus the lock's hand-over), beside the same thread's longest `get` with no
 //! pass running (the machine's own noise: preemption on a loaded machine shows there too).
@@ -51,6 +51,16 @@ fn fill(d: &ShmDict, n: usize, half_expired: bool) {
     }
 }
 
+/// Run `pass` on `d` (or wait `idle`).
+fn run(d: &ShmDict, pass: Pass, idle: Duration) {
+    match pass {
+        Pass::Keys => assert!(d.keys(0).unwrap().len() > 1),
+        Pass::FlushExpired => assert!(d.flush_expired(0).unwrap() > 1),
+        Pass::FlushAll => d.flush_all().unwrap(),
+        Pass::Idle => std::thread::sleep(idle),
+    }
+}
+
 /// With `DICT_ITER_FIFO` set (and the right to): this thread under `SCHED_FIFO` (`on`) or back
 /// to `SCHED_OTHER`, so that other load on the machine does not preempt the threads measured.
 /// Only around a pass (tens of ms): the kernel throttles real-time threads that run for most of
@@ -59,7 +69,11 @@ fn fifo(on: bool) {
     if std::env::var_os("DICT_ITER_FIFO").is_none() {
         return;
     }
-    let (policy, prio) = if on { (libc::SCHED_FIFO, 10) } else { (libc::SCHED_OTHER, 0) };
+    let (policy, prio) = if on {
+        (libc::SCHED_FIFO, 10)
+    } else {
+        (libc::SCHED_OTHER, 0)
+    };
     let p = libc::sched_param {
         sched_priority: prio,
     };
@@ -93,12 +107,7 @@ fn probed(d: &ShmDict, pass: Pass, idle: Duration) -> (Duration, Duration, u64, 
         fifo(true);
         std::thread::sleep(Duration::from_millis(2));
         let t = Instant::now();
-        match pass {
-            Pass::Keys => assert!(d.keys(0).unwrap().len() > 1),
-            Pass::FlushExpired => assert!(d.flush_expired(0).unwrap() > 1),
-            Pass::FlushAll => d.flush_all().unwrap(),
-            Pass::Idle => std::thread::sleep(idle),
-        }
+        run(d, pass, idle);
         let took = t.elapsed();
         stop.store(true, SeqCst);
         fifo(false);
@@ -112,19 +121,31 @@ pub fn row(n: usize, rounds: usize) {
     let d = ShmDict::anonymous(64 << 20).unwrap();
     d.set(b"probe", &[b'p'; 32][..], None, 0).unwrap();
     let passes = [Pass::Keys, Pass::FlushExpired, Pass::FlushAll, Pass::Idle];
-    let mut res: Vec<Vec<(Duration, Duration, u64, u64)>> = vec![Vec::new(); passes.len()];
+    // Per pass and round: (call, longest get, gets, gets > 100 µs, the call with no prober).
+    type Round = (Duration, Duration, u64, u64, Duration);
+    let mut res: Vec<Vec<Round>> = vec![Vec::new(); passes.len()];
     for _ in 0..rounds {
         let mut idle = Duration::ZERO;
         for (p, &pass) in passes.iter().enumerate() {
-            match pass {
-                Pass::Keys => fill(&d, n, false),
-                Pass::FlushExpired => fill(&d, n, true),
-                Pass::FlushAll => fill(&d, n, false),
-                Pass::Idle => {}
+            // The pass alone first, then with the prober.
+            let mut alone = Duration::ZERO;
+            for probe in [false, true] {
+                match pass {
+                    Pass::Keys => fill(&d, n, false),
+                    Pass::FlushExpired => fill(&d, n, true),
+                    Pass::FlushAll => fill(&d, n, false),
+                    Pass::Idle => {}
+                }
+                if !probe {
+                    let t = Instant::now();
+                    run(&d, pass, idle);
+                    alone = t.elapsed();
+                    continue;
+                }
+                let r = probed(&d, pass, idle);
+                idle = idle.max(r.0);
+                res[p].push((r.0, r.1, r.2, r.3, alone));
             }
-            let r = probed(&d, pass, idle);
-            idle = idle.max(r.0);
-            res[p].push(r);
         }
         d.set(b"probe", &[b'p'; 32][..], None, 0).unwrap();
     }
@@ -135,14 +156,15 @@ pub fn row(n: usize, rounds: usize) {
          probing; medians of {rounds} rounds (max over rounds in brackets):"
     );
     println!(
-        "  {:<17} {:>10} {:>22} {:>10} {:>12}",
-        "pass", "call ms", "longest get µs", "gets", "gets >100µs"
+        "  {:<17} {:>10} {:>10} {:>22} {:>10} {:>12}",
+        "pass", "alone ms", "call ms", "longest get µs", "gets", "gets >100µs"
     );
     for (pass, r) in passes.iter().zip(res) {
         let max_wait = r.iter().map(|x| x.1).max().unwrap_or_default();
         println!(
-            "  {:<17} {:>10.2} {:>10.1} [{:>9.1}] {:>10.0} {:>12.0}",
+            "  {:<17} {:>10.2} {:>10.2} {:>10.1} [{:>9.1}] {:>10.0} {:>12.0}",
             pass.name(),
+            med(r.iter().map(|x| x.4.as_secs_f64() * 1e3).collect()),
             med(r.iter().map(|x| x.0.as_secs_f64() * 1e3).collect()),
             med(r.iter().map(|x| x.1.as_secs_f64() * 1e6).collect()),
             max_wait.as_secs_f64() * 1e6,
