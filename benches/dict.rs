@@ -17,7 +17,7 @@
 //! `cargo bench --bench dict` (inside benches/). Environment: `DICT_ROUNDS` (default 5),
 //! `DICT_MS` (each run's length, default 300), `DICT_REDIS` (the server binary, default
 //! `redis-server`; skipped if it does not start), `DICT_LATENCY_ONLY` (set: the one-process
-//! latency rows alone), `DICT_LAT=ROW` with `DICT_LAT_N` (one latency row alone, for
+//! latency rows alone), `DICT_ITER_ONLY` (set: the passes' row alone, `dict_iter.rs`), `DICT_LAT=ROW` with `DICT_LAT_N` (one latency row alone, for
 //! `valgrind --tool=callgrind --toggle-collect='*lat_loop*'`). Without `--bench` (`cargo test --benches`)
 //! every case runs once, briefly, and the counts are checked.
 //!
@@ -25,6 +25,7 @@
 //! `redis` crate: nothing to add to the bench's dependencies for three commands.
 
 mod common;
+mod dict_iter;
 
 use gomutex::dict::{DictConfig, RateLimiter, ShmDict, Value};
 use std::hint::black_box;
@@ -528,6 +529,10 @@ fn main() {
         lat_loop(&s, row, 1000, common::env_or("DICT_LAT_N", 100_000));
         return;
     }
+    if std::env::var_os("DICT_ITER_ONLY").is_some() {
+        dict_iter::row(100_000, common::env_or("DICT_ITER_ROUNDS", 5));
+        return;
+    }
     let s = LatStores::new();
     let ns = latency(
         &s,
@@ -629,4 +634,9 @@ fn main() {
     single.check().unwrap();
     sharded.check().unwrap();
     memory(server.as_ref());
+    if bench {
+        dict_iter::row(100_000, common::env_or("DICT_ITER_ROUNDS", 5));
+    } else {
+        dict_iter::row(10_000, 1);
+    }
 }

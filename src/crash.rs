@@ -60,6 +60,9 @@ pub const DICT_IN_PLACE: u32 = 107;
 /// A lookup holds its shard's read side (its process's read count raised); it has read
 /// nothing yet.
 pub const DICT_READING: u32 = 108;
+/// Between two slices of a pass over the dictionary (`keys`, `flush_expired`, `flush_all`):
+/// one slice done and its shard's lock released, the next not begun.
+pub const DICT_SLICE: u32 = 109;
 
 // The upstream zone (`upstream/`).
 /// A pick: the spare copy written and this process's row counted, the epoch not committed.

@@ -17,6 +17,7 @@ use crate::shm::seam;
 use crate::shm::{Config, Mapping, ShmError, ShmRwLock, ShmRwLockReadGuard, ShmRwLockWriteGuard};
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 pub(crate) struct Shard {
     pub lock: ShmRwLock<u64>,
@@ -261,6 +262,36 @@ fn corrupt_error(off: usize) -> DictError {
          impossible (offset {off:#x}): the region was written by something other than this \
          dictionary; nothing was changed (check() describes the damage)"
     ))
+}
+
+/// How long the pass over a shard waits, between two slices, for a woken waiter to take the
+/// lock: a wake-up's latency, a few µs on an idle CPU, tens on an idle vCPU, with room (on a
+/// busy machine the waiter may not run that soon: the pass then takes the lock back, and waits
+/// again after its next slice). A waiter that died queued is counted until the lock's recovery
+/// takes it out: meanwhile each slice waits this long for it.
+const LET_IN: Duration = Duration::from_micros(200);
+
+impl Shard {
+    /// Between two slices of a pass (the lock released): if a contender is on its way to the
+    /// lock ([`seam::writer_coming`]), let it take the lock first, waiting at most [`LET_IN`].
+    /// Without this the pass, re-taking the lock at once, would barge past a woken waiter
+    /// (Go's normal mode) slice after slice, until that waiter had waited 1 ms.
+    pub(crate) fn let_waiter_in(&self) {
+        if !seam::writer_coming(&self.lock) {
+            return;
+        }
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while seam::writer_coming(&self.lock) && start.elapsed() < LET_IN {
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                // The waiter may need this CPU.
+                std::thread::yield_now();
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+    }
 }
 
 /// How many nested shard locks a thread's record holds (deeper ones go unchecked).

@@ -11,7 +11,9 @@
 //! * an error about a named object ([`ShmError::Object`]), as the lock's own calls that take a
 //!   name report theirs;
 //! * [`ShmMutex::init_in`]'s refusals, made before anything is written: a range claimed by a
-//!   handle of this process, a lock region in use at an offset.
+//!   handle of this process, a lock region in use at an offset;
+//! * whether a released lock owes a waiting writer its turn ([`writer_coming`]), for the dictionary's
+//!   passes in slices, which re-take the lock at once.
 //!
 //! [`MappingLayout`]: super::MappingLayout
 
@@ -21,8 +23,7 @@ use super::identity;
 use super::mapping::Mapping;
 use super::mapping::{overlaps, IN_USE};
 use super::sys;
-#[cfg(doc)]
-use super::ShmMutex;
+use super::{ShmMutex, ShmRwLock};
 
 /// Nanoseconds of `CLOCK_MONOTONIC`, the clock every process of the machine shares.
 #[inline]
@@ -74,4 +75,29 @@ pub(crate) fn check_no_region_at(map: &Mapping, off: usize) -> Result<(), ShmErr
     // `check_not_in_use` only loads, within the `map.len() - off` bytes it is given.
     let base = unsafe { map.as_ptr().add(off) };
     check_not_in_use(base, map.len() - off)
+}
+
+/// Whether `m`, free, has a contender on its way to it: a waiter the last unlock woke (or a
+/// spinner: `WOKEN`), or waiters still queued. A holder that releases the lock and takes it
+/// again at once (the dictionary's passes in slices) barges past such a waiter in Go's normal
+/// mode, until the waiter has waited 1 ms and switches the lock to starvation mode; waiting
+/// while this holds lets the waiter in first. A snapshot (`false` while the lock is held or
+/// starving: a starving unlock hands the lock over itself), loaded `Relaxed`: a hint, which
+/// orders nothing (the lock, taken next, does).
+fn waiter_coming<T: super::ShmSafe>(m: &ShmMutex<T>) -> bool {
+    use crate::algo::{self, LOCKED, STARVING, WOKEN};
+    let s = super::region::low(
+        m.region
+            .hdr()
+            .state
+            .load(core::sync::atomic::Ordering::Relaxed),
+    );
+    s & (LOCKED | STARVING) == 0 && (s & WOKEN != 0 || algo::waiters(s) > 0)
+}
+
+/// [`waiter_coming`] for the writers' mutex of `l`: a writer on its way to the lock that a
+/// write unlock just released (readers queued behind the phase need no such wait: the unlock
+/// admits them itself, and the next writer waits for them).
+pub(crate) fn writer_coming<T: super::ShmSafe>(l: &ShmRwLock<T>) -> bool {
+    waiter_coming(l.writers())
 }

@@ -17,7 +17,7 @@ use common::torture::{self, Kills, Rng};
 
 // ------------------------------------------------------------------ crash points
 
-const POINTS: [(u32, &str); 7] = [
+const POINTS: [(u32, &str); 8] = [
     (crash::DICT_ENTRY_WRITTEN, "entry written"),
     (crash::DICT_IN_PLACE, "planned in place"),
     (crash::DICT_LOGGED, "record written"),
@@ -25,6 +25,7 @@ const POINTS: [(u32, &str); 7] = [
     (crash::DICT_HALF_APPLIED, "half applied"),
     (crash::DICT_APPLIED, "applied"),
     (crash::DICT_BETWEEN, "between transactions"),
+    (crash::DICT_SLICE, "between slices"),
 ];
 
 /// The points of one update (a new entry beside the old one, or a value written in place),
@@ -43,6 +44,11 @@ fn bytes(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
         OwnedValue::Bytes(b) => b,
         OwnedValue::Int(n) => format!("int:{n}").into_bytes(),
     })
+}
+
+/// How many of `keys` have an entry, live or expired.
+fn stale_left(d: &ShmDict, keys: &[&str]) -> usize {
+    keys.iter().filter(|k| bytes(d, k).is_some()).count()
 }
 
 fn live(d: &ShmDict, k: &str) -> Option<Vec<u8>> {
@@ -105,6 +111,26 @@ const MULTI_STORE: &[u32] = &[
     crash::DICT_HALF_APPLIED,
     crash::DICT_APPLIED,
     crash::DICT_BETWEEN,
+];
+
+/// Entries of the cases of passes over the dictionary: more than one slice visits in the
+/// crash points' 256 KiB zone.
+const PASS: usize = 1500;
+
+/// How many of the entries `e0 .. e{PASS}` are left.
+fn expired_left(d: &ShmDict) -> usize {
+    (0..PASS)
+        .filter(|i| d.get_stale(format!("e{i}")).unwrap().is_some())
+        .count()
+}
+
+const MULTI_SLICES: &[u32] = &[
+    crash::DICT_LOGGED,
+    crash::DICT_COMMITTED,
+    crash::DICT_HALF_APPLIED,
+    crash::DICT_APPLIED,
+    crash::DICT_BETWEEN,
+    crash::DICT_SLICE,
 ];
 
 /// Fill `d` with 200-byte values under keys `f00000`, `f00001`, … (oldest first).
@@ -294,8 +320,8 @@ fn cases() -> Vec<Case> {
                 assert!(d.get("k").unwrap().is_some());
             },
             reaches: &[],
-            before: |d| d.keys(0).unwrap() == [b"other".to_vec(), b"k".to_vec()],
-            after: |d| d.keys(0).unwrap() == [b"other".to_vec(), b"k".to_vec()],
+            before: |d| d.__lru_keys() == [b"other".to_vec(), b"k".to_vec()],
+            after: |d| d.__lru_keys() == [b"other".to_vec(), b"k".to_vec()],
         },
         Case {
             name: "flush_all",
@@ -322,12 +348,45 @@ fn cases() -> Vec<Case> {
                 assert_eq!(d.flush_expired(0).unwrap(), 3);
             },
             reaches: MULTI,
-            // The first transaction frees the expired entry nearest the tail, "a"; the others
-            // stay until theirs.
-            before: |d| bytes(d, "a").is_some() && bytes(d, "b").is_some(),
-            after: |d| {
-                bytes(d, "a").is_none() && bytes(d, "c").is_some() && live(d, "live").is_some()
+            // The first transaction frees one expired entry (the first the pass over the
+            // index meets: the order of the buckets, the zone's hash); the others stay until
+            // theirs.
+            before: |d| stale_left(d, &["a", "b", "c"]) == 3,
+            after: |d| stale_left(d, &["a", "b", "c"]) == 2 && live(d, "live").is_some(),
+        },
+        Case {
+            name: "flush_expired (a pass of several slices)",
+            setup: |d| {
+                d.set("live", "v", None, 0).unwrap();
+                for i in 0..PASS {
+                    d.set(format!("e{i}"), "v", Some(Duration::from_millis(1)), 0)
+                        .unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(3));
             },
+            op: |d| {
+                assert_eq!(d.flush_expired(0).unwrap(), PASS);
+            },
+            reaches: MULTI_SLICES,
+            before: |d| expired_left(d) == PASS,
+            // Killed in the first transaction or after it: one entry freed; between two
+            // slices: those of the first slice. The rest as they were.
+            after: |d| (1..PASS).contains(&expired_left(d)) && live(d, "live").is_some(),
+        },
+        Case {
+            name: "keys (a pass of several slices)",
+            setup: |d| {
+                for i in 0..PASS {
+                    d.set(format!("e{i}"), "v", None, 0).unwrap();
+                }
+            },
+            op: |d| {
+                assert_eq!(d.keys(0).unwrap().len(), PASS);
+            },
+            // It only reads: between two slices is its one point.
+            reaches: &[crash::DICT_SLICE],
+            before: |d| d.keys(0).unwrap().len() == PASS,
+            after: |d| d.keys(0).unwrap().len() == PASS,
         },
         Case {
             name: "lpush (new list)",
@@ -400,7 +459,7 @@ fn cases() -> Vec<Case> {
             after: |d| {
                 d.llen("k") == Ok(1)
                     && d.stats().evicted == 0
-                    && d.keys(0).unwrap().first() == Some(&b"k".to_vec())
+                    && d.__lru_keys().first() == Some(&b"k".to_vec())
             },
         },
         Case {
@@ -441,10 +500,9 @@ fn cases() -> Vec<Case> {
             reaches: MULTI_STORE,
             // The first transaction gives the used tail, "f00000", its second chance: it moves
             // to the head (then "f00001" is evicted, then the entry stored).
-            before: |d| d.keys(0).unwrap().last() == Some(&b"f00000".to_vec()),
+            before: |d| d.__lru_keys().last() == Some(&b"f00000".to_vec()),
             after: |d| {
-                d.keys(0).unwrap().first() == Some(&b"f00000".to_vec())
-                    && bytes(d, "f-new0").is_none()
+                d.__lru_keys().first() == Some(&b"f00000".to_vec()) && bytes(d, "f-new0").is_none()
             },
         },
         Case {
@@ -501,7 +559,12 @@ fn crash_points_every_operation() {
                     "{ctx}: the child did not die at the point ({})",
                     procs::exit_code(st)
                 );
-                assert!(d.force_unlock(pid), "{ctx}: it died holding the lock");
+                // Between two slices of a pass the child holds no lock.
+                assert_eq!(
+                    d.force_unlock(pid),
+                    point != crash::DICT_SLICE,
+                    "{ctx}: whether it died holding the lock"
+                );
             } else {
                 assert_eq!(
                     procs::exit_code(st),
@@ -520,6 +583,7 @@ fn crash_points_every_operation() {
                 point,
                 crash::DICT_COMMITTED | crash::DICT_HALF_APPLIED | crash::DICT_APPLIED
             ) || point == crash::DICT_BETWEEN
+                || point == crash::DICT_SLICE
                 || (point == crash::DICT_ENTRY_WRITTEN
                     && case.reaches.contains(&crash::DICT_BETWEEN));
             if committed {
@@ -531,7 +595,7 @@ fn crash_points_every_operation() {
                 assert!(
                     (case.before)(&d),
                     "{ctx}: not the state before the operation: {:?}",
-                    d.keys(0).unwrap()
+                    d.__lru_keys()
                 );
             }
             let was_replayed = matches!(
@@ -950,6 +1014,26 @@ pub fn main() {
         (
             "reader_after_a_writer_died_mid_update",
             crate::readers::reader_after_a_writer_died_mid_update,
+        ),
+        #[cfg(feature = "__crash-points")]
+        (
+            "keys_lets_a_writer_in_between_slices",
+            crate::passes::keys_lets_a_writer_in_between_slices,
+        ),
+        #[cfg(feature = "__crash-points")]
+        (
+            "flush_expired_lets_a_writer_in_between_slices",
+            crate::passes::flush_expired_lets_a_writer_in_between_slices,
+        ),
+        #[cfg(feature = "__crash-points")]
+        (
+            "flush_all_lets_a_writer_in_between_shards",
+            crate::passes::flush_all_lets_a_writer_in_between_shards,
+        ),
+        #[cfg(feature = "__crash-points")]
+        (
+            "passes_killed_between_slices",
+            crate::passes::passes_killed_between_slices,
         ),
         ("kill_torture", kill_torture),
         ("corruption_fuzz", crate::corrupt::corruption_fuzz),

@@ -1,6 +1,7 @@
 //! Multi-process tests of `gomutex::dict::ShmDict`: a death at every crash point of every
-//! operation, readers sharing a shard (and dying, or meeting a dead writer's update), and a
-//! kill torture of writers and readers against a reference model.
+//! operation, readers sharing a shard (and dying, or meeting a dead writer's update), passes
+//! over the whole dictionary stopped and killed between two slices (`passes.rs`), and a kill
+//! torture of writers and readers against a reference model.
 //!
 //! `harness = false`: the cases run one after another on the main thread, so the process is
 //! single-threaded whenever it forks. Run one with `cargo test --test shm_dict -- <name> --exact`.
@@ -15,6 +16,8 @@ mod corrupt;
 mod limit_req;
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod passes;
 #[cfg(all(target_os = "linux", feature = "__crash-points"))]
 mod readers;
 

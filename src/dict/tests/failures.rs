@@ -91,6 +91,9 @@ fn a_corrupted_zone_gives_errors_not_panics() {
                 "set",
                 "delete",
                 "ttl",
+                // Passes over the whole dictionary walk the index, not the LRU list.
+                "keys",
+                "flush_expired",
                 "check",
             ],
         ),
@@ -100,7 +103,7 @@ fn a_corrupted_zone_gives_errors_not_panics() {
                 m.st32(layout::H_LRU_HEAD, u32::MAX - 1);
                 m.st32(layout::H_LRU_TAIL, u32::MAX - 1);
             },
-            &["keys", "flush_expired", "check"],
+            &["check"],
         ),
         (
             "an entry's value length past the end",
@@ -248,6 +251,7 @@ fn reentrant_use_inside_get_with_or_update_panics() {
                 let asked = if what.starts_with("get")
                     || what.starts_with("ttl")
                     || what.starts_with("llen")
+                    || what.starts_with("keys")
                 {
                     "read"
                 } else {

@@ -3,6 +3,7 @@
 mod failures;
 mod lists;
 mod memory;
+mod passes;
 mod places;
 mod values;
 

@@ -168,6 +168,11 @@ impl<T: ShmSafe> ShmRwLock<T> {
         }
     }
 
+    /// The writers' mutex (for `seam::writer_coming`).
+    pub(in crate::shm) fn writers(&self) -> &ShmMutex<RwBody<T>> {
+        &self.m
+    }
+
     fn state(&self) -> &AtomicU32 {
         &self.m.region.hdr().rw_state
     }
