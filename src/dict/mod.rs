@@ -795,9 +795,9 @@ impl ShmDict {
     /// Up to `max` live keys (0: all), in no particular order (the index's: shard after
     /// shard, bucket after bucket).
     ///
-    /// Not atomic: a pass over the index in slices, each holding its shard's lock for a
+    /// Not atomic: a pass over the index in slices, each holding its shard's read side for a
     /// bounded time (a few thousand buckets or a few hundred entries: tens of µs), so that
-    /// other processes' operations go on between two slices of a large dictionary. What a
+    /// lookups go on beside it and writers between two slices of a large dictionary. What a
     /// concurrent writer does shows as follows: a key that has an entry for the whole call
     /// (set before it, neither deleted, evicted nor expired before it returns; updated or not)
     /// is returned exactly once (an entry never moves between buckets: the index has a fixed
