@@ -8,7 +8,8 @@
 //! `GOMUTEX_DICT_TORTURE_SECS` sets the torture's length (default 12 s); `corrupt.rs` says how
 //! to repeat a round of the corruption fuzz.
 //!
-//! Linux only: the tests are in `linux.rs`; elsewhere this binary runs nothing.
+//! Linux only: the tests are in `linux.rs` (the crash points), `torture.rs`, `passes.rs`,
+//! `readers.rs`, `limit_req.rs` and `corrupt.rs`; elsewhere this binary runs nothing.
 
 #[cfg(target_os = "linux")]
 mod corrupt;
@@ -20,6 +21,8 @@ mod linux;
 mod passes;
 #[cfg(all(target_os = "linux", feature = "__crash-points"))]
 mod readers;
+#[cfg(target_os = "linux")]
+mod torture;
 
 fn main() {
     #[cfg(target_os = "linux")]
