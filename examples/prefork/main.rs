@@ -69,6 +69,10 @@
 //! `Retry-After`), from [`gomutex::dict::RateLimiter::throttle`].
 
 #[cfg(target_os = "linux")]
+mod backend;
+#[cfg(target_os = "linux")]
+mod exchange;
+#[cfg(target_os = "linux")]
 mod http;
 #[cfg(target_os = "linux")]
 mod limit;

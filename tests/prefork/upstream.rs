@@ -1,6 +1,8 @@
 //! `--upstream`: the example as a reverse proxy in front of test backends.
 
 use super::*;
+use std::io;
+use std::sync::mpsc::{self, Receiver, Sender};
 /// A backend for `--upstream`: answers every request on its keep-alive connections with
 /// `body` (HTTP/1.1, `Content-Length`), counting them.
 pub(crate) fn backend(body: &'static str) -> (SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
@@ -38,6 +40,132 @@ pub(crate) fn backend(body: &'static str) -> (SocketAddr, Arc<std::sync::atomic:
         }
     });
     (addr, served)
+}
+
+/// A backend under the test's control: it reports each request it reads (`got`), holds its
+/// answer (`body`) until released (one `release` per answer), and reports a connection the
+/// proxy closes while it holds an answer (`closed`). One connection at a time.
+fn held_backend(body: &'static str) -> (SocketAddr, Receiver<()>, Sender<()>, Receiver<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (got_tx, got) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let (closed_tx, closed) = mpsc::channel();
+    thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            // Short reads, to look at `release` between them.
+            s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+            let mut chunk = [0u8; 4096];
+            'conn: loop {
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) => break 'conn,
+                        Ok(n) => head.extend_from_slice(&chunk[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
+                        Err(_) => break 'conn,
+                    }
+                }
+                let _ = got_tx.send(());
+                loop {
+                    if release_rx.try_recv().is_ok() {
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if s.write_all(answer.as_bytes()).is_err() {
+                            break 'conn;
+                        }
+                        continue 'conn;
+                    }
+                    match s.read(&mut chunk) {
+                        Ok(0) => {
+                            let _ = closed_tx.send(());
+                            break 'conn;
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
+                        Err(_) => {
+                            let _ = closed_tx.send(());
+                            break 'conn;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    (addr, got, release, closed)
+}
+
+/// `/status`'s figures of peer `addr`.
+fn peer_line(srv: &Server, addr: SocketAddr) -> std::collections::HashMap<String, u64> {
+    let text = get_status(srv.addr);
+    let l = text
+        .lines()
+        .find(|l| l.starts_with(&format!("upstream {addr} ")))
+        .unwrap_or_else(|| panic!("no line for {addr}: {text}"));
+    pairs(&l.replacen(&addr.to_string(), "", 1))
+}
+
+/// One worker, a slow backend and a fast one: a request held by the slow backend does not
+/// hold up another client's request to the fast one (the fast answer comes while the slow
+/// one is still held), and the slow one is answered by its own backend once released (not
+/// failed over on a timeout).
+#[test]
+fn upstream_slow_backend_does_not_stall_the_worker() {
+    let (slow, got, release, _closed) = held_backend("slow");
+    let (fast, _) = backend("fast");
+    let (us, uf) = (slow.to_string(), fast.to_string());
+    let srv = Server::start_with(
+        "mutex",
+        &["--workers", "1", "--upstream", &us, "--upstream", &uf],
+        &[],
+    );
+    // Equal weights: the first pick is the first peer, the slow one.
+    let mut c1 = connect(srv.addr);
+    c1.write_all(b"GET /1 HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    got.recv_timeout(IO_TIMEOUT)
+        .expect("the slow backend got the first request");
+    let mut c2 = connect(srv.addr);
+    c2.write_all(b"GET /2 HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let (status, body, _) = read_response(&mut BufReader::new(c2)).expect("fast response");
+    assert_eq!((status, body.as_str()), (200, "fast"));
+    // Only now may the slow backend answer.
+    release.send(()).unwrap();
+    let (status, body, _) = read_response(&mut BufReader::new(c1)).expect("slow response");
+    assert_eq!((status, body.as_str()), (200, "slow"));
+    assert_eq!(peer_line(&srv, slow)["fails"], 0);
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+}
+
+/// A client that leaves while its request is held by a backend ends the exchange at once:
+/// the backend connection is closed, the peer's `max_conns` slot given back, and no failure
+/// counted (nginx's client abort). Meanwhile the worker answers `/status`.
+#[test]
+fn upstream_client_gone_mid_exchange_gives_back_the_slot() {
+    let (slow, got, _release, closed) = held_backend("slow");
+    let spec = format!("{slow},max_conns=1");
+    let srv = Server::start_with("mutex", &["--workers", "1", "--upstream", &spec], &[]);
+    let mut c1 = connect(srv.addr);
+    c1.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    got.recv_timeout(IO_TIMEOUT)
+        .expect("the backend got the request");
+    assert_eq!(peer_line(&srv, slow)["conns"], 1);
+    drop(c1);
+    closed
+        .recv_timeout(IO_TIMEOUT)
+        .expect("the proxy closed its backend connection");
+    let p = peer_line(&srv, slow);
+    assert_eq!((p["conns"], p["fails"]), (0, 0));
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
 }
 
 /// An address nothing listens on (connections are refused).
