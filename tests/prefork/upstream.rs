@@ -45,7 +45,9 @@ pub(crate) fn backend(body: &'static str) -> (SocketAddr, Arc<std::sync::atomic:
 /// A backend under the test's control: it reports each request it reads (`got`), holds its
 /// answer (`body`) until released (one `release` per answer), and reports a connection the
 /// proxy closes while it holds an answer (`closed`). One connection at a time.
-fn held_backend(body: &'static str) -> (SocketAddr, Receiver<()>, Sender<()>, Receiver<()>) {
+pub(crate) fn held_backend(
+    body: &'static str,
+) -> (SocketAddr, Receiver<()>, Sender<()>, Receiver<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let (got_tx, got) = mpsc::channel();
