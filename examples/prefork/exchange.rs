@@ -41,6 +41,10 @@ impl Lease {
         })
     }
 
+    fn peer(&self) -> usize {
+        self.slot.peer()
+    }
+
     fn addr(&self) -> SocketAddr {
         self.up.addrs[self.slot.peer()]
     }
@@ -170,7 +174,7 @@ impl Exchange {
                 }
                 Err(_) => {
                     let at = self.attempt.take().expect("an attempt under way");
-                    if at.reused && at.buf.is_empty() {
+                    if at.reused && at.buf.is_empty() && !self.unavailable(at.lease.peer()) {
                         drop(at.stream);
                         self.connect(proxy, ep, owner, at.lease, false);
                     } else {
@@ -179,6 +183,14 @@ impl Exchange {
                 }
             }
         }
+    }
+
+    /// Whether the zone skips `peer` for its failures now: a kept connection to it that
+    /// failed is then a failure like any other, not retried on a fresh one (the other
+    /// exchanges in flight on kept connections to a peer that just died would each connect to
+    /// it again after it is marked down).
+    fn unavailable(&self, peer: usize) -> bool {
+        self.up.zone.diagnostics().peers[peer].unavailable
     }
 
     /// The deadline passed: the attempt under way is a failure; go on with the next peer.

@@ -10,8 +10,10 @@
 //! failure reported to the zone (nginx's `proxy_next_upstream error timeout`), and the
 //! request is tried on the next untried peer; with none left the answer is `502`. A kept
 //! connection that fails before any byte of its answer is retried once on a fresh one (it may
-//! have been closed by the backend while idle), not counted. Answers with `Content-Length` or
-//! ended by the close are forwarded (`backend.rs`); chunked ones are a failure (`502`).
+//! have been closed by the backend while idle), not counted, unless the zone skips the peer
+//! by then (the other requests in flight on kept connections to a peer that just died): then
+//! it is a failure like any other. Answers with `Content-Length` or ended by the close are
+//! forwarded (`backend.rs`); chunked ones are a failure (`502`).
 
 use crate::http::{respond, Admit, Request};
 use crate::limit::Limit;

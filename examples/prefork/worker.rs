@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 const TOKEN_SHUTDOWN: u64 = u64::MAX;
-/// The master's wake-up after a reload (above every connection token, below the listen ones).
+/// The master's wake-up after a reload (above every connection and backend token, below the
+/// listen ones).
 const TOKEN_RELOAD: u64 = 1 << 63;
 /// Listening socket `i` has token `TOKEN_LISTEN - i`.
 const TOKEN_LISTEN: u64 = u64::MAX - 1;

@@ -170,6 +170,81 @@ fn upstream_client_gone_mid_exchange_gives_back_the_slot() {
     assert!(out.status.success(), "stderr: {}", out.stderr);
 }
 
+/// Read one request head from `s`, byte by byte.
+fn read_head(s: &mut TcpStream) {
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).expect("a request head"), 1, "{head:?}");
+        head.push(b[0]);
+    }
+}
+
+/// Two exchanges in flight on kept connections to peer A (`max_fails=1`) when A's
+/// connections die: the first failure, before any byte of an answer, is retried on a fresh
+/// connection (A may have closed an idle one), which fails too and marks A down; the second
+/// is then a failure like any other, not one more connection to A. Both clients get the
+/// backup's answer. The test plays backend A itself, one step at a time.
+#[test]
+fn upstream_no_new_connection_to_a_peer_marked_down() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let (b, _) = backend("B");
+    let (ua, ub) = (
+        format!("{a},max_fails=1,fail_timeout=60000"),
+        format!("{b},backup"),
+    );
+    let srv = Server::start_with(
+        "mutex",
+        &["--workers", "1", "--upstream", &ua, "--upstream", &ub],
+        &[],
+    );
+    let get = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n";
+    let (mut c1, mut c2) = (connect(srv.addr), connect(srv.addr));
+    // Two requests in flight at A at once: two connections, kept afterwards.
+    c1.write_all(get).unwrap();
+    let (mut s1, _) = l.accept().unwrap();
+    read_head(&mut s1);
+    c2.write_all(get).unwrap();
+    let (mut s2, _) = l.accept().unwrap();
+    read_head(&mut s2);
+    for s in [&mut s1, &mut s2] {
+        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nA")
+            .unwrap();
+    }
+    let mut r1 = BufReader::new(c1.try_clone().unwrap());
+    let mut r2 = BufReader::new(c2.try_clone().unwrap());
+    assert_eq!(read_response(&mut r1).unwrap().1, "A");
+    assert_eq!(read_response(&mut r2).unwrap().1, "A");
+    // Again: each request on one of the kept connections.
+    c1.write_all(get).unwrap();
+    c2.write_all(get).unwrap();
+    read_head(&mut s1);
+    read_head(&mut s2);
+    // The first dies: retried once on a fresh connection, which A closes too.
+    drop(s1);
+    let (s3, _) = l.accept().unwrap();
+    drop(s3);
+    let deadline = Instant::now() + IO_TIMEOUT;
+    while peer_line(&srv, a)["unavailable"] == 0 {
+        assert!(Instant::now() < deadline, "A not marked down");
+        thread::sleep(Duration::from_millis(5));
+    }
+    // The second dies with A down: no new connection to A.
+    drop(s2);
+    assert_eq!(read_response(&mut r1).unwrap().1, "B");
+    assert_eq!(read_response(&mut r2).unwrap().1, "B");
+    l.set_nonblocking(true).unwrap();
+    assert_eq!(
+        l.accept().map(|_| ()).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock,
+        "a connection to A after it was marked down"
+    );
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+}
+
 /// An address nothing listens on (connections are refused).
 fn refused() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
