@@ -4,7 +4,7 @@ use super::*;
 use std::io;
 use std::sync::mpsc::{self, Receiver, Sender};
 /// A backend for `--upstream`: answers every request on its keep-alive connections with
-/// `body` (HTTP/1.1, `Content-Length`), counting them.
+/// `body` (HTTP/1.1, `Content-Length`; no body to a `HEAD`), counting them.
 pub(crate) fn backend(body: &'static str) -> (SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -19,18 +19,20 @@ pub(crate) fn backend(body: &'static str) -> (SocketAddr, Arc<std::sync::atomic:
                 let mut r = BufReader::new(s);
                 loop {
                     let mut line = String::new();
+                    let mut head = false;
                     loop {
                         line.clear();
                         match r.read_line(&mut line) {
                             Ok(0) | Err(_) => return,
                             Ok(_) if line == "\r\n" => break,
-                            Ok(_) => {}
+                            Ok(_) => head |= line.starts_with("HEAD "),
                         }
                     }
                     count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let answer = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Backend: {body}\r\n\r\n{body}",
-                        body.len()
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Backend: {body}\r\n\r\n{}",
+                        body.len(),
+                        if head { "" } else { body }
                     );
                     if w.write_all(answer.as_bytes()).is_err() {
                         return;
@@ -241,6 +243,39 @@ fn upstream_no_new_connection_to_a_peer_marked_down() {
         io::ErrorKind::WouldBlock,
         "a connection to A after it was marked down"
     );
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+}
+
+/// Pipelined requests to the proxy: those behind a proxied one wait in the buffer (a
+/// `/status` too, which the worker answers itself), and the answers come in order; the last
+/// one's `Connection: close` closes after its answer.
+#[test]
+fn upstream_pipelined_requests_are_answered_in_order() {
+    let (a, na) = backend("A");
+    let srv = Server::start_with("mutex", &["--upstream", &a.to_string()], &[]);
+    let s = connect(srv.addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    w.write_all(
+        b"GET /1 HTTP/1.1\r\nHost: t\r\n\r\n\
+          GET /status HTTP/1.1\r\nHost: t\r\n\r\n\
+          HEAD /3 HTTP/1.1\r\nHost: t\r\n\r\n\
+          GET /4 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let (status, body, close) = read_response(&mut r).expect("first");
+    assert_eq!((status, body.as_str(), close), (200, "A", false));
+    let (status, body, close) = read_response(&mut r).expect("status");
+    assert!(
+        status == 200 && !close && body.contains(&format!("upstream {a} ")),
+        "{body}"
+    );
+    let (status, body, close) = read_response(&mut r).expect("head");
+    assert_eq!((status, body.as_str(), close), (200, "", false));
+    let (status, body, close) = read_response(&mut r).expect("last");
+    assert_eq!((status, body.as_str(), close), (200, "A", true));
+    assert_eq!(na.load(std::sync::atomic::Ordering::SeqCst), 3);
     let out = srv.stop();
     assert!(out.status.success(), "stderr: {}", out.stderr);
 }
