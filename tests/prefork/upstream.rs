@@ -148,6 +148,32 @@ fn upstream_slow_backend_does_not_stall_the_worker() {
     assert!(out.status.success(), "stderr: {}", out.stderr);
 }
 
+/// A backend that never answers: the exchange's deadline (2 s without progress) fails the
+/// attempt on the worker's timer, the failure is counted, and the request goes to the next
+/// peer.
+#[test]
+fn upstream_backend_timeout_fails_over_to_the_next_peer() {
+    let (silent, got, _release, _closed) = held_backend("silent");
+    let (fast, _) = backend("fast");
+    let (us, uf) = (format!("{silent},max_fails=5"), fast.to_string());
+    let srv = Server::start_with(
+        "mutex",
+        &["--workers", "1", "--upstream", &us, "--upstream", &uf],
+        &[],
+    );
+    let mut c = connect(srv.addr);
+    c.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    got.recv_timeout(IO_TIMEOUT)
+        .expect("the silent backend got the request");
+    let (status, body, _) = read_response(&mut BufReader::new(c)).expect("response");
+    assert_eq!((status, body.as_str()), (200, "fast"));
+    let p = peer_line(&srv, silent);
+    assert_eq!((p["fails"], p["conns"]), (1, 0));
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+}
+
 /// A client that leaves while its request is held by a backend ends the exchange at once:
 /// the backend connection is closed, the peer's `max_conns` slot given back, and no failure
 /// counted (nginx's client abort). Meanwhile the worker answers `/status`.
