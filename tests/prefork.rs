@@ -20,6 +20,10 @@ mod http;
 #[path = "../examples/prefork/shared.rs"]
 mod shared;
 
+/// The example's parser of a backend's answers, compiled here so its unit tests run.
+#[allow(dead_code)]
+#[path = "../examples/prefork/backend.rs"]
+mod backend;
 /// The example's `--config` and `--limit-req` pieces and the proxy they use, compiled here to
 /// test the master's side of a reload (`reload::Reloader`) directly.
 #[allow(dead_code)]
@@ -31,6 +35,9 @@ mod proxy;
 #[allow(dead_code)]
 #[path = "../examples/prefork/reload.rs"]
 mod reload;
+#[allow(dead_code)]
+#[path = "../examples/prefork/sys.rs"]
+mod sys;
 
 #[path = "prefork/chaos.rs"]
 mod chaos;

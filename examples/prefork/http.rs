@@ -1,7 +1,9 @@
 //! A minimal HTTP/1.1 server side: parse a request head (and skip a `Content-Length` body),
 //! answer `200 OK` with the body `ok` (or, for `/status`, the status page), honour keep-alive
 //! and `Connection: close`.
-//! Requests may arrive in pieces; pipelined requests are answered in order.
+//! Requests may arrive in pieces; pipelined requests are answered in order. A request whose
+//! answer is not ready at once (a proxied one) waits on its connection: the ones behind it wait
+//! in the buffer until [`Conn::complete`] gives its answer.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -15,7 +17,7 @@ pub const MAX_HEAD: usize = 8192;
 const BODY: &str = "ok";
 
 /// A parsed request head.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     /// Bytes of the buffer the request used (head and body).
     pub len: usize,
@@ -136,11 +138,12 @@ pub fn connection(req: &Request) -> &'static str {
 pub trait Admit {
     fn admit(&mut self, stream: &TcpStream, target: &[u8], headers: &mut String) -> bool;
 
-    /// Append the answer to an admitted request (`raw`: its bytes, head and body; `headers`:
-    /// what `admit` appended): `200 ok` unless the handler has another (`--upstream`'s proxy).
-    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8], headers: &str) {
-        let _ = raw;
+    /// Append the answer to an admitted request (`headers`: what `admit` appended), `200 ok`
+    /// unless the handler has another: `false` if that one is not ready yet (`--upstream`'s
+    /// proxy), and the request waits on its connection.
+    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, headers: &str) -> bool {
         respond(out, req, headers);
+        true
     }
 }
 
@@ -197,6 +200,11 @@ pub enum Next {
     Read,
     /// Wait until writable (a response is partly written).
     Write,
+    /// A request waits for its answer ([`Conn::waiting`]): read only to buffer what follows
+    /// and to see the client leave.
+    Wait,
+    /// A request waits for its answer and the buffer is full: do not read.
+    Hold,
     /// Close it.
     Close,
 }
@@ -215,6 +223,8 @@ pub struct Conn {
     pub last: Instant,
     /// Generation: tells this connection apart from an earlier one on the same fd.
     pub gen: u32,
+    /// The request whose answer is awaited (its bytes at the start of the buffer).
+    waiting: Option<Request>,
 }
 
 impl Conn {
@@ -227,7 +237,31 @@ impl Conn {
             closing: false,
             last: Instant::now(),
             gen,
+            waiting: None,
         }
+    }
+
+    /// The request whose answer is awaited, and its bytes (head and body).
+    pub fn waiting(&self) -> Option<(&Request, &[u8])> {
+        let req = self.waiting.as_ref()?;
+        Some((req, &self.rbuf[..req.len]))
+    }
+
+    /// The answer `out` to the waiting request is ready: send it (counted in `served` first)
+    /// and go on with the requests behind it, as [`on_ready`](Self::on_ready).
+    pub fn complete(
+        &mut self,
+        out: &[u8],
+        served: &AtomicU64,
+        admit: &mut impl Admit,
+        status: &dyn Fn() -> String,
+    ) -> Next {
+        let req = self.waiting.take().expect("a waiting request");
+        self.rbuf.drain(..req.len);
+        self.wbuf.extend_from_slice(out);
+        self.closing |= !req.keep_alive;
+        served.fetch_add(1, Relaxed);
+        self.on_ready(served, admit, status)
     }
 
     /// Handle readiness: read what is there, answer every complete request, write. Adds the
@@ -242,6 +276,9 @@ impl Conn {
         status: &dyn Fn() -> String,
     ) -> Next {
         self.last = Instant::now();
+        if self.waiting.is_some() {
+            return self.buffer();
+        }
         if self.wpos < self.wbuf.len() {
             match self.flush() {
                 Ok(true) => {}
@@ -282,8 +319,10 @@ impl Conn {
                     if is_status(target) {
                         respond_status(&mut self.wbuf, &req, &status());
                     } else if admit.admit(&self.stream, target, &mut headers) {
-                        let raw = &self.rbuf[used..used + req.len];
-                        admit.answer(&mut self.wbuf, &req, raw, &headers);
+                        if !admit.answer(&mut self.wbuf, &req, &headers) {
+                            self.waiting = Some(req);
+                            break;
+                        }
                     } else {
                         respond_limited(&mut self.wbuf, &req, &headers);
                     }
@@ -304,6 +343,10 @@ impl Conn {
         if answered > 0 {
             served.fetch_add(answered, Relaxed);
         }
+        if self.waiting.is_some() {
+            // The answers before it go with its own.
+            return if eof { Next::Close } else { Next::Wait };
+        }
         if self.wpos < self.wbuf.len() {
             match self.flush() {
                 Ok(true) => {}
@@ -315,6 +358,21 @@ impl Conn {
             return Next::Close;
         }
         Next::Read
+    }
+
+    /// While a request waits: buffer what the client sends (up to a limit), see it leave.
+    fn buffer(&mut self) -> Next {
+        let mut chunk = [0u8; 4096];
+        while self.rbuf.len() <= MAX_HEAD * 2 {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Next::Close,
+                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Wait,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Next::Close,
+            }
+        }
+        Next::Hold
     }
 
     /// Write pending response bytes: `Ok(true)` when all are written.

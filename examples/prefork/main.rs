@@ -48,6 +48,8 @@
 //! `upstream` with `zone`: the smooth weighted round-robin, failures and `max_conns` shared by
 //! all workers), over keep-alive connections to the backends; a failure is reported to the
 //! zone and the request tried on the next peer, `502` when none is left (`proxy.rs`). The
+//! exchanges are event-driven, in the worker's epoll loop (`exchange.rs`): a worker has any
+//! number of requests in flight, and a slow backend holds up only its own. The
 //! master gives back the connections of a worker it reaps (`force_release(pid)`). `/status`
 //! shows every peer's state. Without `--upstream` every request is answered `200 ok`.
 //!
@@ -68,6 +70,10 @@
 //! (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` in seconds, and on a 503
 //! `Retry-After`), from [`gomutex::dict::RateLimiter::throttle`].
 
+#[cfg(target_os = "linux")]
+mod backend;
+#[cfg(target_os = "linux")]
+mod exchange;
 #[cfg(target_os = "linux")]
 mod http;
 #[cfg(target_os = "linux")]

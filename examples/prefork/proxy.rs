@@ -3,29 +3,29 @@
 //! failures and `max_conns` hold across the workers), over keep-alive connections to the
 //! backends kept per worker.
 //!
-//! The exchange with a backend is blocking (with timeouts), inside the worker's event loop:
-//! simple, and enough to put the example in front of real backends, but a slow backend holds
-//! up the worker's other connections (nginx's is event-driven). A connection refused, a
-//! timeout or a broken answer is a failure reported to the zone (nginx's `proxy_next_upstream
-//! error timeout`), and the request is tried on the next untried peer; with none left the
-//! answer is `502`. A kept connection that fails before any byte of its answer is retried
-//! once on a fresh one (it may have been closed by the backend while idle), not counted.
-//! Answers with `Content-Length` or ended by the close are forwarded; chunked ones are a
-//! failure (`502`).
+//! The exchanges are event-driven (`exchange.rs`): the backends' sockets are nonblocking and
+//! in the worker's epoll set, so a worker has any number of requests in flight and a slow
+//! backend holds up only the requests it answers (as nginx's). A connection refused, a
+//! timeout (2 s without progress connecting, writing or reading) or a broken answer is a
+//! failure reported to the zone (nginx's `proxy_next_upstream error timeout`), and the
+//! request is tried on the next untried peer; with none left the answer is `502`. A kept
+//! connection that fails before any byte of its answer is retried once on a fresh one (it may
+//! have been closed by the backend while idle), not counted, unless the zone skips the peer
+//! by then (the other requests in flight on kept connections to a peer that just died): then
+//! it is a failure like any other. Answers with `Content-Length` or ended by the close are
+//! forwarded (`backend.rs`); chunked ones are a failure (`502`).
 
-use crate::http::{connection, respond, Admit, Request};
+use crate::http::{respond, Admit, Request};
 use crate::limit::Limit;
 use crate::reload::Generation;
-use gomutex::upstream::{Peer, PickError, Tried};
-use std::io::{self, Read, Write};
+use crate::sys::{self, Epoll};
+use gomutex::upstream::Peer;
+use std::collections::{HashMap, VecDeque};
+use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
-use std::time::Duration;
-
-/// Connect, read and write timeout of a backend exchange.
-const TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest answer head read from a backend.
-const MAX_HEAD: usize = 16 * 1024;
+use std::time::{Duration, Instant};
 
 /// Parse `host:port[,weight=N][,max_fails=N][,fail_timeout=MS][,max_conns=N][,backup][,down]`.
 pub fn parse_upstream(spec: &str) -> Result<(SocketAddr, Peer), String> {
@@ -56,187 +56,127 @@ pub fn parse_upstream(spec: &str) -> Result<(SocketAddr, Peer), String> {
     Ok((addr, peer))
 }
 
-/// One worker's side of the zone: its generation of the configuration (the zone and the
-/// backends' addresses) and its idle connections to the backends.
+/// Time without progress after which an attempt on a backend fails.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One worker's side of the zone: its current generation of the configuration (the zone and
+/// the backends' addresses), its connections to the backends and the exchanges' deadlines.
 pub struct Proxy {
+    /// The generation new requests go to (an exchange keeps the one it started on).
     pub up: Rc<Generation>,
-    /// Idle keep-alive connections, per peer.
-    pub idle: Vec<Vec<TcpStream>>,
+    /// Idle keep-alive connections, per backend address (in the epoll set, owned by none).
+    idle: HashMap<SocketAddr, Vec<TcpStream>>,
+    /// Per backend descriptor, the epoll token of the client connection whose exchange uses
+    /// it (0: none). A stale entry is harmless: the token's generation tells.
+    owners: Vec<u64>,
+    /// Deadlines with the client connection's token, in the order set, which is the order of
+    /// time (every deadline is `TIMEOUT` after it was set). One no longer current is skipped
+    /// when it comes up.
+    timers: VecDeque<(Instant, u64)>,
 }
 
 impl Proxy {
     pub fn new(up: Rc<Generation>) -> Self {
-        let idle = up.addrs.iter().map(|_| Vec::new()).collect();
-        Self { up, idle }
+        Self {
+            up,
+            idle: HashMap::new(),
+            owners: Vec::new(),
+            timers: VecDeque::new(),
+        }
     }
 
-    /// Switch to generation `up` (no request is in flight: each is proxied whole within one
-    /// call of [`forward`](Self::forward)); the old zone's handle is dropped with the last
-    /// `Rc`, and the idle connections to backends `up` still lists are kept.
+    /// Switch to generation `up` for the requests from now on; exchanges under way finish on
+    /// theirs (each holds an `Rc` of it: the old zone's handle goes with the last). The idle
+    /// connections to backends `up` still lists are kept.
     pub fn switch(&mut self, up: Rc<Generation>) {
-        let mut idle: Vec<Vec<TcpStream>> = up.addrs.iter().map(|_| Vec::new()).collect();
-        for (old, conns) in self.up.addrs.iter().zip(self.idle.drain(..)) {
-            if let Some(p) = up.addrs.iter().position(|a| a == old) {
-                idle[p].extend(conns);
-            }
-        }
-        *self = Self { up, idle };
+        self.idle.retain(|addr, _| up.addrs.contains(addr));
+        self.up = up;
     }
 
-    /// Append the answer to `req` (`raw`: its bytes) from a peer of the zone, or a `502`.
-    fn forward(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8]) {
-        let mut tried = Tried::new();
-        loop {
-            let zone = &self.up.zone;
-            let slot = match zone.pick_untried(&mut tried) {
-                Ok(s) => s,
-                Err(PickError::NoLivePeer) | Err(_) => return bad_gateway(out, req),
-            };
-            let p = slot.peer();
-            let addr = self.up.addrs[p];
-            match exchange(&mut self.idle[p], addr, raw, req.head) {
-                Ok((head, body)) => {
-                    slot.success();
-                    return rewrite(out, &head, &body, req);
-                }
-                Err(_) => slot.failure(),
+    /// A connection to `addr` for the exchange of client connection `owner`: a kept one if
+    /// `reuse` and there is one (`true`), or a new one under way (`false`), in the epoll set
+    /// edge-triggered with the backend token of its descriptor.
+    pub fn connection(
+        &mut self,
+        addr: SocketAddr,
+        reuse: bool,
+        ep: &Epoll,
+        owner: u64,
+    ) -> io::Result<(TcpStream, bool)> {
+        let kept = reuse
+            .then(|| self.idle.get_mut(&addr).and_then(Vec::pop))
+            .flatten();
+        let (s, reused) = match kept {
+            Some(s) => (s, true),
+            None => {
+                let s = sys::connect(addr)?;
+                let _ = s.set_nodelay(true);
+                let ev = libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET;
+                ep.add(s.as_raw_fd(), ev as u32, backend_token(s.as_raw_fd()))?;
+                (s, false)
             }
-        }
-    }
-}
-
-/// Send `raw` to the peer at `addr` and read its answer (head, body), on one of its `idle`
-/// connections if there is one (kept again once its answer was read whole, unless the
-/// backend closes it).
-fn exchange(
-    idle: &mut Vec<TcpStream>,
-    addr: SocketAddr,
-    raw: &[u8],
-    head_only: bool,
-) -> io::Result<(Vec<u8>, Vec<u8>)> {
-    if let Some(mut s) = idle.pop() {
-        if let Ok((head, body, keep)) = round_trip(&mut s, raw, head_only) {
-            if keep {
-                idle.push(s);
-            }
-            return Ok((head, body));
-        }
-    }
-    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT)?;
-    s.set_read_timeout(Some(TIMEOUT))?;
-    s.set_write_timeout(Some(TIMEOUT))?;
-    let _ = s.set_nodelay(true);
-    let (head, body, keep) = round_trip(&mut s, raw, head_only)?;
-    if keep {
-        idle.push(s);
-    }
-    Ok((head, body))
-}
-
-/// Write the request, read the answer: (head, body, keep the connection).
-fn round_trip(
-    s: &mut TcpStream,
-    raw: &[u8],
-    head_only: bool,
-) -> io::Result<(Vec<u8>, Vec<u8>, bool)> {
-    s.write_all(raw)?;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 8192];
-    let end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(io::ErrorKind::InvalidData.into());
-        }
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| io::ErrorKind::InvalidData)?;
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or(io::ErrorKind::InvalidData)?;
-    let (mut len, mut close, mut chunked) = (None, head.starts_with("HTTP/1.0"), false);
-    for line in head.split("\r\n").skip(1) {
-        let Some((k, v)) = line.split_once(':') else {
-            continue;
         };
-        let v = v.trim();
-        if k.eq_ignore_ascii_case("content-length") {
-            len = Some(v.parse::<usize>().map_err(|_| io::ErrorKind::InvalidData)?);
-        } else if k.eq_ignore_ascii_case("connection") {
-            close = v.eq_ignore_ascii_case("close");
-        } else if k.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = true;
+        let fd = s.as_raw_fd() as usize;
+        if self.owners.len() <= fd {
+            self.owners.resize(fd + 1, 0);
         }
+        self.owners[fd] = owner;
+        Ok((s, reused))
     }
-    if chunked {
-        return Err(io::ErrorKind::Unsupported.into());
-    }
-    let mut body = buf[end..].to_vec();
-    let no_body = head_only || status == 204 || status == 304 || (100..200).contains(&status);
-    if no_body {
-        body.clear();
-    } else if let Some(len) = len {
-        while body.len() < len {
-            let n = s.read(&mut chunk)?;
-            if n == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            body.extend_from_slice(&chunk[..n]);
-        }
-        body.truncate(len);
-    } else {
-        // Ended by the close.
-        close = true;
-        loop {
-            let n = s.read(&mut chunk)?;
-            if n == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..n]);
-        }
-    }
-    Ok((buf[..end].to_vec(), body, !close))
-}
 
-/// The backend's answer for the client: its status line and headers but its own
-/// `Connection`, `Keep-Alive` and `Content-Length`, which are the client connection's.
-fn rewrite(out: &mut Vec<u8>, head: &[u8], body: &[u8], req: &Request) {
-    let head = String::from_utf8_lossy(head);
-    for (i, line) in head.split("\r\n").filter(|l| !l.is_empty()).enumerate() {
-        let name = line.split(':').next().unwrap_or("");
-        let hop = ["connection", "keep-alive", "content-length"]
-            .iter()
-            .any(|h| name.eq_ignore_ascii_case(h));
-        if i == 0 || !hop {
-            out.extend_from_slice(line.as_bytes());
-            out.extend_from_slice(b"\r\n");
+    /// Keep connection `s` to `addr` for a later request (if the current generation still
+    /// lists `addr`).
+    pub fn keep(&mut self, addr: SocketAddr, s: TcpStream) {
+        if self.up.addrs.contains(&addr) {
+            self.owners[s.as_raw_fd() as usize] = 0;
+            self.idle.entry(addr).or_default().push(s);
         }
     }
-    let conn = connection(req);
-    let _ = write!(
-        out,
-        "Content-Length: {}\r\nConnection: {conn}\r\n\r\n",
-        body.len()
-    );
-    if !req.head {
-        out.extend_from_slice(body);
+
+    /// The client connection whose exchange uses backend descriptor `fd`.
+    pub fn owner(&self, fd: RawFd) -> Option<u64> {
+        self.owners.get(fd as usize).copied().filter(|&t| t != 0)
+    }
+
+    /// A deadline `TIMEOUT` from now for the exchange of `owner`.
+    pub fn deadline(&mut self, owner: u64) -> Instant {
+        let at = Instant::now() + TIMEOUT;
+        self.timers.push_back((at, owner));
+        at
+    }
+
+    /// Move `deadline` to `TIMEOUT` from now after progress (only once half of it is gone:
+    /// one timer per exchange, mostly).
+    pub fn extend(&mut self, deadline: &mut Instant, owner: u64) {
+        if deadline.saturating_duration_since(Instant::now()) < TIMEOUT / 2 {
+            *deadline = self.deadline(owner);
+        }
+    }
+
+    /// The earliest deadline set (perhaps no longer current).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.timers.front().map(|&(at, _)| at)
+    }
+
+    /// The token of a client connection whose deadline (perhaps no longer current) passed.
+    pub fn expired(&mut self, now: Instant) -> Option<u64> {
+        match self.timers.front() {
+            Some(&(at, owner)) if at <= now => {
+                self.timers.pop_front();
+                Some(owner)
+            }
+            _ => None,
+        }
     }
 }
 
-fn bad_gateway(out: &mut Vec<u8>, req: &Request) {
-    let conn = connection(req);
-    let _ = write!(
-        out,
-        "HTTP/1.1 502 Bad Gateway\r\nServer: gomutex-prefork\r\nContent-Length: 0\r\nConnection: {conn}\r\n\r\n"
-    );
+/// Backend descriptor `fd`'s epoll token (above every client token, below the master's).
+pub fn backend_token(fd: RawFd) -> u64 {
+    BACKEND_TOKENS | fd as u32 as u64
 }
+
+/// The backend tokens: this bit, and the descriptor.
+pub const BACKEND_TOKENS: u64 = 1 << 62;
 
 /// What a worker does with a request: `--limit-req`'s check, then the answer (`--upstream`'s
 /// peer, or `200 ok`).
@@ -250,11 +190,13 @@ impl Admit for Handler<'_> {
         self.limit.admit(stream, target, headers)
     }
 
-    /// A proxied answer is the backend's own: `--limit-headers` are not added to it.
-    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, raw: &[u8], headers: &str) {
-        match &mut self.proxy {
-            Some(p) => p.forward(out, req, raw),
-            None => respond(out, req, headers),
+    /// A proxied answer is the backend's own (`--limit-headers` are not added to it): it is
+    /// not ready here, the worker starts the exchange.
+    fn answer(&mut self, out: &mut Vec<u8>, req: &Request, headers: &str) -> bool {
+        if self.proxy.is_some() {
+            return false;
         }
+        respond(out, req, headers);
+        true
     }
 }

@@ -33,10 +33,11 @@
 //!
 //! A worker checks [`ShmSnapshot::version`] (one load) after each `epoll_wait`, before it
 //! accepts or reads: its idle point. On a new version it opens the new zone, makes its
-//! limiter, and serves every request from then on with them. A request is proxied whole
-//! within one iteration of the loop, so at that point none is in flight on the old zone: the
-//! worker drops its handle of it at once (giving back its row of connection counts) and keeps
-//! its idle keep-alive connections to the backends the new list still has. (In `blocking`
+//! limiter, and serves every request from then on with them. Requests in flight finish on the
+//! old zone: each exchange (`exchange.rs`) holds an `Rc` of the generation it started on, so
+//! its slot is given back and its retries picked there; the worker's handle of the old zone
+//! (and its row of connection counts) goes with the last of them. The idle keep-alive
+//! connections to the backends the new list still has are kept. (In `blocking`
 //! mode a worker asleep on the accept lock has no connection: it switches when it wakes,
 //! before it accepts; until then `/status` shows it on the old generation.) A worker forked
 //! (or respawned) later starts on the current generation, inherited from the master. The
@@ -58,6 +59,10 @@
 //! | the master, after the publish | the new generation for the workers that read it before their pipe closes; a name or two in `/dev/shm` | the workers stop (as on any master death) |
 //! | a worker, mid-read of the snapshot | nothing (readers write nothing) | — |
 //! | a worker, on either generation | its connection counts in the zones it used | the master's `force_release(pid)` over every generation it keeps |
+//!
+//! A worker's `generation` in the stats region is its current one: the master may retire an
+//! older zone while one of the worker's exchanges still holds a slot there (for at most the
+//! exchange's timeouts); a death then leaves that count in a zone no new request picks from.
 
 use crate::limit::Limits;
 use crate::proxy::parse_upstream;

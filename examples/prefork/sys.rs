@@ -2,7 +2,7 @@
 
 use std::io;
 use std::mem;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -18,20 +18,7 @@ pub fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 /// A nonblocking, close-on-exec TCP listening socket with `SO_REUSEADDR` (and `SO_REUSEPORT`
 /// if asked), bound to `addr`, listening with nginx's default backlog (511).
 pub fn listen(addr: SocketAddr, reuseport: bool) -> io::Result<TcpListener> {
-    let domain = match addr {
-        SocketAddr::V4(_) => libc::AF_INET,
-        SocketAddr::V6(_) => libc::AF_INET6,
-    };
-    // SAFETY: plain syscall; the result is checked.
-    let fd = cvt(unsafe {
-        libc::socket(
-            domain,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    })?;
-    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = tcp_socket(addr)?;
     set_int_opt(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
     if reuseport {
         set_int_opt(&fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
@@ -48,6 +35,43 @@ pub fn listen(addr: SocketAddr, reuseport: bool) -> io::Result<TcpListener> {
     // SAFETY: plain syscall on a socket we own.
     cvt(unsafe { libc::listen(fd.as_raw_fd(), 511) })?;
     Ok(TcpListener::from(fd))
+}
+
+/// A nonblocking, close-on-exec TCP socket for `addr`'s family.
+fn tcp_socket(addr: SocketAddr) -> io::Result<OwnedFd> {
+    let domain = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: plain syscall; the result is checked.
+    let fd = cvt(unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A nonblocking TCP connection to `addr`, under way: `connect(2)`'s `EINPROGRESS` is not an
+/// error; the socket becomes writable once connected, and a write or read reports a refusal.
+pub fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let fd = tcp_socket(addr)?;
+    let (storage, len) = sockaddr(addr);
+    // SAFETY: `storage` holds a valid sockaddr of `len` bytes for the socket's family.
+    let r = cvt(unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    });
+    match r {
+        Err(e) if e.raw_os_error() != Some(libc::EINPROGRESS) => Err(e),
+        _ => Ok(TcpStream::from(fd)),
+    }
 }
 
 fn set_int_opt(

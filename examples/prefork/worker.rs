@@ -1,10 +1,12 @@
 //! A worker: one epoll loop serving HTTP on the listening socket(s) it was given, following
-//! the accept mode.
+//! the accept mode, and (`--upstream`) driving the exchanges with the backends, whose sockets
+//! are in the same epoll set.
 
+use crate::exchange::{Exchange, Step};
 use crate::http::{Conn, Next};
 use crate::limit::Limit;
 use crate::lock::SharedLock;
-use crate::proxy::Proxy;
+use crate::proxy::{Handler, Proxy, BACKEND_TOKENS};
 use crate::reload::Generation;
 use crate::shared::{mono_ms, Header, Region, Slot, RATE_HALF_LIFE};
 use crate::sys::{self, Epoll};
@@ -16,11 +18,12 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 const TOKEN_SHUTDOWN: u64 = u64::MAX;
-/// The master's wake-up after a reload (above every connection token, below the listen ones).
+/// The master's wake-up after a reload (above every connection and backend token, below the
+/// listen ones).
 const TOKEN_RELOAD: u64 = 1 << 63;
 /// Listening socket `i` has token `TOKEN_LISTEN - i`.
 const TOKEN_LISTEN: u64 = u64::MAX - 1;
@@ -66,7 +69,18 @@ pub struct Worker<'a, L: AcceptMutex> {
 
 struct Entry {
     conn: Conn,
-    want_write: bool,
+    /// The events the connection is in the epoll set for.
+    interest: u32,
+    /// The exchange of its waiting request with the backends (`--upstream`).
+    exchange: Option<Exchange>,
+}
+
+/// What the request processing of one loop iteration needs besides the connections.
+struct Serving<'a, 'h> {
+    ep: &'a Epoll,
+    handler: &'a mut Handler<'h>,
+    served: &'a AtomicU64,
+    status: &'a dyn Fn() -> String,
 }
 
 fn token(fd: RawFd, gen: u32) -> u64 {
@@ -118,7 +132,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
         let mut fresh: Vec<OwnedFd> = Vec::new();
         let mut next_sweep = Instant::now() + SWEEP_EVERY;
         let mut stop = false;
-        let mut limit = crate::proxy::Handler {
+        let mut limit = Handler {
             limit: self.limit.take(),
             proxy: self.proxy.take(),
         };
@@ -192,7 +206,11 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 self.set_armed(&ep, want)?;
                 armed = want;
             }
-            let own = next_sweep.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let mut own = next_sweep.saturating_duration_since(now);
+            if let Some(at) = limit.proxy.as_ref().and_then(Proxy::next_deadline) {
+                own = own.min(at.saturating_duration_since(now));
+            }
             let timeout = cap.map_or(own, |c| c.min(own));
             let n = ep.wait(&mut events, Some(timeout))?;
 
@@ -203,6 +221,7 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 match t {
                     TOKEN_SHUTDOWN => stop = true,
                     TOKEN_RELOAD => wake.into_iter().for_each(sys::drain),
+                    t if t & BACKEND_TOKENS != 0 && t < TOKEN_RELOAD => ready.push(t),
                     t if t > TOKEN_LISTEN - MAX_LISTENERS && t <= TOKEN_LISTEN => {
                         listen_ready = true
                     }
@@ -210,8 +229,9 @@ impl<L: AcceptMutex> Worker<'_, L> {
                 }
             }
 
-            // An idle point: nothing is in flight. A new configuration takes effect here, for
-            // the connections accepted below and every request read below.
+            // An idle point: no request is being read or answered. A new configuration takes
+            // effect here, for the connections accepted below and every request read below;
+            // the exchanges under way finish on the generation they started on.
             if let Some(snap) = snapshot {
                 if let Some((version, next)) = crate::reload::take(snap, seen) {
                     seen = version;
@@ -291,34 +311,52 @@ impl<L: AcceptMutex> Worker<'_, L> {
             }
 
             // Request processing, with the lock released.
-            let served = &self.slot.requests;
+            let mut sv = Serving {
+                ep: &ep,
+                handler: &mut limit,
+                served: &self.slot.requests,
+                status: &status,
+            };
             for &t in &ready {
+                if t & BACKEND_TOKENS != 0 {
+                    let owner = sv.handler.proxy.as_ref().and_then(|p| p.owner(t as RawFd));
+                    if let Some(owner) = owner {
+                        sv.on_exchange(&mut conns, &mut live, owner, false)?;
+                    }
+                    continue;
+                }
                 let fd = t as u32 as RawFd;
                 let g = (t >> 32) as u32;
                 let next = match conns.get_mut(fd as usize) {
                     Some(Some(e)) if e.conn.gen == g => {
-                        e.conn.on_ready(served, &mut limit, &status)
+                        e.conn.on_ready(sv.served, sv.handler, sv.status)
                     }
                     _ => continue,
                 };
-                apply(&ep, &mut conns, &mut live, fd, next)?;
+                sv.settle(&mut conns, &mut live, fd, next)?;
             }
             for fd in fresh.drain(..) {
-                gen = (gen + 1) & 0x7fff_ffff; // keeps conn tokens below the listen tokens
+                gen = (gen + 1) & 0x3fff_ffff; // keeps conn tokens below the backend tokens
                 let raw = fd.as_raw_fd();
                 let mut conn = Conn::new(TcpStream::from(fd), gen);
                 ep.add(raw, libc::EPOLLIN as u32, token(raw, gen))?;
                 // Optimistic read: the request has often arrived with the connection.
-                let next = conn.on_ready(served, &mut limit, &status);
+                let next = conn.on_ready(sv.served, sv.handler, sv.status);
                 if conns.len() <= raw as usize {
                     conns.resize_with(raw as usize + 1, || None);
                 }
                 conns[raw as usize] = Some(Entry {
                     conn,
-                    want_write: false,
+                    interest: libc::EPOLLIN as u32,
+                    exchange: None,
                 });
                 live += 1;
-                apply(&ep, &mut conns, &mut live, raw, next)?;
+                sv.settle(&mut conns, &mut live, raw, next)?;
+            }
+            // The exchanges whose deadline passed.
+            let now = Instant::now();
+            while let Some(owner) = sv.handler.proxy.as_mut().and_then(|p| p.expired(now)) {
+                sv.on_exchange(&mut conns, &mut live, owner, true)?;
             }
 
             let now = Instant::now();
@@ -340,7 +378,76 @@ impl<L: AcceptMutex> Worker<'_, L> {
     }
 }
 
-/// Act on what a connection wants next.
+impl Serving<'_, '_> {
+    /// Act on what connection `fd` wants next: start the exchange of a request that waits
+    /// for its answer (which may be ready at once), then set the connection's events.
+    fn settle(
+        &mut self,
+        conns: &mut [Option<Entry>],
+        live: &mut usize,
+        fd: RawFd,
+        mut next: Next,
+    ) -> io::Result<()> {
+        while let Some(Some(e)) = conns.get_mut(fd as usize) {
+            if next != Next::Wait || e.exchange.is_some() {
+                break;
+            }
+            let proxy = self
+                .handler
+                .proxy
+                .as_mut()
+                .expect("only proxied requests wait");
+            let owner = token(fd, e.conn.gen);
+            let (req, raw) = e.conn.waiting().expect("a waiting request");
+            match Exchange::start(proxy, self.ep, owner, req, raw) {
+                (ex, Step::Wait) => e.exchange = Some(ex),
+                (_, Step::Done(out)) => {
+                    next = e
+                        .conn
+                        .complete(&out, self.served, self.handler, self.status);
+                }
+            }
+        }
+        apply(self.ep, conns, live, fd, next)
+    }
+
+    /// Go on with the exchange of client connection `owner` (its epoll token) after an event
+    /// on its backend's socket, or (`timeout`) once its deadline may have passed.
+    fn on_exchange(
+        &mut self,
+        conns: &mut [Option<Entry>],
+        live: &mut usize,
+        owner: u64,
+        timeout: bool,
+    ) -> io::Result<()> {
+        let fd = owner as u32 as RawFd;
+        let e = match conns.get_mut(fd as usize) {
+            Some(Some(e)) if e.conn.gen == (owner >> 32) as u32 => e,
+            _ => return Ok(()),
+        };
+        let (Some(ex), Some(proxy)) = (&mut e.exchange, &mut self.handler.proxy) else {
+            return Ok(());
+        };
+        let step = if !timeout {
+            ex.on_ready(proxy, self.ep, owner)
+        } else if ex.deadline <= Instant::now() {
+            ex.on_timeout(proxy, self.ep, owner)
+        } else {
+            return Ok(()); // a deadline since moved
+        };
+        let Step::Done(out) = step else {
+            return Ok(());
+        };
+        e.exchange = None;
+        let next = e
+            .conn
+            .complete(&out, self.served, self.handler, self.status);
+        self.settle(conns, live, fd, next)
+    }
+}
+
+/// Act on what a connection wants next: the events it waits for, or its end (which ends an
+/// exchange under way: the backend connection closed, the peer's slot given back).
 fn apply(
     ep: &Epoll,
     conns: &mut [Option<Entry>],
@@ -350,21 +457,20 @@ fn apply(
 ) -> io::Result<()> {
     let slot = &mut conns[fd as usize];
     let Some(e) = slot else { return Ok(()) };
-    match next {
-        Next::Read if e.want_write => {
-            ep.modify(fd, libc::EPOLLIN as u32, token(fd, e.conn.gen))?;
-            e.want_write = false;
-        }
-        Next::Write if !e.want_write => {
-            ep.modify(fd, libc::EPOLLOUT as u32, token(fd, e.conn.gen))?;
-            e.want_write = true;
-        }
-        Next::Read | Next::Write => {}
+    let interest = match next {
+        Next::Read | Next::Wait => libc::EPOLLIN as u32,
+        Next::Write => libc::EPOLLOUT as u32,
+        Next::Hold => 0,
         Next::Close => {
             // Closing the last descriptor of the socket removes it from the epoll set.
             *slot = None;
             *live -= 1;
+            return Ok(());
         }
+    };
+    if interest != e.interest {
+        ep.modify(fd, interest, token(fd, e.conn.gen))?;
+        e.interest = interest;
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `--config FILE` and `SIGHUP`: the upstreams reloaded through shared memory.
 
-use super::upstream::backend;
+use super::upstream::{backend, held_backend};
 use super::*;
 use gomutex::upstream::{UpstreamConfig, UpstreamZone};
 use std::path::{Path, PathBuf};
@@ -214,6 +214,31 @@ fn sighup_reloads_the_upstreams_without_errors() {
         "{}",
         out.stderr
     );
+}
+
+/// A request in flight across a reload finishes on the generation it started on: held by
+/// backend H (generation 1's only peer) while every worker switches to generation 2 (B), it is
+/// answered by H once released, while new requests already go to B.
+#[test]
+fn request_in_flight_finishes_on_its_generation() {
+    let (h, got, release, _closed) = held_backend("H");
+    let (b, _) = backend("B");
+    let (conf, srv, _) = start_with_config(&format!("upstream {h}\n"));
+    let mut held = connect(srv.addr);
+    held.write_all(b"GET /h HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    got.recv_timeout(IO_TIMEOUT).expect("H got the request");
+    conf.write(&format!("upstream {b}\n"));
+    sighup(srv.pid());
+    wait_generation(srv.addr, 2);
+    for _ in 0..4 {
+        assert_eq!(fetch(srv.addr), "B");
+    }
+    release.send(()).unwrap();
+    let (status, body, close) = read_response(&mut BufReader::new(held)).expect("H's answer");
+    assert_eq!((status, body.as_str(), close), (200, "H", false));
+    let out = srv.stop();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
 }
 
 /// A file that does not parse on `SIGHUP`: the master names the line, counts the failure and
