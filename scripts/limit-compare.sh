@@ -39,10 +39,7 @@ log() { echo "limit-compare: $*" >&2; }
 . scripts/servers.sh
 need_wrk_nginx
 
-log "building the example"
-cargo build --release --example prefork >&2
-BIN="${CARGO_TARGET_DIR:-target}/release/examples/prefork"
-[ -x "$BIN" ] || { log "no $BIN"; exit 1; }
+prefork_bin
 
 TMP=$(mktemp -d /tmp/limit-compare.XXXXXX)
 chmod 755 "$TMP" # nginx's workers (user nobody when started as root) read the file

@@ -13,6 +13,18 @@ need_wrk_nginx() {
     NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
 }
 
+# Build the prefork example (or take PREFORK_BIN, built elsewhere); sets BIN.
+prefork_bin() {
+    if [ -n "${PREFORK_BIN:-}" ]; then
+        BIN=$PREFORK_BIN
+    else
+        log "building the example"
+        cargo build --release --example prefork >&2
+        BIN="${CARGO_TARGET_DIR:-target}/release/examples/prefork"
+    fi
+    [ -x "$BIN" ] || { log "no $BIN"; exit 1; }
+}
+
 # Stop every server still running and remove TMP, on exit (also on ^C).
 cleanup() {
     for p in "${PIDS[@]}"; do

@@ -103,14 +103,7 @@ if ! command -v tcpdump >/dev/null && [[ " ${SECTIONS[*]} " == *" kill "* ]]; th
 fi
 command -v python3 >/dev/null || { log "python3 is needed (the maxconns backend)"; exit 1; }
 
-if [ -n "${PREFORK_BIN:-}" ]; then
-    BIN=$PREFORK_BIN
-else
-    log "building the example"
-    cargo build --release --example prefork >&2
-    BIN="${CARGO_TARGET_DIR:-target}/release/examples/prefork"
-fi
-[ -x "$BIN" ] || { log "no $BIN"; exit 1; }
+prefork_bin
 
 TMP=$(mktemp -d /tmp/upstream-compare.XXXXXX)
 chmod 755 "$TMP" # nginx's workers (user nobody when started as root) read below it
