@@ -143,13 +143,16 @@ fn dekker_fence<P: RwParts>() {
 #[derive(Debug)]
 #[must_use = "a read lock is held until the token is given back"]
 pub struct ReadToken {
-    /// The slot, or [`ReadToken::WORD`].
+    /// The slot, or [`ReadToken::WORD`], or [`ReadToken::FIRST`].
     slot: u32,
     _not_send: PhantomData<*mut ()>,
 }
 
 impl ReadToken {
+    /// Counted in the word.
     const WORD: u32 = u32::MAX;
+    /// Counted in the word by the thread's first reader, which `rwtable::hold` recorded.
+    const FIRST: u32 = u32::MAX - 1;
 
     /// A read lock counted in the word.
     #[inline]
@@ -168,7 +171,7 @@ impl ReadToken {
     /// Whether this read lock is held through the slot table.
     #[inline]
     pub fn in_table(&self) -> bool {
-        self.slot != Self::WORD
+        self.slot < Self::FIRST
     }
 }
 
@@ -205,20 +208,58 @@ pub fn read_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
 /// is announced. Released by [`read_unlock_token`].
 #[inline]
 pub fn read_token<P: RwParts>(p: &P) -> ReadToken {
-    if let Some(t) = read_biased(p) {
-        return t;
-    }
-    if !read_fast(p, true) {
-        read_slow(p, None, true);
-    }
-    word_token(p)
+    read_token_seen(p).0
 }
 
-/// A token read counted in the word: remembered by the thread (see `rwtable::holds`).
+/// [`read_token`], and the word as the read lock was taken (whose poison flag a guard reports
+/// without loading the word again).
+///
+/// The uncontended case, a lock nobody else reads or writes, is one load and one atomic add
+/// that finds nobody inside: the thread's first reader, recorded for the biasing heuristic
+/// with one thread-local store (`rwtable::hold`), and nothing else. Everything else (a biased
+/// lock, readers inside, a writer announced) is out of line.
 #[inline]
-fn word_token<P: RwParts>(p: &P) -> ReadToken {
-    rwtable::hold(p.key() as u64);
-    ReadToken::word()
+pub fn read_token_seen<P: RwParts>(p: &P) -> (ReadToken, u64) {
+    let w = p.word();
+    if w.load_all() & (BIAS | PHASE) == 0 {
+        let prev = w.add_all(ONE_READER);
+        if prev & (PHASE | READER_BITS) == 0 {
+            rwtable::hold(p.key() as u64);
+            return (ReadToken::at(ReadToken::FIRST), prev);
+        }
+        // This thread's own recursive read (Go's `Uncontended` body): no overlap to count.
+        if prev & (PHASE | BIAS) == 0
+            && rwtable::holds(p.key() as u64)
+            && readers(prev) != MAX_READERS
+        {
+            return (ReadToken::word(), prev);
+        }
+        return read_token_added(p, prev);
+    }
+    read_token_other(p)
+}
+
+/// The reader count's bits of the word.
+const READER_BITS: u64 = !(ONE_READER - 1);
+
+/// [`read_token_seen`]'s add found other threads' readers inside or a writer announced
+/// (`prev`, the word before): in beside the readers (an overlap), or the add taken back and
+/// [`read_token_other`].
+#[inline(never)]
+fn read_token_added<P: RwParts>(p: &P, prev: u64) -> (ReadToken, u64) {
+    if read_added(p, prev, true) {
+        (ReadToken::word(), prev)
+    } else {
+        read_token_other(p)
+    }
+}
+
+/// [`read_token_seen`] of a biased lock, or one with a writer announced: [`read_token_until`],
+/// then a look at the word.
+#[inline(never)]
+fn read_token_other<P: RwParts>(p: &P) -> (ReadToken, u64) {
+    let t = read_token_until(p, None).expect("no deadline");
+    (t, p.word().load_all())
 }
 
 /// [`read_token`] giving up at `deadline`.
@@ -227,7 +268,7 @@ pub fn read_token_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> Option<
     if let Some(t) = read_biased(p) {
         return Some(t);
     }
-    (read_fast(p, true) || read_slow(p, deadline, true)).then(|| word_token(p))
+    (read_fast(p, true) || read_slow(p, deadline, true)).then(ReadToken::word)
 }
 
 /// [`try_read`] through the slot table if the lock is biased; never blocks.
@@ -236,25 +277,24 @@ pub fn try_read_token<P: RwParts>(p: &P) -> Option<ReadToken> {
     if let Some(t) = read_biased(p) {
         return Some(t);
     }
-    try_read(p).then(|| word_token(p))
+    try_read(p).then(ReadToken::word)
 }
 
 /// Release a read lock taken by [`read_token`] (or its `try_`/`_until` forms).
 #[inline]
 pub fn read_unlock_token<P: RwParts>(p: &P, t: ReadToken) {
-    if t.in_table()
-        && rwtable::release(
+    if t.in_table() {
+        if rwtable::release(
             t.slot as usize,
             p.key() as u64,
             P::BIAS_FAULT == BiasFault::Relaxed,
-        )
-    {
-        return;
-    }
-    // Counted in the word: read that way, or folded there by a writer.
-    if !t.in_table() {
+        ) {
+            return;
+        }
+    } else if t.slot == ReadToken::FIRST {
         rwtable::unhold(p.key() as u64);
     }
+    // Counted in the word: read that way, or folded there by a writer.
     read_unlock(p);
 }
 
@@ -307,7 +347,12 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
 /// biasing the lock.
 #[inline]
 fn read_fast<P: RwParts>(p: &P, note: bool) -> bool {
-    let prev = p.word().add_all(ONE_READER);
+    read_added(p, p.word().add_all(ONE_READER), note)
+}
+
+/// [`read_fast`] after its add (`prev`, the word before).
+#[inline]
+fn read_added<P: RwParts>(p: &P, prev: u64, note: bool) -> bool {
     if prev & PHASE == 0 {
         if readers(prev) == MAX_READERS {
             fatal("sync: too many readers of RWMutex");
@@ -324,6 +369,7 @@ fn read_fast<P: RwParts>(p: &P, note: bool) -> bool {
 /// Readers overlapped: count it, and at [`OVERLAPS_TO_BIAS`] bias the lock (a few tries: a
 /// lost race only delays the bias).
 #[cold]
+#[inline(never)]
 fn note_overlap<P: RwParts>(p: &P, mut v: u64) {
     let w = p.word();
     for _ in 0..4 {
@@ -421,6 +467,16 @@ fn try_read_while<P: RwParts>(p: &P, admits: impl Fn(u64) -> bool) -> bool {
 #[inline]
 pub fn read_unlock<P: RwParts>(p: &P) {
     let prev = p.word().sub_all(ONE_READER);
+    if prev & WRITER_PARKED != 0 || prev & READER_BITS == 0 {
+        read_unlocked_slow(p, prev);
+    }
+}
+
+/// [`read_unlock`] found a writer asleep or nobody counted (`prev`, the word before): wake the
+/// writer if this was the last reader, or abort.
+#[cold]
+#[inline(never)]
+fn read_unlocked_slow<P: RwParts>(p: &P, prev: u64) {
     if readers(prev) == 0 {
         fatal("sync: RUnlock of unlocked RWMutex");
     }
@@ -468,10 +524,36 @@ fn wake_writer<P: RwParts>(p: &P) {
 /// Acquire the write lock.
 #[inline]
 pub fn write<P: RwParts>(p: &P) {
-    if !write_fast(p) {
-        algo::lock::<_, _, P::Clock>(p.word(), p.queue());
-        announce_and_wait(p, None);
+    write_seen(p);
+}
+
+/// [`write`], returning the word as the write lock was taken (whose poison flag a guard
+/// reports without loading the word again).
+#[inline]
+pub fn write_seen<P: RwParts>(p: &P) -> u64 {
+    if write_fast(p) {
+        0
+    } else {
+        write_slow(p)
     }
+}
+
+/// [`write`] on a lock that was not all zero: a lock nobody holds, wants or reads but with
+/// bits that survive write phases (overlaps, idle scans, poison) still takes one
+/// compare-and-swap; else Go's way, the writers' mutex, the announce, the wait for readers.
+#[cold]
+#[inline(never)]
+fn write_slow<P: RwParts>(p: &P) -> u64 {
+    let w = p.word();
+    let v = w.load_all();
+    if v & !(OVERLAPS | IDLE_SCANS | crate::rwword::POISON) == 0
+        && w.cas_all(v, v | WRITE_LOCKED).is_ok()
+    {
+        return v;
+    }
+    algo::lock::<_, _, P::Clock>(w, p.queue());
+    announce_and_wait(p, None);
+    w.load_all()
 }
 
 /// [`write`] giving up at `deadline`; `true` if write-locked. A writer that gives up while
@@ -673,7 +755,17 @@ pub fn bias<P: RwParts>(p: &P) -> bool {
 /// release `w`.
 #[inline]
 pub fn write_unlock<P: RwParts>(p: &P) {
-    if p.word().cas_all(WRITE_LOCKED, 0).is_err() && !write_unlock_quiet(p) {
+    if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
+        write_unlock_slow(p);
+    }
+}
+
+/// [`write_unlock`] of a lock whose word is not just [`WRITE_LOCKED`]: bits to keep, or
+/// waiters.
+#[cold]
+#[inline(never)]
+fn write_unlock_slow<P: RwParts>(p: &P) {
+    if !write_unlock_quiet(p) {
         end_phase(p, 0);
         algo::unlock(p.word(), p.queue());
     }
