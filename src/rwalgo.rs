@@ -294,8 +294,12 @@ pub fn read_unlock_token<P: RwParts>(p: &P, t: ReadToken) {
     } else if t.slot == ReadToken::FIRST {
         rwtable::unhold(p.key() as u64);
     }
-    // Counted in the word: read that way, or folded there by a writer.
-    read_unlock(p);
+    // Counted in the word: read that way, or folded there by a writer. A token stands for a
+    // read lock held, so the count cannot be 0 here: only a sleeping writer is looked for.
+    let prev = p.word().sub_all(ONE_READER);
+    if prev & WRITER_PARKED != 0 {
+        read_unlocked_slow(p, prev);
+    }
 }
 
 /// The reader's side of the Dekker pair: if the lock is biased and no writer is announced,
