@@ -221,7 +221,8 @@ pub fn read_token<P: RwParts>(p: &P) -> ReadToken {
 #[inline]
 pub fn read_token_seen<P: RwParts>(p: &P) -> (ReadToken, u64) {
     let w = p.word();
-    if w.load_all() & (BIAS | PHASE) == 0 {
+    let v = w.load_all();
+    if v & (BIAS | PHASE) == 0 {
         let prev = w.add_all(ONE_READER);
         if prev & (PHASE | READER_BITS) == 0 {
             rwtable::hold(p.key() as u64);
@@ -236,30 +237,40 @@ pub fn read_token_seen<P: RwParts>(p: &P) -> (ReadToken, u64) {
         }
         return read_token_added(p, prev);
     }
-    read_token_other(p)
+    read_token_other(p, v)
 }
 
 /// The reader count's bits of the word.
 const READER_BITS: u64 = !(ONE_READER - 1);
 
 /// [`read_token_seen`]'s add found other threads' readers inside or a writer announced
-/// (`prev`, the word before): in beside the readers (an overlap), or the add taken back and
-/// [`read_token_other`].
+/// (`prev`, the word before): in beside the readers (an overlap), or the add taken back and a
+/// wait for the write phase to end.
 #[inline(never)]
 fn read_token_added<P: RwParts>(p: &P, prev: u64) -> (ReadToken, u64) {
     if read_added(p, prev, true) {
         (ReadToken::word(), prev)
     } else {
-        read_token_other(p)
+        read_slow(p, None, true);
+        (ReadToken::word(), p.word().load_all())
     }
 }
 
-/// [`read_token_seen`] of a biased lock, or one with a writer announced: [`read_token_until`],
-/// then a look at the word.
+/// [`read_token_seen`] of a lock seen (`v`) biased, or with a writer announced: through the
+/// table if it is biased and no writer is announced, else through the word (waiting for the
+/// write phase to end). No look at the word beyond the protocol's own (each one can take the
+/// line from a writer on many cores).
 #[inline(never)]
-fn read_token_other<P: RwParts>(p: &P) -> (ReadToken, u64) {
-    let t = read_token_until(p, None).expect("no deadline");
-    (t, p.word().load_all())
+fn read_token_other<P: RwParts>(p: &P, v: u64) -> (ReadToken, u64) {
+    if v & (BIAS | PHASE) == BIAS {
+        if let Some(r) = enter_table(p) {
+            return r;
+        }
+    }
+    if !read_fast(p, true) {
+        read_slow(p, None, true);
+    }
+    (ReadToken::word(), p.word().load_all())
 }
 
 /// [`read_token`] giving up at `deadline`.
@@ -311,11 +322,13 @@ fn read_biased<P: RwParts>(p: &P) -> Option<ReadToken> {
     if w.load_all() & (BIAS | PHASE) != BIAS {
         return None;
     }
-    enter_table(p)
+    enter_table(p).map(|r| r.0)
 }
 
+/// [`read_biased`] once the word was seen biased with no writer announced; with the token, the
+/// word as seen after publishing.
 #[inline]
-fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
+fn enter_table<P: RwParts>(p: &P) -> Option<(ReadToken, u64)> {
     let w = p.word();
     let i = rwtable::my_slot()?;
     // Our slot names a lock we still hold a read of (through a token): read through the word.
@@ -336,7 +349,7 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
         w.load_all_seqcst()
     };
     if v & (BIAS | PHASE) == BIAS {
-        return Some(ReadToken::at(i as u32));
+        return Some((ReadToken::at(i as u32), v));
     }
     // A writer came (or the bias went): take the slot back, unless the writer already moved
     // it into the count, which we then leave as any reader does.
@@ -535,10 +548,9 @@ pub fn write<P: RwParts>(p: &P) {
 /// reports without loading the word again).
 #[inline]
 pub fn write_seen<P: RwParts>(p: &P) -> u64 {
-    if write_fast(p) {
-        0
-    } else {
-        write_slow(p)
+    match p.word().cas_all(0, WRITE_LOCKED) {
+        Ok(_) => 0,
+        Err(v) => write_slow(p, v),
     }
 }
 
@@ -547,9 +559,8 @@ pub fn write_seen<P: RwParts>(p: &P) -> u64 {
 /// compare-and-swap; else Go's way, the writers' mutex, the announce, the wait for readers.
 #[cold]
 #[inline(never)]
-fn write_slow<P: RwParts>(p: &P) -> u64 {
+fn write_slow<P: RwParts>(p: &P, v: u64) -> u64 {
     let w = p.word();
-    let v = w.load_all();
     if v & !(OVERLAPS | IDLE_SCANS | crate::rwword::POISON) == 0
         && w.cas_all(v, v | WRITE_LOCKED).is_ok()
     {
