@@ -25,14 +25,7 @@ pub(crate) trait Poison {
     /// Called right after locking: `Ok` unless poisoned.
     #[inline]
     fn guard(&self) -> LockResult<Guard> {
-        let g = Guard {
-            panicking: thread::panicking(),
-        };
-        if self.get() {
-            Err(PoisonError::new(g))
-        } else {
-            Ok(g)
-        }
+        guard_seen(self.get())
     }
 
     /// Called right before unlocking.
@@ -42,6 +35,17 @@ pub(crate) trait Poison {
             self.set();
         }
     }
+}
+
+/// [`Poison::guard`] for a lock whose flag was read as it was locked (`poisoned`).
+#[inline]
+pub(crate) fn guard_seen(poisoned: bool) -> LockResult<Guard> {
+    map_result(
+        poisoned,
+        Guard {
+            panicking: thread::panicking(),
+        },
+    )
 }
 
 /// `Ok(t)` or `Err(PoisonError::new(t))` depending on `poisoned`.

@@ -120,6 +120,14 @@ impl RawRwLock {
         rwalgo::read_token(self)
     }
 
+    /// [`read_token`](Self::read_token), and whether the lock was poisoned as it was taken
+    /// (`RwLock::read`'s guard: no second look at the word).
+    #[inline]
+    pub(crate) fn read_token_poisoned(&self) -> (ReadToken, bool) {
+        let (t, v) = rwalgo::read_token_seen(self);
+        (t, v & POISON != 0)
+    }
+
     /// [`try_read`](Self::try_read) with a token.
     #[doc(hidden)] // the guards' path; not part of the API
     #[inline]
@@ -161,6 +169,13 @@ impl RawRwLock {
     #[inline]
     pub fn write(&self) {
         rwalgo::write(self);
+    }
+
+    /// [`write`](Self::write), returning whether the lock was poisoned as it was taken
+    /// (`RwLock::write`'s guard: no second look at the word).
+    #[inline]
+    pub(crate) fn write_poisoned(&self) -> bool {
+        rwalgo::write_seen(self) & POISON != 0
     }
 
     /// Acquire the write lock if it is free right now (Go's `TryLock`); never blocks, never

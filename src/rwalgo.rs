@@ -143,13 +143,16 @@ fn dekker_fence<P: RwParts>() {
 #[derive(Debug)]
 #[must_use = "a read lock is held until the token is given back"]
 pub struct ReadToken {
-    /// The slot, or [`ReadToken::WORD`].
+    /// The slot, or [`ReadToken::WORD`], or [`ReadToken::FIRST`].
     slot: u32,
     _not_send: PhantomData<*mut ()>,
 }
 
 impl ReadToken {
+    /// Counted in the word.
     const WORD: u32 = u32::MAX;
+    /// Counted in the word by the thread's first reader, which `rwtable::hold` recorded.
+    const FIRST: u32 = u32::MAX - 1;
 
     /// A read lock counted in the word.
     #[inline]
@@ -168,7 +171,7 @@ impl ReadToken {
     /// Whether this read lock is held through the slot table.
     #[inline]
     pub fn in_table(&self) -> bool {
-        self.slot != Self::WORD
+        self.slot < Self::FIRST
     }
 }
 
@@ -205,20 +208,69 @@ pub fn read_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
 /// is announced. Released by [`read_unlock_token`].
 #[inline]
 pub fn read_token<P: RwParts>(p: &P) -> ReadToken {
-    if let Some(t) = read_biased(p) {
-        return t;
+    read_token_seen(p).0
+}
+
+/// [`read_token`], and the word as the read lock was taken (whose poison flag a guard reports
+/// without loading the word again).
+///
+/// The uncontended case, a lock nobody else reads or writes, is one load and one atomic add
+/// that finds nobody inside: the thread's first reader, recorded for the biasing heuristic
+/// with one thread-local store (`rwtable::hold`), and nothing else. Everything else (a biased
+/// lock, readers inside, a writer announced) is out of line.
+#[inline]
+pub fn read_token_seen<P: RwParts>(p: &P) -> (ReadToken, u64) {
+    let w = p.word();
+    let v = w.load_all();
+    if v & (BIAS | PHASE) == 0 {
+        let prev = w.add_all(ONE_READER);
+        if prev & (PHASE | READER_BITS) == 0 {
+            rwtable::hold(p.key() as u64);
+            return (ReadToken::at(ReadToken::FIRST), prev);
+        }
+        // This thread's own recursive read (Go's `Uncontended` body): no overlap to count.
+        if prev & (PHASE | BIAS) == 0
+            && rwtable::holds(p.key() as u64)
+            && readers(prev) != MAX_READERS
+        {
+            return (ReadToken::word(), prev);
+        }
+        return read_token_added(p, prev);
+    }
+    read_token_other(p, v)
+}
+
+/// The reader count's bits of the word.
+const READER_BITS: u64 = !(ONE_READER - 1);
+
+/// [`read_token_seen`]'s add found other threads' readers inside or a writer announced
+/// (`prev`, the word before): in beside the readers (an overlap), or the add taken back and a
+/// wait for the write phase to end.
+#[inline(never)]
+fn read_token_added<P: RwParts>(p: &P, prev: u64) -> (ReadToken, u64) {
+    if read_added(p, prev, true) {
+        (ReadToken::word(), prev)
+    } else {
+        read_slow(p, None, true);
+        (ReadToken::word(), p.word().load_all())
+    }
+}
+
+/// [`read_token_seen`] of a lock seen (`v`) biased, or with a writer announced: through the
+/// table if it is biased and no writer is announced, else through the word (waiting for the
+/// write phase to end). No look at the word beyond the protocol's own (each one can take the
+/// line from a writer on many cores).
+#[inline(never)]
+fn read_token_other<P: RwParts>(p: &P, v: u64) -> (ReadToken, u64) {
+    if v & (BIAS | PHASE) == BIAS {
+        if let Some(r) = enter_table(p) {
+            return r;
+        }
     }
     if !read_fast(p, true) {
         read_slow(p, None, true);
     }
-    word_token(p)
-}
-
-/// A token read counted in the word: remembered by the thread (see `rwtable::holds`).
-#[inline]
-fn word_token<P: RwParts>(p: &P) -> ReadToken {
-    rwtable::hold(p.key() as u64);
-    ReadToken::word()
+    (ReadToken::word(), p.word().load_all())
 }
 
 /// [`read_token`] giving up at `deadline`.
@@ -227,7 +279,7 @@ pub fn read_token_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> Option<
     if let Some(t) = read_biased(p) {
         return Some(t);
     }
-    (read_fast(p, true) || read_slow(p, deadline, true)).then(|| word_token(p))
+    (read_fast(p, true) || read_slow(p, deadline, true)).then(ReadToken::word)
 }
 
 /// [`try_read`] through the slot table if the lock is biased; never blocks.
@@ -236,26 +288,29 @@ pub fn try_read_token<P: RwParts>(p: &P) -> Option<ReadToken> {
     if let Some(t) = read_biased(p) {
         return Some(t);
     }
-    try_read(p).then(|| word_token(p))
+    try_read(p).then(ReadToken::word)
 }
 
 /// Release a read lock taken by [`read_token`] (or its `try_`/`_until` forms).
 #[inline]
 pub fn read_unlock_token<P: RwParts>(p: &P, t: ReadToken) {
-    if t.in_table()
-        && rwtable::release(
+    if t.in_table() {
+        if rwtable::release(
             t.slot as usize,
             p.key() as u64,
             P::BIAS_FAULT == BiasFault::Relaxed,
-        )
-    {
-        return;
-    }
-    // Counted in the word: read that way, or folded there by a writer.
-    if !t.in_table() {
+        ) {
+            return;
+        }
+    } else if t.slot == ReadToken::FIRST {
         rwtable::unhold(p.key() as u64);
     }
-    read_unlock(p);
+    // Counted in the word: read that way, or folded there by a writer. A token stands for a
+    // read lock held, so the count cannot be 0 here: only a sleeping writer is looked for.
+    let prev = p.word().sub_all(ONE_READER);
+    if prev & WRITER_PARKED != 0 {
+        read_unlocked_slow(p, prev);
+    }
 }
 
 /// The reader's side of the Dekker pair: if the lock is biased and no writer is announced,
@@ -267,11 +322,13 @@ fn read_biased<P: RwParts>(p: &P) -> Option<ReadToken> {
     if w.load_all() & (BIAS | PHASE) != BIAS {
         return None;
     }
-    enter_table(p)
+    enter_table(p).map(|r| r.0)
 }
 
+/// [`read_biased`] once the word was seen biased with no writer announced; with the token, the
+/// word as seen after publishing.
 #[inline]
-fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
+fn enter_table<P: RwParts>(p: &P) -> Option<(ReadToken, u64)> {
     let w = p.word();
     let i = rwtable::my_slot()?;
     // Our slot names a lock we still hold a read of (through a token): read through the word.
@@ -292,7 +349,7 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
         w.load_all_seqcst()
     };
     if v & (BIAS | PHASE) == BIAS {
-        return Some(ReadToken::at(i as u32));
+        return Some((ReadToken::at(i as u32), v));
     }
     // A writer came (or the bias went): take the slot back, unless the writer already moved
     // it into the count, which we then leave as any reader does.
@@ -307,7 +364,12 @@ fn enter_table<P: RwParts>(p: &P) -> Option<ReadToken> {
 /// biasing the lock.
 #[inline]
 fn read_fast<P: RwParts>(p: &P, note: bool) -> bool {
-    let prev = p.word().add_all(ONE_READER);
+    read_added(p, p.word().add_all(ONE_READER), note)
+}
+
+/// [`read_fast`] after its add (`prev`, the word before).
+#[inline]
+fn read_added<P: RwParts>(p: &P, prev: u64, note: bool) -> bool {
     if prev & PHASE == 0 {
         if readers(prev) == MAX_READERS {
             fatal("sync: too many readers of RWMutex");
@@ -324,6 +386,7 @@ fn read_fast<P: RwParts>(p: &P, note: bool) -> bool {
 /// Readers overlapped: count it, and at [`OVERLAPS_TO_BIAS`] bias the lock (a few tries: a
 /// lost race only delays the bias).
 #[cold]
+#[inline(never)]
 fn note_overlap<P: RwParts>(p: &P, mut v: u64) {
     let w = p.word();
     for _ in 0..4 {
@@ -421,6 +484,16 @@ fn try_read_while<P: RwParts>(p: &P, admits: impl Fn(u64) -> bool) -> bool {
 #[inline]
 pub fn read_unlock<P: RwParts>(p: &P) {
     let prev = p.word().sub_all(ONE_READER);
+    if prev & WRITER_PARKED != 0 || prev & READER_BITS == 0 {
+        read_unlocked_slow(p, prev);
+    }
+}
+
+/// [`read_unlock`] found a writer asleep or nobody counted (`prev`, the word before): wake the
+/// writer if this was the last reader, or abort.
+#[cold]
+#[inline(never)]
+fn read_unlocked_slow<P: RwParts>(p: &P, prev: u64) {
     if readers(prev) == 0 {
         fatal("sync: RUnlock of unlocked RWMutex");
     }
@@ -468,10 +541,34 @@ fn wake_writer<P: RwParts>(p: &P) {
 /// Acquire the write lock.
 #[inline]
 pub fn write<P: RwParts>(p: &P) {
-    if !write_fast(p) {
-        algo::lock::<_, _, P::Clock>(p.word(), p.queue());
-        announce_and_wait(p, None);
+    write_seen(p);
+}
+
+/// [`write`], returning the word as the write lock was taken (whose poison flag a guard
+/// reports without loading the word again).
+#[inline]
+pub fn write_seen<P: RwParts>(p: &P) -> u64 {
+    match p.word().cas_all(0, WRITE_LOCKED) {
+        Ok(_) => 0,
+        Err(v) => write_slow(p, v),
     }
+}
+
+/// [`write`] on a lock that was not all zero: a lock nobody holds, wants or reads but with
+/// bits that survive write phases (overlaps, idle scans, poison) still takes one
+/// compare-and-swap; else Go's way, the writers' mutex, the announce, the wait for readers.
+#[cold]
+#[inline(never)]
+fn write_slow<P: RwParts>(p: &P, v: u64) -> u64 {
+    let w = p.word();
+    if v & !(OVERLAPS | IDLE_SCANS | crate::rwword::POISON) == 0
+        && w.cas_all(v, v | WRITE_LOCKED).is_ok()
+    {
+        return v;
+    }
+    algo::lock::<_, _, P::Clock>(w, p.queue());
+    announce_and_wait(p, None);
+    w.load_all()
 }
 
 /// [`write`] giving up at `deadline`; `true` if write-locked. A writer that gives up while
@@ -673,7 +770,17 @@ pub fn bias<P: RwParts>(p: &P) -> bool {
 /// release `w`.
 #[inline]
 pub fn write_unlock<P: RwParts>(p: &P) {
-    if p.word().cas_all(WRITE_LOCKED, 0).is_err() && !write_unlock_quiet(p) {
+    if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
+        write_unlock_slow(p);
+    }
+}
+
+/// [`write_unlock`] of a lock whose word is not just [`WRITE_LOCKED`]: bits to keep, or
+/// waiters.
+#[cold]
+#[inline(never)]
+fn write_unlock_slow<P: RwParts>(p: &P) {
+    if !write_unlock_quiet(p) {
         end_phase(p, 0);
         algo::unlock(p.word(), p.queue());
     }

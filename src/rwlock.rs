@@ -142,9 +142,9 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
-        let token = self.raw.read_token();
+        let (token, poisoned) = self.raw.read_token_poisoned();
         // SAFETY: we just read-locked.
-        unsafe { RwLockReadGuard::new(self, token) }
+        unsafe { RwLockReadGuard::new_seen(self, token, poisoned) }
     }
 
     /// Acquire a read lock if no writer holds the lock or waits for it; never blocks.
@@ -211,9 +211,9 @@ impl<T: ?Sized> RwLock<T> {
     /// ```
     #[inline]
     pub fn write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
-        self.raw.write();
+        let poisoned = self.raw.write_poisoned();
         // SAFETY: we just write-locked.
-        unsafe { RwLockWriteGuard::new(self) }
+        unsafe { RwLockWriteGuard::new_seen(self, poisoned) }
     }
 
     /// Acquire the write lock if it is free right now; never blocks. `Err(WouldBlock)` if a
@@ -349,6 +349,16 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
     /// `lock.raw` must be read-held by the caller (where `token` says), who hands that read
     /// lock to the guard.
     unsafe fn new(lock: &'a RwLock<T>, token: ReadToken) -> LockResult<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::new_seen(lock, token, Poison::get(&lock.raw)) }
+    }
+
+    /// [`new`](Self::new) with the poison flag as the read lock was taken.
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    #[inline]
+    unsafe fn new_seen(lock: &'a RwLock<T>, token: ReadToken, poisoned: bool) -> LockResult<Self> {
         let guard = Self {
             // SAFETY: `UnsafeCell::get` is never null.
             data: unsafe { NonNull::new_unchecked(lock.data.get()) },
@@ -356,7 +366,7 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
             token,
             _not_send: PhantomData,
         };
-        poison::map_result(Poison::get(&lock.raw), guard)
+        poison::map_result(poisoned, guard)
     }
 
     /// Take the guard apart without releasing its read lock: the lock and the token.
@@ -426,7 +436,17 @@ impl<'a, T: ?Sized> RwLockWriteGuard<'a, T> {
     /// # Safety
     /// `lock.raw` must be write-held by the caller, who hands that ownership to the guard.
     unsafe fn new(lock: &'a RwLock<T>) -> LockResult<Self> {
-        match Poison::guard(&lock.raw) {
+        // SAFETY: the caller's contract.
+        unsafe { Self::new_seen(lock, Poison::get(&lock.raw)) }
+    }
+
+    /// [`new`](Self::new) with the poison flag as the write lock was taken.
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    #[inline]
+    unsafe fn new_seen(lock: &'a RwLock<T>, poisoned: bool) -> LockResult<Self> {
+        match poison::guard_seen(poisoned) {
             Ok(poison) => Ok(Self {
                 lock,
                 poison,
@@ -554,7 +574,9 @@ impl<T: ?Sized> DerefMut for RwLockWriteGuard<'_, T> {
 impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        let token = core::mem::replace(&mut self.token, ReadToken::word());
+        // SAFETY: the guard is being dropped, its token never used again (a plain value
+        // without a destructor: copying it out leaves nothing to drop twice).
+        let token = unsafe { core::ptr::read(&self.token) };
         // SAFETY: the guard read-holds the lock where `token` says.
         unsafe { self.raw.unlock_read_token(token) }
     }
@@ -649,7 +671,9 @@ impl<T: ?Sized> Deref for MappedRwLockReadGuard<'_, T> {
 impl<T: ?Sized> Drop for MappedRwLockReadGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        let token = core::mem::replace(&mut self.token, ReadToken::word());
+        // SAFETY: the guard is being dropped, its token never used again (a plain value
+        // without a destructor: copying it out leaves nothing to drop twice).
+        let token = unsafe { core::ptr::read(&self.token) };
         // SAFETY: the guard read-holds the lock where `token` says.
         unsafe { self.raw.unlock_read_token(token) }
     }

@@ -97,42 +97,43 @@ std::thread_local! {
 loom::thread_local! {
     /// This thread's slot (loom: reset for every execution; claims are never given back).
     static MINE: core::cell::Cell<u32> = core::cell::Cell::new(UNASKED);
-    static HELD: core::cell::Cell<(u64, u32)> = core::cell::Cell::new((0, 0));
+    static HELD: core::cell::Cell<u64> = core::cell::Cell::new(0);
 }
 
 #[cfg(not(gomutex_loom))]
 std::thread_local! {
-    /// The key of the last lock this thread took token reads of through its word, and how
-    /// many it still holds (0: none): a read that finds readers inside while this thread is
-    /// one of them is a recursive read, not readers of different threads overlapping, and
-    /// does not count towards biasing (Go's `Uncontended` benchmark reads twice on one
-    /// thread).
-    static HELD: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((0, 0)) };
+    /// The key of the last lock this thread entered as its *first* reader (a token read
+    /// through the word that found nobody inside), until that read is released (0: none).
+    /// A read that finds readers inside while this names its lock is this thread's recursive
+    /// read, not readers of different threads overlapping, and does not count towards
+    /// biasing (Go's `Uncontended` benchmark reads twice on one thread). Written only by such
+    /// a first read and its release: one store each, no count (a thread's recursive read of
+    /// a lock another thread entered first does count, but readers of two threads overlap
+    /// there anyway).
+    static HELD: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
 }
 
-/// Whether this thread holds a token read of the lock `key` through its word (a hint: the
-/// last such read only).
+/// Whether this thread entered the lock `key` as its first reader and still holds that read
+/// (a hint: the last such read only).
 #[inline]
 pub(crate) fn holds(key: u64) -> bool {
-    HELD.with(|h| h.get().0 == key)
+    HELD.with(|h| h.get() == key)
 }
 
-/// This thread took a token read of `key` through its word.
+/// This thread entered the lock `key` as its first reader.
 #[inline]
 pub(crate) fn hold(key: u64) {
-    HELD.with(|h| {
-        let (k, n) = h.get();
-        h.set(if k == key { (k, n + 1) } else { (key, 1) });
-    });
+    HELD.with(|h| h.set(key));
 }
 
-/// This thread released a token read of `key` held through its word.
+/// This thread released the read lock [`hold`] recorded for `key` (unless a later first
+/// read of another lock replaced it).
 #[inline]
 pub(crate) fn unhold(key: u64) {
-    HELD.with(|h| match h.get() {
-        (k, n) if k == key && n > 1 => h.set((k, n - 1)),
-        (k, _) if k == key => h.set((0, 0)),
-        _ => {}
+    HELD.with(|h| {
+        if h.get() == key {
+            h.set(0);
+        }
     });
 }
 

@@ -508,3 +508,48 @@ fn lock_api_04_recursive_read_enters_beside_readers() {
     assert_eq!(*l.read_recursive(), 1);
     assert_quiescent(raw);
 }
+
+/// Every way a read or write lock is taken reports the poison flag as std's does: the first
+/// reader, a recursive read, a read beside another thread's, a read through the table, a
+/// write of a lock whose word keeps overlap bits; and none once the flag is cleared. (The
+/// guards read the flag off the word the lock operation saw, not off a second load.)
+#[test]
+fn every_read_and_write_path_reports_poison() {
+    let _table = table_tests();
+    let l = Arc::new(RwLock::new(()));
+    {
+        let l = l.clone();
+        let _ = thread::spawn(move || {
+            let _w = l.write().unwrap();
+            panic!("poisoning the lock on purpose");
+        })
+        .join();
+    }
+    assert!(l.is_poisoned());
+    {
+        let first = l.read();
+        let recursive = l.read();
+        assert!(first.is_err() && recursive.is_err());
+    }
+    // A read beside another thread's: one overlap noted, not biased, and the word keeps its
+    // overlap bits through the write below.
+    {
+        let other = l.read();
+        thread::scope(|s| {
+            s.spawn(|| assert!(l.read().is_err()));
+        });
+        drop(other);
+    }
+    assert!(!l.raw().is_biased());
+    drop(l.write().unwrap_err().into_inner());
+    assert!(l.raw().bias());
+    {
+        let _r = l.read().unwrap_err().into_inner();
+        // Through the table: counted there, not in the word.
+        assert_eq!((l.raw().state() >> 42, l.raw().readers()), (0, 1));
+    }
+    l.clear_poison();
+    drop(l.read().unwrap());
+    drop(l.write().unwrap());
+    assert_quiescent(l.raw());
+}
