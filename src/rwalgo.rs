@@ -310,6 +310,7 @@ pub fn read_unlock_token<P: RwParts>(p: &P, t: ReadToken) {
     let prev = p.word().sub_all(ONE_READER);
     if prev & WRITER_PARKED != 0 {
         read_unlocked_slow(p, prev);
+        algo::keep_frame();
     }
 }
 
@@ -486,6 +487,7 @@ pub fn read_unlock<P: RwParts>(p: &P) {
     let prev = p.word().sub_all(ONE_READER);
     if prev & WRITER_PARKED != 0 || prev & READER_BITS == 0 {
         read_unlocked_slow(p, prev);
+        algo::keep_frame();
     }
 }
 
@@ -772,6 +774,8 @@ pub fn bias<P: RwParts>(p: &P) -> bool {
 pub fn write_unlock<P: RwParts>(p: &P) {
     if p.word().cas_all(WRITE_LOCKED, 0).is_err() {
         write_unlock_slow(p);
+        // The releasing function stays on the mutex profile's stack (no tail call).
+        algo::keep_frame();
     }
 }
 
