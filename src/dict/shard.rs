@@ -186,17 +186,7 @@ impl Shard {
         let _g = self.read_locked();
         crate::crash::point(crate::crash::DICT_READING);
         // This lookup's own corruption report: other threads of the process may be reading.
-        let mem = self.mem.view();
-        let zone = Zone {
-            m: &mem,
-            g: self.g,
-            seed: self.seed,
-        };
-        let r = f(&zone, &Now::lazy());
-        match mem.take_corrupt() {
-            None => Ok(r),
-            Some(off) => Err(corrupt_error(off)),
-        }
+        self.on_zone(&self.mem.view(), &Now::lazy(), f)
     }
 
     /// [`read`](Self::read) for a lookup that may fail itself.
@@ -223,13 +213,25 @@ impl Shard {
         f: impl FnOnce(&Zone<'_>, &Now) -> R,
     ) -> Result<R, DictError> {
         let _g = self.locked();
+        self.on_zone(&self.mem, &now, f)
+    }
+
+    /// Run `f` on the zone through `mem` (the shard's, or a lookup's view of it), a side of
+    /// the lock held; what `f` met of a corrupt zone (`mem`'s report) is the error.
+    #[inline]
+    fn on_zone<R>(
+        &self,
+        mem: &Mem,
+        now: &Now,
+        f: impl FnOnce(&Zone<'_>, &Now) -> R,
+    ) -> Result<R, DictError> {
         let zone = Zone {
-            m: &self.mem,
+            m: mem,
             g: self.g,
             seed: self.seed,
         };
-        let r = f(&zone, &now);
-        match self.mem.take_corrupt() {
+        let r = f(&zone, now);
+        match mem.take_corrupt() {
             None => Ok(r),
             Some(off) => Err(corrupt_error(off)),
         }
