@@ -6,7 +6,7 @@
 //! word 0, no token kept, nobody parked), so a lost wake-up is a loom deadlock or a failed
 //! check. Negative controls: `tests/negative.rs`.
 
-use gomutex::rwalgo::{PHASE, WRITER_PARKED};
+use gomutex::rwalgo::{ReadToken, PHASE, WRITER_PARKED};
 use gomutex::RawRwLock;
 use gomutex_loom_tests::{far_deadline, join_all, model};
 use loom::cell::UnsafeCell;
@@ -460,6 +460,15 @@ impl Shared {
         unsafe { self.l.unlock_read_token(t) };
         v
     }
+
+    /// A token read of a biased lock that goes through the table (counted there); the caller
+    /// releases it.
+    fn table_read(&self) -> ReadToken {
+        let t = self.l.read_token();
+        assert!(t.in_table());
+        TABLE_READS.fetch_add(1, Relaxed);
+        t
+    }
 }
 
 /// Runs the model, then asserts some of its executions read through the table.
@@ -514,9 +523,7 @@ fn rw_table_folded_reader_wakes_the_writer() {
     model_through_table("rw_table_folded_reader_wakes_the_writer", 3, || {
         let s = Shared::new();
         assert!(s.l.bias());
-        let t = s.l.read_token();
-        assert!(t.in_table());
-        TABLE_READS.fetch_add(1, Relaxed);
+        let t = s.table_read();
         let s1 = s.clone();
         let w = thread::spawn(move || s1.write());
         s.wait_until(|l| l.parked() == 1);
@@ -535,9 +542,7 @@ fn rw_table_writer_preference() {
     model_through_table("rw_table_writer_preference", 2, || {
         let s = Shared::new();
         assert!(s.l.bias());
-        let t = s.l.read_token();
-        assert!(t.in_table());
-        TABLE_READS.fetch_add(1, Relaxed);
+        let t = s.table_read();
         let s1 = s.clone();
         let w = thread::spawn(move || s1.write());
         s.wait_until(|l| l.state() & PHASE != 0);
