@@ -77,14 +77,7 @@ impl Hooks for Participant<'_> {
                 self.recover(owner - 1, ident);
             }
         }
-        let last_scan = h.scan_at.load(Relaxed);
-        if now.wrapping_sub(last_scan) >= SCAN_GAP_NS
-            && h.scan_at
-                .compare_exchange(last_scan, now, Relaxed, Relaxed)
-                .is_ok()
-        {
-            self.scan(None);
-        }
+        self.scan_if_due(now);
         if h.abandoned.load(SeqCst) != 0 {
             // Taking the journal lock settles what timed callers gave up.
             drop(self.jlock_by(self.deadline));
@@ -95,6 +88,20 @@ impl Hooks for Participant<'_> {
 }
 
 impl Participant<'_> {
+    /// Recover every dead participant if nobody did for [`SCAN_GAP_NS`] (machine-wide per
+    /// region; `now` is `sys::mono_ns()`).
+    pub(crate) fn scan_if_due(&self, now: u64) {
+        let h = self.r.hdr();
+        let last_scan = h.scan_at.load(Relaxed);
+        if now.wrapping_sub(last_scan) >= SCAN_GAP_NS
+            && h.scan_at
+                .compare_exchange(last_scan, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            self.scan(None);
+        }
+    }
+
     /// Recover every dead participant (or only those with this pid). Returns
     /// `(recovered, any of them owned the lock)`.
     ///

@@ -104,6 +104,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
             self.end_phase();
             return None;
         }
+        self.tidy();
         Some(ShmRwLockWriteGuard {
             lock: self,
             g: ManuallyDrop::new(g),
@@ -121,7 +122,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
         once: bool,
         held: &mut HeldUp,
     ) -> bool {
-        let busy = || (0..self.scanned()).any(|i| count(i).load(SeqCst) != 0);
+        let busy = || self.any_reader(|i| count(i).load(SeqCst) != 0);
         // Read the clock only once the writer is about to sleep: a clock read costs as much as
         // the rest of an uncontended write phase, and most phases never sleep.
         let mut next_reap: Option<Instant> = None;
@@ -172,16 +173,16 @@ impl<T: ShmSafe> ShmRwLock<T> {
         deadline: Option<Instant>,
     ) {
         let ctx = self.m.participant().until(deadline);
-        for i in 0..self.scanned() {
-            if i == ctx.me || count(i).load(SeqCst) == 0 {
-                continue;
+        self.any_reader(|i| {
+            if i != ctx.me && count(i).load(SeqCst) != 0 {
+                let p = self.m.region.participant(i);
+                let ident = p.ident.load(SeqCst);
+                if ident != 0 && p.dead(ident) {
+                    ctx.recover(i, ident);
+                }
             }
-            let p = self.m.region.participant(i);
-            let ident = p.ident.load(SeqCst);
-            if ident != 0 && p.dead(ident) {
-                ctx.recover(i, ident);
-            }
-        }
+            false
+        });
     }
 
     /// End the write phase: clear the flags, bump the phase, wake the queued readers.
@@ -251,7 +252,7 @@ impl<'a, T: ShmSafe> ShmRwLockWriteGuard<'a, T> {
             // The writer excludes every other writer and reader until the phase ends: it may
             // count itself without looking at `PENDING` (which is its own). Published first,
             // as every reader's slot (`publish`).
-            lock.publish(me);
+            lock.publish(generation, me);
             lock.reads(me).fetch_add(1, SeqCst);
             crate::crash::point(crate::crash::RW_DOWNGRADING);
         }
