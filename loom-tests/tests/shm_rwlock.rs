@@ -14,7 +14,7 @@
 //! | `Rw::published[i]` | `ShmRwLock::published` of participant `i`'s handle (threads of one process share it) |
 //! | `Rw::writers` ([`WritersMutex`]) | the writers' `ShmMutex` (Go's mutex algorithm, modelled in `shipped.rs` and `algo.rs`) |
 //! | [`Futex`] | `sys::futex_wait` / `sys::futex_wake` |
-//! | `Rw::any_reader` | `ShmRwLock::any_reader` |
+//! | `Rw::any_reader`, `Rw::counted` | `ShmRwLock::any_reader`, `ShmRwLock::counted` |
 //! | `Rw::publish` | `ShmRwLock::publish` |
 //! | `Rw::tidy` | `ShmRwLock::tidy` |
 //! | `Rw::notify_writer` | `ShmRwLock::notify_writer` |

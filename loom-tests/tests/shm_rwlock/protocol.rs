@@ -239,6 +239,11 @@ impl Rw {
         false
     }
 
+    /// `counted`
+    fn counted(&self, count: &[AtomicU32; SLOTS]) -> bool {
+        self.any_reader(|i| count[i].load(SeqCst) != 0)
+    }
+
     /// `publish` (a handle's key is its slot: a process that takes a slot over comes with a
     /// new handle, `join`)
     fn publish(&self, me: usize) {
@@ -252,6 +257,9 @@ impl Rw {
     /// `tidy`
     fn tidy(&self) {
         let mut m = self.map.load(SeqCst);
+        if m & m.wrapping_sub(1) == 0 {
+            return;
+        }
         while m != 0 {
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
@@ -419,11 +427,11 @@ impl Rw {
         if self.state.load(SeqCst) & PENDING != 0 {
             self.end_phase();
         }
-        if !self.wait_counts(&self.waiting, once) {
+        if self.counted(&self.waiting) && !self.wait_counts(&self.waiting, once) {
             return None;
         }
         self.state.fetch_or(PENDING, SeqCst);
-        if !self.wait_counts(&self.reads, once) {
+        if self.counted(&self.reads) && !self.wait_counts(&self.reads, once) {
             self.end_phase();
             return None;
         }
@@ -434,7 +442,7 @@ impl Rw {
     /// `wait_counts` without a deadline, without `reap_dead` (nobody dies during a write phase
     /// in these models but the dead reader, whose counts the supervisor zeroes).
     fn wait_counts(&self, count: &[AtomicU32; SLOTS], once: bool) -> bool {
-        let busy = || self.any_reader(|i| count[i].load(SeqCst) != 0);
+        let busy = || self.counted(count);
         loop {
             let early = (!self.f.late_seq).then(|| self.wake.load(SeqCst));
             if !busy() {

@@ -359,13 +359,14 @@ fn shm_rw_queued_reader_busy_wait() {
     }
 }
 
-/// Slot 1's process read (its bit is in the readers' map) and left (its slot free); a
-/// newcomer claims slot 1 and reads while the main thread writes twice, and each write's
-/// `tidy` takes free slots out of the map. The first write may find slot 1 free and clear
+/// Slots 0 and 1 read (two bits in the readers' map: `tidy` leaves a map of one bit alone),
+/// then slot 1's process left (its slot free); a newcomer claims slot 1 and reads while the
+/// main thread writes twice, and each write's `tidy` takes free slots out of the map. The first write may find slot 1 free and clear
 /// its bit just as the newcomer claims it: the second look puts it back, so the second write
 /// still sees the newcomer (exclusion), and the newcomer's bit is in the map at the end.
 pub(crate) fn tidy_shape(f: Faults) {
     let rw = Rw::new(f);
+    assert_eq!(rw.read(0), 0);
     assert_eq!(rw.read(1), 0);
     rw.leave(1);
     let newcomer = {
@@ -378,7 +379,7 @@ pub(crate) fn tidy_shape(f: Faults) {
     rw.write_once();
     rw.write_once();
     assert!(newcomer.join().unwrap() <= 2);
-    assert_eq!(rw.map.load(SeqCst), 0b10, "the newcomer's bit is gone");
+    assert_eq!(rw.map.load(SeqCst), 0b11, "the newcomer's bit is gone");
     rw.assert_quiescent(2, 2);
 }
 

@@ -229,6 +229,12 @@ impl<T: ShmSafe> ShmRwLock<T> {
         (64..hwm.min(self.m.region.layout.participants)).any(f)
     }
 
+    /// Whether `count(i)` is non-zero for some participant that may read.
+    #[inline]
+    fn counted<'a>(&'a self, count: impl Fn(u32) -> &'a AtomicU32) -> bool {
+        self.any_reader(|i| count(i).load(SeqCst) != 0)
+    }
+
     /// Put participant `me` in the readers' map before its first count (once per handle, slot
     /// and process): a writer that misses it loaded the map before this, so before our count,
     /// and we see its `PENDING` (module docs).
@@ -249,9 +255,13 @@ impl<T: ShmSafe> ShmRwLock<T> {
     /// the map, so writers stop scanning them; a writer calls it holding the writers' mutex
     /// (the only scanner of the map). A slot claimed again meanwhile keeps its bit: its
     /// newcomer publishes after its claim, so either the second look sees the claim and puts
-    /// the bit back, or the newcomer's publication comes after the clear.
+    /// the bit back, or the newcomer's publication comes after the clear. A map of one bit is
+    /// left as it is: its scan costs what this look would.
     fn tidy(&self) {
         let mut m = self.map().load(SeqCst);
+        if m & m.wrapping_sub(1) == 0 {
+            return;
+        }
         while m != 0 {
             let i = m.trailing_zeros();
             m &= m - 1;

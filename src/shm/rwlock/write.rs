@@ -92,13 +92,16 @@ impl<T: ShmSafe> ShmRwLock<T> {
         }
         let mut held = HeldUp::default();
         // Go's batch order: the readers that queued behind the previous writer come first.
-        if !self.wait_counts(|i| self.waiting(i), deadline, once, &mut held) {
+        // (Each wait begins with one look at the counts: most phases need no more.)
+        let waiting = |i| self.waiting(i);
+        if self.counted(waiting) && !self.wait_counts(waiting, deadline, once, &mut held) {
             self.record_write_wait(g.me, held);
             return None; // `g` unlocks
         }
         self.state().fetch_or(PENDING, SeqCst);
         crate::crash::point(crate::crash::RW_PENDING);
-        let inside = self.wait_counts(|i| self.reads(i), deadline, once, &mut held);
+        let reads = |i| self.reads(i);
+        let inside = !self.counted(reads) || self.wait_counts(reads, deadline, once, &mut held);
         self.record_write_wait(g.me, held);
         if !inside {
             self.end_phase();
@@ -122,7 +125,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
         once: bool,
         held: &mut HeldUp,
     ) -> bool {
-        let busy = || self.any_reader(|i| count(i).load(SeqCst) != 0);
+        let busy = || self.counted(&count);
         // Read the clock only once the writer is about to sleep: a clock read costs as much as
         // the rest of an uncontended write phase, and most phases never sleep.
         let mut next_reap: Option<Instant> = None;
