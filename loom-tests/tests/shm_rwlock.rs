@@ -8,13 +8,15 @@
 //! | here | `src/shm/rwlock/` |
 //! |---|---|
 //! | `PENDING`, `RWAIT`, `WSLEEP`, `PHASE` | the constants of the same names |
-//! | [`Rw`]`::state` / `hwm` / `wake` | `ShmRwLock::state()` (header `rw_state`), `ctl(HWM)`, `ctl(WAKE)` |
+//! | [`Rw`]`::state` / `map` / `wake` | `ShmRwLock::state()` (header `rw_state`), `map()` (`ctl(MAP)`; the models have < 64 slots, so no `ctl(HWM)`), `ctl(WAKE)` |
+//! | `Rw::ident[i]`, `Rw::leave` / `join` | `ParticipantSlot::ident`: a slot freed, a newcomer's `claim_participant` |
 //! | `Rw::reads[i]` / `waiting[i]` | `ShmRwLock::reads(i)` / `waiting(i)` (`ParticipantSlot::rw_reads` / `rw_waiting`) |
 //! | `Rw::published[i]` | `ShmRwLock::published` of participant `i`'s handle (threads of one process share it) |
 //! | `Rw::writers` ([`WritersMutex`]) | the writers' `ShmMutex` (Go's mutex algorithm, modelled in `shipped.rs` and `algo.rs`) |
 //! | [`Futex`] | `sys::futex_wait` / `sys::futex_wake` |
-//! | `Rw::scanned` | `ShmRwLock::scanned` |
+//! | `Rw::any_reader`, `Rw::counted` | `ShmRwLock::any_reader`, `ShmRwLock::counted` |
 //! | `Rw::publish` | `ShmRwLock::publish` |
+//! | `Rw::tidy` | `ShmRwLock::tidy` |
 //! | `Rw::notify_writer` | `ShmRwLock::notify_writer` |
 //! | `Rw::read_as` | `ShmRwLock::read_as` (`read`: `once = false`; `try_read`: `once = true`) |
 //! | `Rw::wait_phase_end` | `ShmRwLock::wait_phase_end` |
@@ -70,7 +72,7 @@ mod protocol;
 #[path = "shm_rwlock/shipped.rs"]
 mod shipped;
 use protocol::*;
-use shipped::{downgrade_shape, lost_wakeup_shape};
+use shipped::{downgrade_shape, lost_wakeup_shape, tidy_shape};
 
 // ---------------------------------------------------------------------------------------------
 // Negative controls (see `tests/negative.rs` for why each body runs in a child process)
@@ -253,8 +255,8 @@ fn body_shm_rw_relaxed_reader() {
     });
 }
 
-/// (e) The reader publishes its slot in the high-water mark only once it is in: a writer that
-/// loaded the mark before does not scan the slot and enters beside the reader.
+/// (e) The reader publishes its slot in the readers' map only once it is in: a writer that
+/// loaded the map before does not scan the slot and enters beside the reader.
 #[test]
 fn negative_shm_rw_publish_late() {
     expect_rejected("body_shm_rw_publish_late", &["Causality violation"]);
@@ -293,6 +295,31 @@ fn body_shm_rw_downgrade_late() {
     model("body_shm_rw_downgrade_late", 2, || {
         downgrade_shape(Faults {
             downgrade_late: true,
+            ..Faults::default()
+        })
+    });
+}
+
+/// (h) `tidy` clears a free slot's bit without looking at the slot again: a newcomer that
+/// claimed the slot and published (its bit was still set) in between loses its bit, and the
+/// next writer enters beside its read.
+#[test]
+fn negative_shm_rw_tidy_no_recheck() {
+    expect_rejected(
+        "body_shm_rw_tidy_no_recheck",
+        &["Causality violation", "the newcomer's bit is gone"],
+    );
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_shm_rw_tidy_no_recheck in a child process"]
+fn body_shm_rw_tidy_no_recheck() {
+    if !body_enabled() {
+        return;
+    }
+    model("body_shm_rw_tidy_no_recheck", 3, || {
+        tidy_shape(Faults {
+            tidy_no_recheck: true,
             ..Faults::default()
         })
     });

@@ -25,8 +25,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// `b"GoMutex"` plus a trailing 1: the first 8 bytes of an initialised region. Written last by
 /// the initialiser, so a region with this magic is fully initialised.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GoMutex\x01");
-/// The layout version. Bumped on any change of the bytes below.
-pub const LAYOUT_VERSION: u32 = 8;
+/// The layout version. Bumped on any change of the bytes below (or of what a lock's own words
+/// in its value mean: 9 made `ShmRwLock`'s high-water mark a map of its readers).
+pub const LAYOUT_VERSION: u32 = 9;
 /// `b"GoMutMap"`: the first 8 bytes of a named [`Mapping`](super::Mapping)'s object once its
 /// creator has initialised what it holds. Written last.
 pub const MAP_MAGIC: u64 = u64::from_le_bytes(*b"GoMutMap");

@@ -77,14 +77,7 @@ impl Hooks for Participant<'_> {
                 self.recover(owner - 1, ident);
             }
         }
-        let last_scan = h.scan_at.load(Relaxed);
-        if now.wrapping_sub(last_scan) >= SCAN_GAP_NS
-            && h.scan_at
-                .compare_exchange(last_scan, now, Relaxed, Relaxed)
-                .is_ok()
-        {
-            self.scan(None);
-        }
+        self.scan_if_due(now);
         if h.abandoned.load(SeqCst) != 0 {
             // Taking the journal lock settles what timed callers gave up.
             drop(self.jlock_by(self.deadline));
@@ -95,6 +88,20 @@ impl Hooks for Participant<'_> {
 }
 
 impl Participant<'_> {
+    /// Recover every dead participant if nobody did for [`SCAN_GAP_NS`] (machine-wide per
+    /// region; `now` is `sys::mono_ns()`).
+    pub(crate) fn scan_if_due(&self, now: u64) {
+        let h = self.r.hdr();
+        let last_scan = h.scan_at.load(Relaxed);
+        if now.wrapping_sub(last_scan) >= SCAN_GAP_NS
+            && h.scan_at
+                .compare_exchange(last_scan, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            self.scan(None);
+        }
+    }
+
     /// Recover every dead participant (or only those with this pid). Returns
     /// `(recovered, any of them owned the lock)`.
     ///
@@ -564,9 +571,17 @@ mod tests {
 
     #[test]
     fn recovery_of_garbage_counts_is_bounded() {
-        let m: &'static ShmMutex<u32> = Box::leak(Box::new(small()));
+        // Three slots: this process's, the dead one's, the spare.
+        let cfg = Config {
+            participants: 3,
+            waiter_slots: 2,
+        };
+        let m: &'static ShmMutex<u32> =
+            Box::leak(Box::new(ShmMutex::anonymous_with(0u32, cfg).unwrap()));
+        // Registered first (participant 0): registering recovers the dead it finds.
+        m.join().unwrap();
         let r = &m.region;
-        let p = r.participant(0);
+        let p = r.participant(1);
         p.ident.store(dead_ident(), SeqCst);
         for c in p.counters() {
             c.store(u32::MAX, SeqCst);
@@ -574,7 +589,7 @@ mod tests {
         let found = within(Duration::from_secs(2), "recovery", move || m.recover());
         assert_eq!(found, 1);
         // Everything it claimed to hold is gone, and its slot is free again.
-        assert_eq!(r.participant(0).ident.load(SeqCst), 0);
+        assert_eq!(r.participant(1).ident.load(SeqCst), 0);
         let d = m.diagnostics();
         assert_eq!(
             (d.waiters, d.registered_waiters, d.in_flight),

@@ -138,26 +138,36 @@ impl<T: ShmSafe> ShmMutex<T> {
                 // while we claimed one: then we gave ours back).
                 return Some(Participant::new(r, me));
             }
-            {
-                // Registrations of this process are made under its table's lock: the slot of
-                // another handle on this region is shared, and a thread of this handle that
-                // registered meanwhile is seen here.
-                let table = participants::lock(generation);
-                if let Some(me) = self.registered(generation) {
-                    return Some(Participant::new(r, me));
-                }
-                let base = r.base() as usize;
-                let got = table.share(base).or_else(|| {
-                    let i = claim_participant(r, ident, spare)?;
-                    table.record(base, i);
-                    Some(i)
-                });
-                if let Some(i) = got {
-                    self.registration
-                        .store((u64::from(generation) << 32) | u64::from(i + 1), Relaxed);
-                    return Some(Participant::new(r, i));
-                }
+            // Registrations of this process are made under its table's lock: the slot of
+            // another handle on this region is shared, and a thread of this handle that
+            // registered meanwhile is seen here.
+            let table = participants::lock(generation);
+            if let Some(me) = self.registered(generation) {
+                return Some(Participant::new(r, me));
             }
+            let base = r.base() as usize;
+            let (got, claimed) = match table.share(base) {
+                Some(i) => (Some(i), false),
+                None => (claim_participant(r, ident, spare), true),
+            };
+            if let Some(i) = got {
+                if claimed {
+                    table.record(base, i);
+                }
+                self.registration
+                    .store((u64::from(generation) << 32) | u64::from(i + 1), Relaxed);
+                drop(table);
+                if claimed {
+                    // A newcomer gives back the slots of processes that died since the last
+                    // scan, so slots are reused and the lowest indices stay the ones in use
+                    // (what `ShmRwLock`'s writers scan).
+                    Participant::new(r, i)
+                        .until(deadline)
+                        .scan_if_due(super::sys::mono_ns());
+                }
+                return Some(Participant::new(r, i));
+            }
+            drop(table);
             // Full: borrow the spare slot to reclaim dead participants. One thread at a
             // time, even within a process: a second user would go on scanning under the spare
             // index after the first gave the slot back and a third process claimed it, and two

@@ -339,8 +339,9 @@ const ALL: usize = 180;
 const SLEEPERS: usize = 184;
 // The offsets above are layout version 4's, unchanged in 5 (which added the value's type)
 // 6 (which added the statistics rows after the waiter slots), 7 (the readers-writer lock's
-// words, in what was padding) and 8 (a statistics count in a spare word of the rows).
-const _: () = assert!(gomutex::shm::LAYOUT_VERSION == 8, "header offsets changed");
+// words, in what was padding), 8 (a statistics count in a spare word of the rows) and 9 (the
+// readers-writer lock's words in its value).
+const _: () = assert!(gomutex::shm::LAYOUT_VERSION == 9, "header offsets changed");
 
 /// A notifier killed after its bump but before its `futex` wake (played here by bumping the
 /// header's condvar word directly), and a broadcast whose chain breaks at once (the same, with

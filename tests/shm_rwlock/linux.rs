@@ -21,6 +21,8 @@ mod deaths;
 mod downgrade;
 #[path = "fixture.rs"]
 mod fixture;
+#[path = "readers_map.rs"]
+mod readers_map;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -375,6 +377,14 @@ pub fn main() {
         (
             "stats_count_the_waits_across_processes",
             stats_count_the_waits_across_processes,
+        ),
+        (
+            "writers_scan_only_live_readers",
+            readers_map::writers_scan_only_live_readers,
+        ),
+        (
+            "a_forked_child_publishes_its_slot_again",
+            readers_map::a_forked_child_publishes_its_slot_again,
         ),
     ];
     procs::run_cases("shm_rwlock", &args, tests);

@@ -35,13 +35,15 @@ pub(crate) struct Faults {
     pub(crate) late_seq: bool,
     /// (d) `Relaxed` instead of `SeqCst` on the reader's count increment and state load.
     pub(crate) relaxed_reader: bool,
-    /// (e) The reader publishes its slot in the high-water mark only after it is in.
+    /// (e) The reader publishes its slot in the readers' map only after it is in.
     pub(crate) publish_late: bool,
     /// (f) `wait_phase_end` sleeps on the state seen when queueing for the whole phase, not
     /// the state last seen (the busy wait fixed in `src/shm/rwlock/`).
     pub(crate) stale_expected: bool,
     /// (g) `downgrade` unlocks first and counts the reader after.
     pub(crate) downgrade_late: bool,
+    /// (h) `tidy` clears a free slot's bit without looking at the slot again.
+    pub(crate) tidy_no_recheck: bool,
 }
 
 /// Where a reader may be killed (`sys::crash_point`, plus `Admitted` and `Holding`).
@@ -159,8 +161,11 @@ impl Drop for WGuard<'_> {
 /// The lock's shared words (see the table at the top).
 pub(crate) struct Rw {
     pub(crate) state: AtomicU32,
-    pub(crate) hwm: AtomicU32,
+    pub(crate) map: AtomicU32,
     wake: AtomicU32,
+    /// `ParticipantSlot::ident`: 1 while a process holds slot `i` (every slot, unless a model
+    /// frees one with `leave` and claims it with `join`).
+    ident: [AtomicU32; SLOTS],
     reads: [AtomicU32; SLOTS],
     waiting: [AtomicU32; SLOTS],
     published: [AtomicU32; SLOTS],
@@ -188,8 +193,9 @@ impl Rw {
     ) -> Arc<Self> {
         let rw = Self {
             state: AtomicU32::new(0),
-            hwm: AtomicU32::new(0),
+            map: AtomicU32::new(0),
             wake: AtomicU32::new(0),
+            ident: Default::default(),
             reads: Default::default(),
             waiting: Default::default(),
             published: Default::default(),
@@ -202,12 +208,15 @@ impl Rw {
             stale_sleeps,
         };
         // Loom: make the initial 0 of every `SeqCst` word a `SeqCst` store (module docs).
-        for w in [&rw.state, &rw.hwm, &rw.wake]
+        for w in [&rw.state, &rw.map, &rw.wake]
             .into_iter()
             .chain(&rw.reads)
             .chain(&rw.waiting)
         {
             w.store(0, SeqCst);
+        }
+        for w in &rw.ident {
+            w.store(1, SeqCst);
         }
         Arc::new(rw)
     }
@@ -218,18 +227,63 @@ impl Rw {
 
     // --- the words ---
 
-    /// `scanned`
-    fn scanned(&self) -> usize {
-        (self.hwm.load(SeqCst) as usize).min(SLOTS)
+    /// `any_reader` (`SLOTS` < 64: the map alone, no high-water mark)
+    fn any_reader(&self, mut f: impl FnMut(usize) -> bool) -> bool {
+        let mut m = self.map.load(SeqCst);
+        while m != 0 {
+            if f(m.trailing_zeros() as usize) {
+                return true;
+            }
+            m &= m - 1;
+        }
+        false
     }
 
-    /// `publish`
+    /// `counted`
+    fn counted(&self, count: &[AtomicU32; SLOTS]) -> bool {
+        self.any_reader(|i| count[i].load(SeqCst) != 0)
+    }
+
+    /// `publish` (a handle's key is its slot: a process that takes a slot over comes with a
+    /// new handle, `join`)
     fn publish(&self, me: usize) {
         let me1 = me as u32 + 1;
         if self.published[me].load(Acquire) != me1 {
-            self.hwm.fetch_max(me1, SeqCst);
+            self.map.fetch_or(1 << me, SeqCst);
             self.published[me].store(me1, Release);
         }
+    }
+
+    /// `tidy`
+    fn tidy(&self) {
+        let mut m = self.map.load(SeqCst);
+        if m & m.wrapping_sub(1) == 0 {
+            return;
+        }
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.ident[i].load(SeqCst) == 0 {
+                self.map.fetch_and(!(1 << i), SeqCst);
+                if !self.f.tidy_no_recheck && self.ident[i].load(SeqCst) != 0 {
+                    self.map.fetch_or(1 << i, SeqCst);
+                }
+            }
+        }
+    }
+
+    /// The process in slot `me` gives it back (before the model's threads start): its slot
+    /// is free, its handle gone, its bit still in the map.
+    pub(crate) fn leave(&self, me: usize) {
+        self.ident[me].store(0, SeqCst);
+        self.published[me].store(0, Release);
+    }
+
+    /// A newcomer claims the free slot `me` (`claim_participant`'s compare-and-swap).
+    pub(crate) fn join(&self, me: usize) {
+        assert!(self.ident[me]
+            .compare_exchange(0, 1, SeqCst, SeqCst)
+            .is_ok());
     }
 
     /// `notify_writer`
@@ -373,21 +427,22 @@ impl Rw {
         if self.state.load(SeqCst) & PENDING != 0 {
             self.end_phase();
         }
-        if !self.wait_counts(&self.waiting, once) {
+        if self.counted(&self.waiting) && !self.wait_counts(&self.waiting, once) {
             return None;
         }
         self.state.fetch_or(PENDING, SeqCst);
-        if !self.wait_counts(&self.reads, once) {
+        if self.counted(&self.reads) && !self.wait_counts(&self.reads, once) {
             self.end_phase();
             return None;
         }
+        self.tidy();
         Some(g)
     }
 
     /// `wait_counts` without a deadline, without `reap_dead` (nobody dies during a write phase
     /// in these models but the dead reader, whose counts the supervisor zeroes).
     fn wait_counts(&self, count: &[AtomicU32; SLOTS], once: bool) -> bool {
-        let busy = || (0..self.scanned()).any(|i| count[i].load(SeqCst) != 0);
+        let busy = || self.counted(count);
         loop {
             let early = (!self.f.late_seq).then(|| self.wake.load(SeqCst));
             if !busy() {

@@ -186,13 +186,13 @@ fn shm_rw_try_never_blocks() {
     });
 }
 
-/// The high-water mark's publication race: slot 0 has published (mark 1); readers in slots 2
-/// and 1 (never published, so the mark moves 1 → 3 or 1 → 2 → 3 while the writer scans)
-/// race a writer that scans only the mark's slots; exclusion holds, and the writer sees each
-/// reader either way.
+/// The readers' map's publication race: slot 0 has published (map 0b001); readers in slots 2
+/// and 1 (never published, so the map gains their bits in either order while the writer
+/// scans) race a writer that scans only the map's slots; exclusion holds, and the writer sees
+/// each reader either way.
 #[test]
-fn shm_rw_hwm_publication_race() {
-    model("shm_rw_hwm_publication_race", 3, || {
+fn shm_rw_map_publication_race() {
+    model("shm_rw_map_publication_race", 3, || {
         let rw = Rw::new(Faults::default());
         assert_eq!(rw.read(0), 0);
         let rs = [spawn_reader(&rw, 2), spawn_reader(&rw, 1)];
@@ -200,7 +200,7 @@ fn shm_rw_hwm_publication_race() {
         for v in join_values(rs) {
             assert!(v <= 1);
         }
-        assert_eq!(rw.hwm.load(SeqCst), 3);
+        assert_eq!(rw.map.load(SeqCst), 0b111);
         rw.assert_quiescent(1, 1);
     });
 }
@@ -357,4 +357,35 @@ fn shm_rw_queued_reader_busy_wait() {
             assert!(n > 0, "the busy wait was not reached with fault (f)");
         }
     }
+}
+
+/// Slots 0 and 1 read (two bits in the readers' map: `tidy` leaves a map of one bit alone),
+/// then slot 1's process left (its slot free); a newcomer claims slot 1 and reads while the
+/// main thread writes twice, and each write's `tidy` takes free slots out of the map. The first write may find slot 1 free and clear
+/// its bit just as the newcomer claims it: the second look puts it back, so the second write
+/// still sees the newcomer (exclusion), and the newcomer's bit is in the map at the end.
+pub(crate) fn tidy_shape(f: Faults) {
+    let rw = Rw::new(f);
+    assert_eq!(rw.read(0), 0);
+    assert_eq!(rw.read(1), 0);
+    rw.leave(1);
+    let newcomer = {
+        let rw = rw.clone();
+        thread::spawn(move || {
+            rw.join(1);
+            rw.read(1)
+        })
+    };
+    rw.write_once();
+    rw.write_once();
+    assert!(newcomer.join().unwrap() <= 2);
+    assert_eq!(rw.map.load(SeqCst), 0b11, "the newcomer's bit is gone");
+    rw.assert_quiescent(2, 2);
+}
+
+#[test]
+fn shm_rw_tidy_races_a_newcomer() {
+    model("shm_rw_tidy_races_a_newcomer", 3, || {
+        tidy_shape(Faults::default())
+    });
 }

@@ -82,6 +82,11 @@ impl<T: ShmSafe> ShmRwLock<T> {
             queued_readers += u64::from(self.waiting(i).load(SeqCst));
         }
         let s = self.state().load(SeqCst);
+        let mut scanned = 0;
+        self.any_reader(|_| {
+            scanned += 1;
+            false
+        });
         RwDiagnostics {
             writers: self.m.diagnostics(),
             readers,
@@ -89,6 +94,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
             write_pending: s & PENDING != 0,
             writer_asleep: s & WSLEEP != 0,
             phase: s / PHASE,
+            scanned,
         }
     }
 
@@ -138,4 +144,8 @@ pub struct RwDiagnostics {
     pub writer_asleep: bool,
     /// Write phases ended so far (modulo 2^29).
     pub phase: u32,
+    /// Participant slots a writer reads the counts of: the processes that read the lock and
+    /// still hold their slot (a dead one's until its slot is recovered: by the next process
+    /// to register, a writer waiting for its reads, or [`ShmRwLock::recover`]).
+    pub scanned: u32,
 }

@@ -26,7 +26,8 @@
 //!   next writer), so it enters without looking at `PENDING` again.
 //! * **Write lock**: lock the writers' mutex; wait until no reader is queued; set `PENDING`;
 //!   wait until every participant's count is 0 (writer preference: readers arriving now
-//!   queue). Spins a few rounds, then sleeps on the wake-up word, which departing readers
+//!   queue). Only the participants in the readers' map are scanned: a process sets its bit
+//!   before its first count, a writer clears the bits of free slots. Spins a few rounds, then sleeps on the wake-up word, which departing readers
 //!   bump.
 //! * **Write unlock**: end the phase (clear the flags, bump the phase, wake the queued
 //!   readers), then unlock the writers' mutex.
@@ -78,7 +79,7 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicU32, Ordering::*};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 /// `rw_state`: a writer holds the writers' mutex and wants the readers out (or, if no live
@@ -91,9 +92,13 @@ const WSLEEP: u32 = 4;
 /// `rw_state`: the phase number's unit (bits 3 and up).
 const PHASE: u32 = 8;
 
-/// The control words' index in [`RwBody::ctl`]: the highest participant index that ever read,
-/// plus one (writers scan that many counts). On its own line: written once per process.
-const HWM: usize = 0;
+/// The control words' index in [`RwBody::ctl`] of the readers' map: two words read as one
+/// `u64`, bit `i` set while participant `i` (< 64) may read (writers scan only those counts).
+/// On a read-mostly line: set once per process, cleared by a writer once the slot is free.
+const MAP: usize = 0;
+/// The control word, beside the map, for participants 64 and up: the highest such index that
+/// ever read, plus one (writers scan those counts too).
+const HWM: usize = 2;
 /// The wake-up word a waiting writer sleeps on (bumped by departing readers).
 const WAKE: usize = 16;
 
@@ -102,7 +107,7 @@ const WAKE: usize = 16;
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 pub(super) struct RwBody<T> {
-    /// Two lines of `u32`s, used as atomics ([`HWM`], [`WAKE`]).
+    /// Two lines of `u32`s, used as atomics ([`MAP`], [`HWM`], [`WAKE`]).
     ctl: [u32; 32],
     value: T,
 }
@@ -149,15 +154,17 @@ unsafe impl<T: ShmSafe> ShmSafe for RwBody<T> {}
 /// ```
 pub struct ShmRwLock<T: ShmSafe> {
     m: ShmMutex<RwBody<T>>,
-    /// This handle's participant index + 1 once it is in the high-water mark ([`HWM`]).
-    published: AtomicU32,
+    /// `(fork generation << 32) | (participant index + 1)` once this handle's process is in
+    /// the readers' map ([`MAP`], [`HWM`]): a forked child, or a process that took over the
+    /// slot, publishes again.
+    published: AtomicU64,
 }
 
 impl<T: ShmSafe> ShmRwLock<T> {
     fn wrap(m: ShmMutex<RwBody<T>>) -> Self {
         Self {
             m,
-            published: AtomicU32::new(0),
+            published: AtomicU64::new(0),
         }
     }
 
@@ -200,21 +207,71 @@ impl<T: ShmSafe> ShmRwLock<T> {
         &self.m.region.participant(i).rw_waiting
     }
 
-    /// Participant slots a writer scans: every index that ever read (counts beyond it are 0).
-    fn scanned(&self) -> u32 {
-        self.ctl(HWM)
-            .load(SeqCst)
-            .min(self.m.region.layout.participants)
+    /// The readers' map (bits 0–63 of participants that may read).
+    fn map(&self) -> &AtomicU64 {
+        let body = self.m.region.value_ptr().cast::<RwBody<T>>();
+        // SAFETY: as `ctl`'s; the two words at `MAP` are 8-aligned (`RwBody` is 64-aligned,
+        // `ctl` its first field) and only ever accessed as this one atomic `u64`.
+        unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*body).ctl[MAP]).cast::<u64>()) }
     }
 
-    /// Put participant `me` in the high-water mark before its first count (once per handle
-    /// and slot): a writer that misses it in the mark loaded the mark before this, so before
-    /// our count, and we see its `PENDING` (module docs).
+    /// Whether `f(i)` holds for some participant `i` that may read: the map's bits, then the
+    /// indices from 64 up to the high-water mark (counts outside them are 0).
+    fn any_reader(&self, mut f: impl FnMut(u32) -> bool) -> bool {
+        let mut m = self.map().load(SeqCst);
+        while m != 0 {
+            if f(m.trailing_zeros()) {
+                return true;
+            }
+            m &= m - 1;
+        }
+        let hwm = self.ctl(HWM).load(SeqCst);
+        (64..hwm.min(self.m.region.layout.participants)).any(f)
+    }
+
+    /// Whether `count(i)` is non-zero for some participant that may read.
     #[inline]
-    fn publish(&self, me: u32) {
-        if self.published.load(Acquire) != me + 1 {
-            self.ctl(HWM).fetch_max(me + 1, SeqCst);
-            self.published.store(me + 1, Release);
+    fn counted<'a>(&'a self, count: impl Fn(u32) -> &'a AtomicU32) -> bool {
+        self.any_reader(|i| count(i).load(SeqCst) != 0)
+    }
+
+    /// Put participant `me` in the readers' map before its first count (once per handle, slot
+    /// and process): a writer that misses it loaded the map before this, so before our count,
+    /// and we see its `PENDING` (module docs).
+    #[inline]
+    fn publish(&self, generation: u32, me: u32) {
+        let key = (u64::from(generation) << 32) | u64::from(me + 1);
+        if self.published.load(Acquire) != key {
+            if me < 64 {
+                self.map().fetch_or(1 << me, SeqCst);
+            } else {
+                self.ctl(HWM).fetch_max(me + 1, SeqCst);
+            }
+            self.published.store(key, Release);
+        }
+    }
+
+    /// Take the participants whose slot is free (their process left, or was recovered) out of
+    /// the map, so writers stop scanning them; a writer calls it holding the writers' mutex
+    /// (the only scanner of the map). A slot claimed again meanwhile keeps its bit: its
+    /// newcomer publishes after its claim, so either the second look sees the claim and puts
+    /// the bit back, or the newcomer's publication comes after the clear. A map of one bit is
+    /// left as it is: its scan costs what this look would.
+    fn tidy(&self) {
+        let mut m = self.map().load(SeqCst);
+        if m & m.wrapping_sub(1) == 0 {
+            return;
+        }
+        while m != 0 {
+            let i = m.trailing_zeros();
+            m &= m - 1;
+            let ident = &self.m.region.participant(i).ident;
+            if ident.load(SeqCst) == 0 {
+                self.map().fetch_and(!(1 << i), SeqCst);
+                if ident.load(SeqCst) != 0 {
+                    self.map().fetch_or(1 << i, SeqCst);
+                }
+            }
         }
     }
 

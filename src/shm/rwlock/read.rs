@@ -85,7 +85,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
         deadline: Option<Instant>,
         once: bool,
     ) -> Option<LockResult<ShmRwLockReadGuard<'_, T>>> {
-        self.publish(me);
+        self.publish(generation, me);
         let (reads, waiting) = (self.reads(me), self.waiting(me));
         let mut spun = false;
         let mut held = HeldUp::default();

@@ -92,18 +92,22 @@ impl<T: ShmSafe> ShmRwLock<T> {
         }
         let mut held = HeldUp::default();
         // Go's batch order: the readers that queued behind the previous writer come first.
-        if !self.wait_counts(|i| self.waiting(i), deadline, once, &mut held) {
+        // (Each wait begins with one look at the counts: most phases need no more.)
+        let waiting = |i| self.waiting(i);
+        if self.counted(waiting) && !self.wait_counts(waiting, deadline, once, &mut held) {
             self.record_write_wait(g.me, held);
             return None; // `g` unlocks
         }
         self.state().fetch_or(PENDING, SeqCst);
         crate::crash::point(crate::crash::RW_PENDING);
-        let inside = self.wait_counts(|i| self.reads(i), deadline, once, &mut held);
+        let reads = |i| self.reads(i);
+        let inside = !self.counted(reads) || self.wait_counts(reads, deadline, once, &mut held);
         self.record_write_wait(g.me, held);
         if !inside {
             self.end_phase();
             return None;
         }
+        self.tidy();
         Some(ShmRwLockWriteGuard {
             lock: self,
             g: ManuallyDrop::new(g),
@@ -121,7 +125,7 @@ impl<T: ShmSafe> ShmRwLock<T> {
         once: bool,
         held: &mut HeldUp,
     ) -> bool {
-        let busy = || (0..self.scanned()).any(|i| count(i).load(SeqCst) != 0);
+        let busy = || self.counted(&count);
         // Read the clock only once the writer is about to sleep: a clock read costs as much as
         // the rest of an uncontended write phase, and most phases never sleep.
         let mut next_reap: Option<Instant> = None;
@@ -172,16 +176,16 @@ impl<T: ShmSafe> ShmRwLock<T> {
         deadline: Option<Instant>,
     ) {
         let ctx = self.m.participant().until(deadline);
-        for i in 0..self.scanned() {
-            if i == ctx.me || count(i).load(SeqCst) == 0 {
-                continue;
+        self.any_reader(|i| {
+            if i != ctx.me && count(i).load(SeqCst) != 0 {
+                let p = self.m.region.participant(i);
+                let ident = p.ident.load(SeqCst);
+                if ident != 0 && p.dead(ident) {
+                    ctx.recover(i, ident);
+                }
             }
-            let p = self.m.region.participant(i);
-            let ident = p.ident.load(SeqCst);
-            if ident != 0 && p.dead(ident) {
-                ctx.recover(i, ident);
-            }
-        }
+            false
+        });
     }
 
     /// End the write phase: clear the flags, bump the phase, wake the queued readers.
@@ -251,7 +255,7 @@ impl<'a, T: ShmSafe> ShmRwLockWriteGuard<'a, T> {
             // The writer excludes every other writer and reader until the phase ends: it may
             // count itself without looking at `PENDING` (which is its own). Published first,
             // as every reader's slot (`publish`).
-            lock.publish(me);
+            lock.publish(generation, me);
             lock.reads(me).fetch_add(1, SeqCst);
             crate::crash::point(crate::crash::RW_DOWNGRADING);
         }
