@@ -301,10 +301,18 @@ impl Mem {
     }
 
     /// The offset the operation in progress found corrupt, clearing it (at an operation's
-    /// start and end).
+    /// start and end). A load, and a store only if something was met: one thread at a time
+    /// reports through a `Mem` (the shard's under its write side, a lookup's own
+    /// [`view`](Self::view)), so no report can land between the two; a `swap` would be a
+    /// locked instruction on every operation, twice.
+    #[inline]
     pub(crate) fn take_corrupt(&self) -> Option<usize> {
-        let off = self.corrupt.swap(NONE, Ordering::Relaxed);
-        (off != NONE).then_some(off)
+        let off = self.corrupt.load(Ordering::Relaxed);
+        if off == NONE {
+            return None;
+        }
+        self.corrupt.store(NONE, Ordering::Relaxed);
+        Some(off)
     }
 
     /// Whether `n` bytes at `off` lie in the region, aligned to `align`; if not, the zone is
@@ -337,6 +345,23 @@ impl Mem {
         }
         // SAFETY: as in `a32`.
         unsafe { &*self.base.add(off).cast::<AtomicU64>() }
+    }
+
+    /// The `n` words from `off` (none if they are not all in the region, which is then
+    /// corrupt): one check for a run of words read in a loop.
+    #[inline]
+    pub(crate) fn a64s(&self, off: usize, n: usize) -> &[AtomicU64] {
+        match n.checked_mul(8) {
+            Some(bytes) if self.check(off, bytes, 8) => {
+                // SAFETY: in bounds and aligned (checked; the base is 8-aligned); an
+                // AtomicU64 is valid for every bit pattern.
+                unsafe { core::slice::from_raw_parts(self.base.add(off).cast::<AtomicU64>(), n) }
+            }
+            _ => {
+                self.corrupt(off);
+                &[]
+            }
+        }
     }
 
     /// The u32 at `off` (0 outside the region: a null reference, so walks stop).
