@@ -460,6 +460,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_run_of_words_is_checked_once_and_whole() {
+        let mut buf = vec![0u64; 64];
+        // SAFETY: the buffer outlives the Mem, 8-aligned.
+        let m = unsafe { Mem::new(buf.as_mut_ptr().cast(), 512) };
+        assert_eq!(m.a64s(8, 63).len(), 63);
+        assert!(m.take_corrupt().is_none());
+        // One word past the end, a misaligned start, a length that overflows: none, reported.
+        for (off, n) in [(8, 64), (4, 2), (8, usize::MAX / 4)] {
+            assert!(m.a64s(off, n).is_empty(), "{off} {n}");
+            assert_eq!(m.take_corrupt(), Some(off));
+            assert!(m.take_corrupt().is_none(), "cleared");
+        }
+    }
+
+    #[test]
     fn geometry_fits_and_grows() {
         assert!(Geometry::new(MIN_LEN - 1).is_none());
         let g = Geometry::new(MIN_LEN).unwrap();
