@@ -400,7 +400,7 @@ pub(crate) fn replay(m: &Mem) -> bool {
         return false;
     }
     apply_record(m, n as usize);
-    fence(Ordering::SeqCst);
+    // A release, as in `publish`: the writes applied land before the record is cleared.
     m.a64(LOG).store(0, Ordering::Release);
     true
 }
