@@ -449,7 +449,7 @@ impl Zone<'_> {
             _ => {}
         }
         if let Some((e, _)) = found {
-            if self.overwrite(e, live, key.len(), value, kind, w, now)? {
+            if self.overwrite(e, live, key.len() as u32 | kind << 16, value, w, now)? {
                 return Ok(0);
             }
         }
