@@ -5,7 +5,9 @@
 //!
 //! First the latency rows: one process, one operation at a time (`get`, `get_with`, `incr`, a
 //! `set` of the size stored, `RateLimiter::check`), 10 000 keys of 10 bytes, 32-byte values,
-//! random hits, the median of 5 slices with the rows alternated.
+//! random hits, the median of 5 slices with the rows alternated; and two floors of `check`:
+//! the clock read it makes (`clock`) and an uncontended write lock of a `ShmRwLock`
+//! (`write_lock`).
 //!
 //! Workloads: `get` (only `get`s of random keys among 10 000, 32-byte values), `get90` (90 %
 //! `get`, 10 % `set` of those keys)
@@ -28,6 +30,7 @@ mod common;
 mod dict_iter;
 
 use gomutex::dict::{DictConfig, RateLimiter, ShmDict, Value};
+use gomutex::shm::ShmRwLock;
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -389,9 +392,21 @@ enum Lat {
     Set,
     /// `RateLimiter::check` of a known key (allowed: a rate and a burst no key reaches).
     Check,
+    /// Floors of `check`: the clock read it makes (`CLOCK_MONOTONIC`, as `Instant::now`)...
+    Clock,
+    /// ...and the uncontended write side of a `ShmRwLock` (a shard's lock), taken and released.
+    WriteLock,
 }
 
-const LAT_ROWS: [Lat; 5] = [Lat::Get, Lat::GetWith, Lat::Incr, Lat::Set, Lat::Check];
+const LAT_ROWS: [Lat; 7] = [
+    Lat::Get,
+    Lat::GetWith,
+    Lat::Incr,
+    Lat::Set,
+    Lat::Check,
+    Lat::Clock,
+    Lat::WriteLock,
+];
 
 impl Lat {
     fn name(self) -> &'static str {
@@ -401,6 +416,8 @@ impl Lat {
             Lat::Incr => "incr",
             Lat::Set => "set",
             Lat::Check => "check",
+            Lat::Clock => "clock",
+            Lat::WriteLock => "write_lock",
         }
     }
 }
@@ -430,6 +447,7 @@ fn lat_keys() -> (Vec<[u8; 10]>, Vec<u32>) {
 struct LatStores {
     dict: ShmDict,
     limiter: RateLimiter,
+    lock: ShmRwLock<u64>,
     keys: Vec<[u8; 10]>,
     order: Vec<u32>,
 }
@@ -451,6 +469,7 @@ impl LatStores {
         Self {
             dict,
             limiter,
+            lock: ShmRwLock::anonymous(0).unwrap(),
             keys,
             order,
         }
@@ -485,6 +504,11 @@ fn lat_loop(s: &LatStores, row: Lat, start: usize, n: usize) -> u64 {
                 assert_eq!(s.limiter.check(k), gomutex::dict::Decision::Allowed);
                 1
             }
+            Lat::Clock => {
+                black_box(Instant::now());
+                0
+            }
+            Lat::WriteLock => *s.lock.write().unwrap(),
         });
     }
     black_box(acc)
@@ -542,7 +566,7 @@ fn main() {
     );
     println!("one process, {KEYS} keys of 10 bytes, 32-byte values, random hits (ns/op, median of slices):");
     for (row, ns) in LAT_ROWS.iter().zip(&ns) {
-        println!("  {:<9} {ns:>7.1}", row.name());
+        println!("  {:<10} {ns:>7.1}", row.name());
     }
     s.dict.check().unwrap();
     drop(s);

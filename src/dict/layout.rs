@@ -301,10 +301,18 @@ impl Mem {
     }
 
     /// The offset the operation in progress found corrupt, clearing it (at an operation's
-    /// start and end).
+    /// start and end). A load, and a store only if something was met: one thread at a time
+    /// reports through a `Mem` (the shard's under its write side, a lookup's own
+    /// [`view`](Self::view)), so no report can land between the two; a `swap` would be a
+    /// locked instruction on every operation, twice.
+    #[inline]
     pub(crate) fn take_corrupt(&self) -> Option<usize> {
-        let off = self.corrupt.swap(NONE, Ordering::Relaxed);
-        (off != NONE).then_some(off)
+        let off = self.corrupt.load(Ordering::Relaxed);
+        if off == NONE {
+            return None;
+        }
+        self.corrupt.store(NONE, Ordering::Relaxed);
+        Some(off)
     }
 
     /// Whether `n` bytes at `off` lie in the region, aligned to `align`; if not, the zone is
@@ -337,6 +345,23 @@ impl Mem {
         }
         // SAFETY: as in `a32`.
         unsafe { &*self.base.add(off).cast::<AtomicU64>() }
+    }
+
+    /// The `n` words from `off` (none if they are not all in the region, which is then
+    /// corrupt): one check for a run of words read in a loop.
+    #[inline]
+    pub(crate) fn a64s(&self, off: usize, n: usize) -> &[AtomicU64] {
+        match n.checked_mul(8) {
+            Some(bytes) if self.check(off, bytes, 8) => {
+                // SAFETY: in bounds and aligned (checked; the base is 8-aligned); an
+                // AtomicU64 is valid for every bit pattern.
+                unsafe { core::slice::from_raw_parts(self.base.add(off).cast::<AtomicU64>(), n) }
+            }
+            _ => {
+                self.corrupt(off);
+                &[]
+            }
+        }
     }
 
     /// The u32 at `off` (0 outside the region: a null reference, so walks stop).
@@ -433,6 +458,21 @@ static OUTSIDE64: AtomicU64 = AtomicU64::new(0);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_words_is_checked_once_and_whole() {
+        let mut buf = vec![0u64; 64];
+        // SAFETY: the buffer outlives the Mem, 8-aligned.
+        let m = unsafe { Mem::new(buf.as_mut_ptr().cast(), 512) };
+        assert_eq!(m.a64s(8, 63).len(), 63);
+        assert!(m.take_corrupt().is_none());
+        // One word past the end, a misaligned start, a length that overflows: none, reported.
+        for (off, n) in [(8, 64), (4, 2), (8, usize::MAX / 4)] {
+            assert!(m.a64s(off, n).is_empty(), "{off} {n}");
+            assert_eq!(m.take_corrupt(), Some(off));
+            assert!(m.take_corrupt().is_none(), "cleared");
+        }
+    }
 
     #[test]
     fn geometry_fits_and_grows() {

@@ -443,17 +443,17 @@ impl Zone<'_> {
             Value::Bytes(b) => (VALUE_BYTES, b.len()),
             Value::Int(_) => (VALUE_INT, 8),
         };
-        let size = Size::of(entry_size(key.len(), vlen));
         match mode {
             Mode::Absent if live => return Err(DictError::Exists),
             Mode::Present if !live => return Err(DictError::NotFound),
             _ => {}
         }
         if let Some((e, _)) = found {
-            if self.overwrite(e, key.len(), value, kind, w, now)? {
+            if self.overwrite(e, live, key.len() as u32 | kind << 16, value, w, now)? {
                 return Ok(0);
             }
         }
+        let size = Size::of(entry_size(key.len(), vlen));
         let mut found = found;
         // The key's live entry stays until the new one replaces it (it is never written over);
         // an expired one may go to make room.

@@ -29,16 +29,17 @@ use crate::crash;
 pub(crate) const IN_PLACE_MAX: usize = 256;
 
 impl Zone<'_> {
-    /// Write `value` (of `kind`) over the value of entry `e`, the key's (of `klen` bytes, live
-    /// or expired), if it takes as many 8-byte words and at most [`IN_PLACE_MAX`] bytes; with
-    /// lua_shared_dict's freeing of expired entries at the LRU tail, in the same transaction.
-    /// Whether it did (if not, nothing was planned or changed).
+    /// Write `value` over the value of entry `e`, the key's (live or expired: `live`), its key
+    /// length and value kind word becoming `klen_kind` (as `E_KEYLEN_KIND` holds them), if it
+    /// takes as many 8-byte words and at most [`IN_PLACE_MAX`] bytes; with lua_shared_dict's
+    /// freeing of expired entries at the LRU tail, in the same transaction. Whether it did (if
+    /// not, nothing was planned or changed).
     pub(crate) fn overwrite(
         &self,
         e: usize,
-        klen: usize,
+        live: bool,
+        klen_kind: u32,
         value: Value<'_>,
-        kind: u32,
         w: Write,
         now: &Now,
     ) -> Result<bool, DictError> {
@@ -48,18 +49,20 @@ impl Zone<'_> {
         if vlen > IN_PLACE_MAX || vlen.div_ceil(8) != old.div_ceil(8) {
             return Ok(false);
         }
+        // A live entry was not flushed (`ttl::expired`): no sequence numbers to read.
+        let flushed = !live && m.ld64(e + E_SEQ) <= m.ld64(H_FLUSH_SEQ);
         let tail = m.ld32(H_LRU_TAIL);
         // Read from the region: most writes find no expired entry at the tail, and then the
         // words go straight into the redo record.
         if tail != 0 && index::off(tail) != e && ttl::expired(m, index::off(tail), now) {
             let mut tx = ZoneTx::new(m);
             self.expire_tail(&mut tx, Some(e), now)?;
-            plan(m, &mut tx, e, klen, value, kind, w);
+            plan(m, &mut tx, e, klen_kind, value, w, flushed);
             crash::point(crash::DICT_IN_PLACE);
             tx.commit();
         } else {
             let mut tx = Direct::new(m);
-            plan(m, &mut tx, e, klen, value, kind, w);
+            plan(m, &mut tx, e, klen_kind, value, w, flushed);
             crash::point(crash::DICT_IN_PLACE);
             tx.commit();
         }
@@ -69,9 +72,17 @@ impl Zone<'_> {
     }
 }
 
-/// Plan the words of the overwrite of entry `e` in `tx`.
+/// Plan the words of the overwrite of entry `e` in `tx` (`flushed`: `flush_all` expired it).
 #[inline]
-fn plan(m: &Mem, tx: &mut impl Plan, e: usize, klen: usize, value: Value<'_>, kind: u32, w: Write) {
+fn plan(
+    m: &Mem,
+    tx: &mut impl Plan,
+    e: usize,
+    klen_kind: u32,
+    value: Value<'_>,
+    w: Write,
+    flushed: bool,
+) {
     // The value's words and the expiry, every time (so a transaction's size does not depend
     // on the clock: at least two writes); the other fields if they change.
     match value {
@@ -93,9 +104,9 @@ fn plan(m: &Mem, tx: &mut impl Plan, e: usize, klen: usize, value: Value<'_>, ki
     }
     tx.w64_unplanned(e + E_EXPIRES, w.expires);
     put32(m, tx, e + E_VLEN, vlen_of(value) as u32);
-    put32(m, tx, e + E_KEYLEN_KIND, klen as u32 | kind << 16);
+    put32(m, tx, e + E_KEYLEN_KIND, klen_kind);
     put32(m, tx, e + E_FLAGS, w.flags);
-    if m.ld64(e + E_SEQ) <= m.ld64(H_FLUSH_SEQ) {
+    if flushed {
         // Flushed: live again only with a sequence number past the flush (freeing entries
         // at the tail writes no sequence number).
         match m.ld64(H_SEQ).checked_add(1) {
@@ -119,7 +130,7 @@ fn vlen_of(value: Value<'_>) -> usize {
 /// entries at the LRU tail (planned first) writes none of the entry's words but its index and
 /// LRU links (it may be their neighbour), which an overwrite leaves alone, and each word is
 /// planned once: so read from the region, and pushed without a search.
-#[inline]
+#[inline(always)]
 fn put32(m: &Mem, tx: &mut impl Plan, off: usize, v: u32) {
     if m.ld32(off) != v {
         tx.w32_unplanned(off, v);

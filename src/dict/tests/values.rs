@@ -82,6 +82,39 @@ fn the_largest_allowed_value_fits() {
     }
 }
 
+/// An update of the same size over an entry `flush_all` expired is written in place and must
+/// come back to life (a sequence number past the flush), while one over a live entry skips
+/// that check (a live entry was not flushed): both read back their new value.
+#[test]
+fn a_value_written_in_place_over_a_flushed_entry_is_live() {
+    let d = dict(64 << 10);
+    d.set("k", "abcd", None, 0).unwrap();
+    d.set("l", "abcd", None, 0).unwrap();
+    d.flush_all().unwrap();
+    assert_eq!(d.get("k").unwrap(), None);
+    let used = d.stats().used_bytes;
+    assert_eq!(d.set("k", "efgh", None, 0), Ok(0));
+    assert_eq!(d.stats().used_bytes, used, "written in place");
+    assert_eq!(
+        d.get("k").unwrap().unwrap().value,
+        OwnedValue::Bytes(b"efgh".to_vec())
+    );
+    let r = d.update("l", None, |old| (old.is_none(), Some(*b"ijkl")));
+    assert_eq!(r, Ok((true, 0)), "the flushed entry is not live");
+    assert_eq!(
+        d.get("l").unwrap().unwrap().value,
+        OwnedValue::Bytes(b"ijkl".to_vec())
+    );
+    // And again, over the live entries.
+    assert_eq!(d.set("k", "mnop", None, 0), Ok(0));
+    assert_eq!(
+        d.get("k").unwrap().unwrap().value,
+        OwnedValue::Bytes(b"mnop".to_vec())
+    );
+    assert_eq!(d.stats().used_bytes, used);
+    ok(&d);
+}
+
 #[test]
 fn integers_and_incr() {
     let d = dict(1 << 20);
