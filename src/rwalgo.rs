@@ -57,16 +57,19 @@
 //! nothing in the lock: it stores the lock's key into its thread's slot of the global table
 //! ([`crate::rwtable`]), then, after a `SeqCst` fence, loads the word again; if [`BIAS`] is still set
 //! and no writer is announced, it is in; otherwise it takes its slot back and reads through the
-//! word. A writer announces [`PHASE`], fences, then scans the claimed slots; for each one
-//! naming its lock it adds a reader to the word *first*, then moves the slot to 0 with a
-//! compare-and-swap (folly's folding), taking the addition back if the reader had left
-//! meanwhile. From there the table's readers are ordinary counted readers: the last to leave
+//! word. A writer announces [`PHASE`], fences, then scans the claimed slots; each one naming
+//! its lock it watches for the mutex's spin rounds (BRAVO's wait: the slot is a line only its
+//! reader writes), and a reader still there after them it folds (folly): it adds a reader to
+//! the word *first*, then moves the slot to 0 with a compare-and-swap, taking the addition
+//! back if the reader had left meanwhile. From there the table's readers are ordinary counted readers: the last to leave
 //! wakes the writer, or ends a ghost's phase. A reader releases a slot with a
 //! compare-and-swap; if it fails, a writer folded it, and the reader leaves through the word.
+//! A token reader that finds a writer announced waits for the phase to end without counting
+//! itself in, and then enters through the table if the lock is still biased.
 //!
 //! When: a lock is biased by the fourth overlapping token read seen while it is not biased
 //! ([`OVERLAPS_TO_BIAS`] counted before); it stays biased across write phases (each writer scans), and a writer
-//! clears [`BIAS`] after four revocations in a row that found no reader of the lock in the
+//! clears [`BIAS`] after sixteen revocations in a row that found no reader of the lock in the
 //! table (readers come rarely compared with writes: scanning is then all cost). A lock never
 //! read concurrently never touches the table; neither do the token-less reads ([`read`]):
 //! only a token says which slot to release, so [`crate::RawRwLock::unlock_read`] may still be
@@ -716,8 +719,10 @@ fn revoke<P: RwParts>(p: &P) -> u64 {
             w.sub_all(ONE_READER);
         }
     });
-    // Readers were there: the bias pays. Nobody, four times in a row: reads are rare next to
-    // writes, and each scan is all cost; unbias (readers bias it again if they overlap again).
+    // Readers were there: the bias pays. Nobody, sixteen times in a row: reads are rare next
+    // to writes, and each scan is all cost; unbias (readers bias it again if they overlap
+    // again). Not after four: writers that come back to back while readers wait for them
+    // find nobody either, and a bias lost and won back costs more than those scans.
     let mut v = w.load_all();
     loop {
         let next = if seen != 0 {
