@@ -420,4 +420,8 @@ fn baseline_of_rw_table_negative_controls_passes() {
     model("baseline_rw_table_reader_vs_writer", 2, || {
         rw_table_reader_vs_writer::<0>(RwFault::Sound)
     });
+    // At the forget-watched control's bound too.
+    model("baseline_rw_table_reader_vs_writer_bound_3", 3, || {
+        rw_table_reader_vs_writer::<0>(RwFault::Sound)
+    });
 }
