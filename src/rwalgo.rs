@@ -61,9 +61,10 @@
 //! its lock it watches for the mutex's spin rounds (BRAVO's wait: the slot is a line only its
 //! reader writes), and a reader still there after them it folds (folly): it adds a reader to
 //! the word *first*, then moves the slot to 0 with a compare-and-swap, taking the addition
-//! back if the reader had left meanwhile. From there the table's readers are ordinary counted readers: the last to leave
-//! wakes the writer, or ends a ghost's phase. A reader releases a slot with a
-//! compare-and-swap; if it fails, a writer folded it, and the reader leaves through the word.
+//! back if the reader had left meanwhile. From there the table's readers are ordinary counted
+//! readers: the last to leave wakes the writer, or ends a ghost's phase. A reader releases a
+//! slot with a compare-and-swap; if it fails, a writer folded it, and the reader leaves
+//! through the word.
 //! A token reader that finds a writer announced waits for the phase to end without counting
 //! itself in, and then enters through the table if the lock is still biased.
 //!
