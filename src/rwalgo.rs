@@ -57,16 +57,20 @@
 //! nothing in the lock: it stores the lock's key into its thread's slot of the global table
 //! ([`crate::rwtable`]), then, after a `SeqCst` fence, loads the word again; if [`BIAS`] is still set
 //! and no writer is announced, it is in; otherwise it takes its slot back and reads through the
-//! word. A writer announces [`PHASE`], fences, then scans the claimed slots; for each one
-//! naming its lock it adds a reader to the word *first*, then moves the slot to 0 with a
-//! compare-and-swap (folly's folding), taking the addition back if the reader had left
-//! meanwhile. From there the table's readers are ordinary counted readers: the last to leave
-//! wakes the writer, or ends a ghost's phase. A reader releases a slot with a
-//! compare-and-swap; if it fails, a writer folded it, and the reader leaves through the word.
+//! word. A writer announces [`PHASE`], fences, then scans the claimed slots; each one naming
+//! its lock it watches for the mutex's spin rounds (BRAVO's wait: the slot is a line only its
+//! reader writes), and a reader still there after them it folds (folly): it adds a reader to
+//! the word *first*, then moves the slot to 0 with a compare-and-swap, taking the addition
+//! back if the reader had left meanwhile. From there the table's readers are ordinary counted
+//! readers: the last to leave wakes the writer, or ends a ghost's phase. A reader releases a
+//! slot with a compare-and-swap; if it fails, a writer folded it, and the reader leaves
+//! through the word.
+//! A token reader that finds a writer announced waits for the phase to end without counting
+//! itself in, and then enters through the table if the lock is still biased.
 //!
 //! When: a lock is biased by the fourth overlapping token read seen while it is not biased
 //! ([`OVERLAPS_TO_BIAS`] counted before); it stays biased across write phases (each writer scans), and a writer
-//! clears [`BIAS`] after four revocations in a row that found no reader of the lock in the
+//! clears [`BIAS`] after sixteen revocations in a row that found no reader of the lock in the
 //! table (readers come rarely compared with writes: scanning is then all cost). A lock never
 //! read concurrently never touches the table; neither do the token-less reads ([`read`]):
 //! only a token says which slot to release, so [`crate::RawRwLock::unlock_read`] may still be
@@ -121,6 +125,9 @@ pub enum BiasFault {
     ScanBeforeAnnounce,
     /// The Dekker pair without its `SeqCst` fences, and the table's accesses `Relaxed`.
     Relaxed,
+    /// A writer that watched a table reader's slot without seeing it leave goes on without
+    /// folding it (as if it had left).
+    ForgetWatched,
 }
 
 /// Each side of the Dekker pair: a `SeqCst` fence between its store (the reader's slot, the
@@ -201,7 +208,7 @@ pub fn read<P: RwParts>(p: &P) {
 /// [`read`] giving up at `deadline`; `true` if read-locked.
 #[inline]
 pub fn read_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
-    read_fast(p, false) || read_slow(p, deadline, false)
+    read_fast(p, false) || read_slow(p, deadline, false).is_some()
 }
 
 /// Acquire a read lock, through the slot table if the lock is biased, blocking while a writer
@@ -251,26 +258,42 @@ fn read_token_added<P: RwParts>(p: &P, prev: u64) -> (ReadToken, u64) {
     if read_added(p, prev, true) {
         (ReadToken::word(), prev)
     } else {
-        read_slow(p, None, true);
-        (ReadToken::word(), p.word().load_all())
+        read_wait_token(p)
     }
 }
 
 /// [`read_token_seen`] of a lock seen (`v`) biased, or with a writer announced: through the
-/// table if it is biased and no writer is announced, else through the word (waiting for the
-/// write phase to end). No look at the word beyond the protocol's own (each one can take the
-/// line from a writer on many cores).
+/// table if it is biased and no writer is announced, else through the word, and with a writer
+/// announced a wait for the phase to end without counting in first (an addition and its
+/// taking back are two writes of the word every waiter and the writer then read again). No
+/// look at the word beyond the protocol's own (each one can take the line from a writer on
+/// many cores).
 #[inline(never)]
 fn read_token_other<P: RwParts>(p: &P, v: u64) -> (ReadToken, u64) {
     if v & (BIAS | PHASE) == BIAS {
-        if let Some(r) = enter_table(p) {
-            return r;
+        match enter_table(p) {
+            Ok(r) => return r,
+            Err(seen) if seen & PHASE != 0 => return read_wait_token(p),
+            Err(_) => {}
         }
+    } else if v & PHASE != 0 {
+        return read_wait_token(p);
     }
-    if !read_fast(p, true) {
-        read_slow(p, None, true);
+    let prev = p.word().add_all(ONE_READER);
+    if read_added(p, prev, true) {
+        return (ReadToken::word(), prev);
     }
-    (ReadToken::word(), p.word().load_all())
+    read_wait_token(p)
+}
+
+/// A token read's wait for the write phase to end ([`read_slow`], which may enter through the
+/// table once the phase is over), blocking.
+#[inline(never)]
+fn read_wait_token<P: RwParts>(p: &P) -> (ReadToken, u64) {
+    match read_slow(p, None, true) {
+        Some(r) => r,
+        None => unreachable!("a wait without a deadline ended"),
+    }
 }
 
 /// [`read_token`] giving up at `deadline`.
@@ -279,7 +302,10 @@ pub fn read_token_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> Option<
     if let Some(t) = read_biased(p) {
         return Some(t);
     }
-    (read_fast(p, true) || read_slow(p, deadline, true)).then(ReadToken::word)
+    if read_fast(p, true) {
+        return Some(ReadToken::word());
+    }
+    read_slow(p, deadline, true).map(|r| r.0)
 }
 
 /// [`try_read`] through the slot table if the lock is biased; never blocks.
@@ -323,18 +349,22 @@ fn read_biased<P: RwParts>(p: &P) -> Option<ReadToken> {
     if w.load_all() & (BIAS | PHASE) != BIAS {
         return None;
     }
-    enter_table(p).map(|r| r.0)
+    enter_table(p).ok().map(|r| r.0)
 }
 
 /// [`read_biased`] once the word was seen biased with no writer announced; with the token, the
-/// word as seen after publishing.
+/// word as seen after publishing. `Err`: read through the word; it carries the word as seen
+/// after publishing (0 if this thread has no free slot), so that a reader that found a writer
+/// announced waits for its phase to end without counting itself in first.
 #[inline]
-fn enter_table<P: RwParts>(p: &P) -> Option<(ReadToken, u64)> {
+fn enter_table<P: RwParts>(p: &P) -> Result<(ReadToken, u64), u64> {
     let w = p.word();
-    let i = rwtable::my_slot()?;
+    let Some(i) = rwtable::my_slot() else {
+        return Err(0);
+    };
     // Our slot names a lock we still hold a read of (through a token): read through the word.
     if !rwtable::is_free(i) {
-        return None;
+        return Err(0);
     }
     let key = p.key() as u64;
     let v = if P::BIAS_FAULT == BiasFault::CheckBeforePublish {
@@ -350,14 +380,14 @@ fn enter_table<P: RwParts>(p: &P) -> Option<(ReadToken, u64)> {
         w.load_all_seqcst()
     };
     if v & (BIAS | PHASE) == BIAS {
-        return Some((ReadToken::at(i as u32), v));
+        return Ok((ReadToken::at(i as u32), v));
     }
     // A writer came (or the bias went): take the slot back, unless the writer already moved
     // it into the count, which we then leave as any reader does.
     if !rwtable::release(i, key, P::BIAS_FAULT == BiasFault::Relaxed) {
         read_unlock(p);
     }
-    None
+    Err(v)
 }
 
 /// One atomic add; taken back (an unlock) if a writer is announced. A token read (`note`)
@@ -407,15 +437,29 @@ fn note_overlap<P: RwParts>(p: &P, mut v: u64) {
 }
 
 /// Wait for the write phase to end: spin a few rounds, then sleep until its end admits us.
+/// A token read (`note`) that finds the phase over and the lock biased enters through the
+/// table, as a reader that came then would (readers that waited out a write phase would
+/// otherwise all count themselves in the word, and every one of their additions and
+/// subtractions is a write of the line the next writer and its waiters read). Returns the
+/// read lock and the word as it was taken (its poison flag), `None` at the deadline.
 #[cold]
-fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>, note: bool) -> bool {
+fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>, note: bool) -> Option<(ReadToken, u64)> {
     let w = p.word();
     let mut iter = 0;
     loop {
         let v = w.load_all();
         if v & PHASE == 0 {
-            if read_fast(p, note) {
-                return true;
+            if note && v & BIAS != 0 {
+                match enter_table(p) {
+                    Ok(r) => return Some(r),
+                    // A writer again: wait for its phase too.
+                    Err(seen) if seen & PHASE != 0 => continue,
+                    Err(_) => {}
+                }
+            }
+            let prev = w.add_all(ONE_READER);
+            if read_added(p, prev, note) {
+                return Some((ReadToken::word(), prev));
             }
             continue;
         }
@@ -432,9 +476,9 @@ fn read_slow<P: RwParts>(p: &P, deadline: Option<Instant>, note: bool) -> bool {
         // never panic and never call back into the parking module.
         match unsafe { park_stamped(p.key() + 2, validate, || {}, 0, deadline) } {
             // The end of the write phase counted us in.
-            ParkResult::Unparked(_) => return true,
+            ParkResult::Unparked(_) => return Some((ReadToken::word(), w.load_all())),
             ParkResult::Invalid => {}
-            ParkResult::TimedOut => return false,
+            ParkResult::TimedOut => return None,
         }
     }
 }
@@ -563,9 +607,18 @@ pub fn write_seen<P: RwParts>(p: &P) -> u64 {
 #[inline(never)]
 fn write_slow<P: RwParts>(p: &P, v: u64) -> u64 {
     let w = p.word();
-    if v & !(OVERLAPS | IDLE_SCANS | crate::rwword::POISON) == 0
+    // A biased lock is never 0: its writer, too, takes the writers' mutex and announces
+    // itself in this one step, then revokes (one write of the word fewer for its waiters to
+    // read again). Not the negative control that scans before it announces.
+    let merged = if P::BIAS_FAULT == BiasFault::ScanBeforeAnnounce {
+        0
+    } else {
+        BIAS
+    };
+    if v & !(OVERLAPS | IDLE_SCANS | crate::rwword::POISON | merged) == 0
         && w.cas_all(v, v | WRITE_LOCKED).is_ok()
     {
+        after_announcing(p, v, PHASE, None);
         return v;
     }
     algo::lock::<_, _, P::Clock>(w, p.queue());
@@ -601,27 +654,34 @@ fn announce_and_wait<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
 #[inline]
 fn announce_then_wait<P: RwParts>(p: &P, delta: u64, deadline: Option<Instant>) -> bool {
     let w = p.word();
-    let (prev, folded) = if P::BIAS_FAULT == BiasFault::ScanBeforeAnnounce {
+    if P::BIAS_FAULT == BiasFault::ScanBeforeAnnounce {
         let folded = if w.load_all() & BIAS != 0 {
             dekker_fence::<P>();
             revoke(p)
         } else {
             0
         };
-        (w.add_all(delta), folded)
-    } else {
         let prev = w.add_all(delta);
-        let folded = if prev & BIAS != 0 {
-            dekker_fence::<P>();
-            revoke(p)
-        } else {
-            0
-        };
-        (prev, folded)
-    };
+        return (readers(prev.wrapping_add(delta)) == 0 && folded == 0)
+            || wait_for_readers(p, deadline);
+    }
+    let prev = w.add_all(delta);
     if prev & PHASE != 0 {
         fatal("sync: inconsistent RWMutex state");
     }
+    after_announcing(p, prev, delta, deadline)
+}
+
+/// After the step that announced the write phase (`prev`, the word before it; `delta`, what it
+/// added): revoke the table's readers if the lock is biased, then wait for the readers inside.
+#[inline]
+fn after_announcing<P: RwParts>(p: &P, prev: u64, delta: u64, deadline: Option<Instant>) -> bool {
+    let folded = if prev & BIAS != 0 {
+        dekker_fence::<P>();
+        revoke(p)
+    } else {
+        0
+    };
     (readers(prev.wrapping_add(delta)) == 0 && folded == 0) || wait_for_readers(p, deadline)
 }
 
@@ -633,9 +693,24 @@ fn revoke<P: RwParts>(p: &P) -> u64 {
     let w = p.word();
     let key = p.key() as u64;
     let relaxed = P::BIAS_FAULT == BiasFault::Relaxed;
-    let (mut seen, mut folded) = (0u64, 0u64);
+    let (mut seen, mut folded, mut iter) = (0u64, 0u64, 0u32);
     rwtable::scan(key, relaxed, |i| {
         seen += 1;
+        // BRAVO's revocation first: a reader usually leaves soon, so watch its slot a few spin
+        // rounds (all slots together), a line only it writes. Folding it instead would make
+        // it leave through the word: one more write of the line every waiter reads again.
+        while spin::can_spin(iter, false) {
+            iter += 1;
+            for _ in 0..SLOT_CHECKS {
+                crate::sync::spin_loop();
+                if !rwtable::names(i, key, relaxed) {
+                    return;
+                }
+            }
+        }
+        if P::BIAS_FAULT == BiasFault::ForgetWatched {
+            return;
+        }
         // Counted first: the reader whose release then fails leaves through the count.
         w.add_all(ONE_READER);
         if rwtable::fold(i, key, relaxed) {
@@ -645,8 +720,10 @@ fn revoke<P: RwParts>(p: &P) -> u64 {
             w.sub_all(ONE_READER);
         }
     });
-    // Readers were there: the bias pays. Nobody, four times in a row: reads are rare next to
-    // writes, and each scan is all cost; unbias (readers bias it again if they overlap again).
+    // Readers were there: the bias pays. Nobody, sixteen times in a row: reads are rare next
+    // to writes, and each scan is all cost; unbias (readers bias it again if they overlap
+    // again). Not after four: writers that come back to back while readers wait for them
+    // find nobody either, and a bias lost and won back costs more than those scans.
     let mut v = w.load_all();
     loop {
         let next = if seen != 0 {
@@ -666,6 +743,14 @@ fn revoke<P: RwParts>(p: &P) -> u64 {
     }
     folded
 }
+
+/// Looks at a table reader's slot per spin round of a revocation (a round's length of `PAUSE`
+/// hints; loom: one look).
+const SLOT_CHECKS: u32 = if cfg!(gomutex_loom) {
+    1
+} else {
+    spin::HINTS_PER_ROUND
+};
 
 /// Wait for the readers inside to leave: spin a few rounds, then sleep until the last wakes
 /// us. `false` if the deadline passed first (we are a ghost now).

@@ -282,6 +282,18 @@ pub(crate) fn fold(i: usize, key: u64, relaxed: bool) -> bool {
         .is_ok()
 }
 
+/// Whether slot `i` still names `key` (a writer watching a reader of its lock leave): `Acquire`
+/// (the reader's reads happen before the writer's critical section), unless `relaxed`.
+#[inline]
+pub(crate) fn names(i: usize, key: u64, relaxed: bool) -> bool {
+    let order = if relaxed {
+        Ordering::Relaxed
+    } else {
+        Ordering::Acquire
+    };
+    table().slots[i].0.load(order) == key
+}
+
 /// Call `f(i)` for every claimed slot `i` that names `key`. The slots' loads are `Acquire`
 /// (a slot a reader released happens before the writer's critical section), unless `relaxed`;
 /// the caller's `SeqCst` fence comes before.

@@ -124,13 +124,14 @@ pub type RwHarness = RwHarnessOf<0>;
 
 /// The slot table's protocol of [`RwHarnessOf<B>`]: 0 sound, 1 the reader checks before
 /// publishing, 2 the writer scans before announcing, 3 no `SeqCst` fences and `Relaxed`
-/// table accesses.
+/// table accesses, 4 the writer goes on past a reader it watched without seeing it leave.
 pub const fn bias_fault(b: u8) -> BiasFault {
     match b {
         0 => BiasFault::Sound,
         1 => BiasFault::CheckBeforePublish,
         2 => BiasFault::ScanBeforeAnnounce,
-        _ => BiasFault::Relaxed,
+        3 => BiasFault::Relaxed,
+        _ => BiasFault::ForgetWatched,
     }
 }
 

@@ -394,10 +394,34 @@ fn body_rw_table_relaxed_dekker() {
     });
 }
 
+/// The writer watches a table reader's slot (the revocation's spin before it folds) and, not
+/// seeing it leave, goes on as if it had: it writes while the reader reads.
+#[test]
+fn negative_rw_table_forget_watched_races() {
+    expect_rejected("body_rw_table_forget_watched", &["Causality violation"]);
+}
+
+#[test]
+#[ignore = "negative-control body, run by negative_rw_table_forget_watched_races in a child process"]
+fn body_rw_table_forget_watched() {
+    if !body_enabled() {
+        return;
+    }
+    // Bound 3: the watch's yield lets the reader run, so it must be preempted once more,
+    // between its read and its release, for the writer to look again while it is inside.
+    model("body_rw_table_forget_watched", 3, || {
+        rw_table_reader_vs_writer::<4>(RwFault::Sound)
+    });
+}
+
 /// The slot-table controls' baseline: the same shape with the shipped protocol passes.
 #[test]
 fn baseline_of_rw_table_negative_controls_passes() {
     model("baseline_rw_table_reader_vs_writer", 2, || {
+        rw_table_reader_vs_writer::<0>(RwFault::Sound)
+    });
+    // At the forget-watched control's bound too.
+    model("baseline_rw_table_reader_vs_writer_bound_3", 3, || {
         rw_table_reader_vs_writer::<0>(RwFault::Sound)
     });
 }
