@@ -66,9 +66,9 @@ cargo +nightly miri test "${TARGET[@]}" --test rwlock -- --exact \
     try_read_for_times_out_behind_a_writer_and_leaves_no_trace \
     try_write_for_times_out_behind_readers_then_finishes_as_a_ghost \
     many_ghost_readers_and_a_live_one downgrade_admits_queued_readers_and_keeps_writers_out \
-    overlapping_reads_bias_the_lock_and_readers_enter_the_table \
-    try_write_fails_against_a_table_reader_without_blocking \
-    a_writer_folds_a_table_reader_and_is_woken_by_it hammer_through_the_table
+    table::overlapping_reads_bias_the_lock_and_readers_enter_the_table \
+    table::try_write_fails_against_a_table_reader_without_blocking \
+    table::a_writer_folds_a_table_reader_and_is_woken_by_it table::hammer_through_the_table
 
 step "miri: tests/timed.rs, timed-lock API subset"
 cargo +nightly miri test "${TARGET[@]}" --test timed -- --exact \
