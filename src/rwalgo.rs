@@ -70,7 +70,7 @@
 //!
 //! When: a lock is biased by the fourth overlapping token read seen while it is not biased
 //! ([`OVERLAPS_TO_BIAS`] counted before); it stays biased across write phases (each writer scans), and a writer
-//! clears [`BIAS`] after sixteen revocations in a row that found no reader of the lock in the
+//! clears [`BIAS`] after four revocations in a row that found no reader of the lock in the
 //! table (readers come rarely compared with writes: scanning is then all cost). A lock never
 //! read concurrently never touches the table; neither do the token-less reads ([`read`]):
 //! only a token says which slot to release, so [`crate::RawRwLock::unlock_read`] may still be
@@ -720,10 +720,8 @@ fn revoke<P: RwParts>(p: &P) -> u64 {
             w.sub_all(ONE_READER);
         }
     });
-    // Readers were there: the bias pays. Nobody, sixteen times in a row: reads are rare next
-    // to writes, and each scan is all cost; unbias (readers bias it again if they overlap
-    // again). Not after four: writers that come back to back while readers wait for them
-    // find nobody either, and a bias lost and won back costs more than those scans.
+    // Readers were there: the bias pays. Nobody, four times in a row: reads are rare next to
+    // writes, and each scan is all cost; unbias (readers bias it again if they overlap again).
     let mut v = w.load_all();
     loop {
         let next = if seen != 0 {

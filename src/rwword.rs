@@ -10,8 +10,8 @@
 //! | 35 [`READERS_PARKED`] | readers sleep until the write phase ends |
 //! | 36 [`POISON`] | [`RwLock`](crate::RwLock)'s poison flag (not used by the raw lock itself) |
 //! | 37 [`BIAS`] | readers may enter through the global slot table ([`crate::rwtable`]) |
-//! | 38..40 [`OVERLAPS`] | not biased: overlapping reads seen (at [`OVERLAPS_TO_BIAS`]: bias) |
-//! | 38..42 [`IDLE_SCANS`] | biased: write phases in a row whose revocation found no table reader |
+//! | 38..40 [`OVERLAPS`] | overlapping reads seen while not biased (at [`OVERLAPS_TO_BIAS`]: bias) |
+//! | 40..42 [`IDLE_SCANS`] | write phases in a row whose revocation found no table reader |
 //! | 42..64 | readers inside (through the word), in units of [`ONE_READER`] |
 //!
 //! The low half behaves as one 32-bit atomic ([`StateWord`]): an operation on it never changes
@@ -44,13 +44,11 @@ pub const OVERLAPS: u64 = 3 << 38;
 pub const ONE_OVERLAP: u64 = 1 << 38;
 /// The overlapping reads after which the next one biases the lock.
 pub const OVERLAPS_TO_BIAS: u64 = 3;
-/// Write phases in a row whose revocation found no reader of the lock in the table (a 4-bit
-/// count, in units of [`ONE_IDLE_SCAN`]); one more at the maximum clears [`BIAS`]. Counted
-/// only while the lock is biased, so it shares its low two bits with [`OVERLAPS`], counted
-/// only while it is not (biasing and unbiasing clear both).
-pub const IDLE_SCANS: u64 = 15 << 38;
+/// Write phases in a row whose revocation found no reader of the lock in the table (a 2-bit
+/// count, in units of [`ONE_IDLE_SCAN`]); one more at the maximum clears [`BIAS`].
+pub const IDLE_SCANS: u64 = 3 << 40;
 /// One idle revocation.
-pub const ONE_IDLE_SCAN: u64 = 1 << 38;
+pub const ONE_IDLE_SCAN: u64 = 1 << 40;
 /// One reader inside.
 pub const ONE_READER: u64 = 1 << 42;
 /// The most readers inside at once (through the word; the table's readers are not counted).
