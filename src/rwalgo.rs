@@ -76,6 +76,15 @@
 //! only a token says which slot to release, so [`crate::RawRwLock::unlock_read`] may still be
 //! called from any thread.
 
+mod revocation;
+mod upgrade;
+
+use revocation::revoke;
+pub use upgrade::{
+    downgrade_to_upgradable, downgrade_upgradable, read_upgradable, read_upgradable_until,
+    try_read_upgradable, try_upgrade, upgradable_unlock, upgrade,
+};
+
 use crate::algo;
 use crate::clock::Clock;
 use crate::park::{self, FilterOp, ParkResult};
@@ -685,71 +694,6 @@ fn after_announcing<P: RwParts>(p: &P, prev: u64, delta: u64, deadline: Option<I
     (readers(prev.wrapping_add(delta)) == 0 && folded == 0) || wait_for_readers(p, deadline)
 }
 
-/// Take every read lock the table holds of this lock into the word's count (the writer has
-/// announced [`PHASE`] and fenced, so no reader enters the table any more), and adapt the
-/// bias. Returns the read locks taken over.
-#[cold]
-fn revoke<P: RwParts>(p: &P) -> u64 {
-    let w = p.word();
-    let key = p.key() as u64;
-    let relaxed = P::BIAS_FAULT == BiasFault::Relaxed;
-    let (mut seen, mut folded, mut iter) = (0u64, 0u64, 0u32);
-    rwtable::scan(key, relaxed, |i| {
-        seen += 1;
-        // BRAVO's revocation first: a reader usually leaves soon, so watch its slot a few spin
-        // rounds (all slots together), a line only it writes. Folding it instead would make
-        // it leave through the word: one more write of the line every waiter reads again.
-        while spin::can_spin(iter, false) {
-            iter += 1;
-            for _ in 0..SLOT_CHECKS {
-                crate::sync::spin_loop();
-                if !rwtable::names(i, key, relaxed) {
-                    return;
-                }
-            }
-        }
-        if P::BIAS_FAULT == BiasFault::ForgetWatched {
-            return;
-        }
-        // Counted first: the reader whose release then fails leaves through the count.
-        w.add_all(ONE_READER);
-        if rwtable::fold(i, key, relaxed) {
-            folded += 1;
-        } else {
-            // It left meanwhile (or withdrew); we are before any sleep, nobody to wake.
-            w.sub_all(ONE_READER);
-        }
-    });
-    // Readers were there: the bias pays. Nobody, four times in a row: reads are rare next to
-    // writes, and each scan is all cost; unbias (readers bias it again if they overlap again).
-    let mut v = w.load_all();
-    loop {
-        let next = if seen != 0 {
-            v & !IDLE_SCANS
-        } else if v & IDLE_SCANS == IDLE_SCANS {
-            v & !(BIAS | IDLE_SCANS | OVERLAPS)
-        } else {
-            v + ONE_IDLE_SCAN
-        };
-        if next == v {
-            break;
-        }
-        match w.cas_all(v, next) {
-            Ok(_) => break,
-            Err(cur) => v = cur,
-        }
-    }
-    folded
-}
-
-/// Looks at a table reader's slot per spin round of a revocation (a round's length of `PAUSE`
-/// hints; loom: one look).
-const SLOT_CHECKS: u32 = if cfg!(gomutex_loom) {
-    1
-} else {
-    spin::HINTS_PER_ROUND
-};
-
 /// Wait for the readers inside to leave: spin a few rounds, then sleep until the last wakes
 /// us. `false` if the deadline passed first (we are a ghost now).
 #[cold]
@@ -881,90 +825,6 @@ fn write_unlock_quiet<P: RwParts>(p: &P) -> bool {
     let v = w.load_all();
     let keep = v & (BIAS | OVERLAPS | IDLE_SCANS | crate::rwword::POISON);
     v == WRITE_LOCKED | keep && w.cas_all(v, keep).is_ok()
-}
-
-/// Acquire an upgradable read lock: the writers' mutex (so no writer and no other upgradable
-/// reader gets in; writers queue behind it), then one reader counted in the word, at once (no
-/// write phase is announced while the mutex is ours). Plain readers come and go beside it.
-#[inline]
-pub fn read_upgradable<P: RwParts>(p: &P) {
-    algo::lock::<_, _, P::Clock>(p.word(), p.queue());
-    p.word().add_all(ONE_READER);
-}
-
-/// [`read_upgradable`] if the writers' mutex is free right now; never blocks.
-#[inline]
-pub fn try_read_upgradable<P: RwParts>(p: &P) -> bool {
-    algo::try_lock(p.word()) && {
-        p.word().add_all(ONE_READER);
-        true
-    }
-}
-
-/// [`read_upgradable`] giving up at `deadline` (while waiting for the writers' mutex).
-#[inline]
-pub fn read_upgradable_until<P: RwParts>(p: &P, deadline: Option<Instant>) -> bool {
-    algo::lock_until::<_, _, P::Clock>(p.word(), p.queue(), deadline) && {
-        p.word().add_all(ONE_READER);
-        true
-    }
-}
-
-/// Release an upgradable read lock (`fair`: hand the writers' mutex to the writer queued
-/// first).
-#[inline]
-pub fn upgradable_unlock<P: RwParts>(p: &P, fair: bool) {
-    read_unlock(p);
-    if fair {
-        algo::unlock_fair(p.word(), p.queue());
-    } else {
-        algo::unlock(p.word(), p.queue());
-    }
-}
-
-/// Upgrade an upgradable read lock to the write lock: announce the write phase and stop
-/// counting ourselves in one step, then wait for the other readers as any writer.
-#[inline]
-pub fn upgrade<P: RwParts>(p: &P) {
-    announce_then_wait(p, PHASE.wrapping_sub(ONE_READER), None);
-}
-
-/// Upgrade if no other reader is inside (through the word or the table) right now; never
-/// blocks. On failure the upgradable read lock is still held.
-#[inline]
-pub fn try_upgrade<P: RwParts>(p: &P) -> bool {
-    let w = p.word();
-    let mut v = w.load_all();
-    loop {
-        if readers(v) != 1 {
-            return false;
-        }
-        match w.cas_all(v, v.wrapping_add(PHASE.wrapping_sub(ONE_READER))) {
-            Ok(_) => break,
-            Err(cur) => v = cur,
-        }
-    }
-    if table_reader_after_announcing(p, v) {
-        // A reader in the table: back to an upgradable read lock (the readers that queued
-        // behind our phase meanwhile are admitted with us).
-        end_phase(p, 1);
-        return false;
-    }
-    true
-}
-
-/// Turn an upgradable read lock into a plain read lock (counted in the word): release the
-/// writers' mutex, keeping the reader.
-#[inline]
-pub fn downgrade_upgradable<P: RwParts>(p: &P) {
-    algo::unlock(p.word(), p.queue());
-}
-
-/// Turn the write lock into an upgradable read lock: end the write phase counting ourselves
-/// in (with the readers queued behind it), keeping the writers' mutex.
-#[inline]
-pub fn downgrade_to_upgradable<P: RwParts>(p: &P) {
-    end_phase(p, 1);
 }
 
 /// Release the write lock fairly: end the write phase (admitting the readers queued behind it,
