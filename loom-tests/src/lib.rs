@@ -33,12 +33,14 @@ compile_error!(
      that file, so add `--cfg gomutex_loom` to it if you set one"
 );
 
+mod controls;
 mod ghost;
 mod harness;
 mod queue;
 mod run;
 mod rw;
 
+pub use controls::{body_enabled, expect_rejected};
 pub use ghost::Ghost;
 pub use harness::{far_deadline, AlwaysStarving, CheckedWord, Harness, NeverStarving};
 pub use queue::{Introspect, Logged, LossyQueue, TimedQueue};

@@ -45,11 +45,10 @@
 //! The negative controls (a clearing store `Relaxed`, without the fence: in `publish`, in
 //! `replay`) run in a child process as in `tests/negative.rs`, and loom must reject them.
 
-use gomutex_loom_tests::model;
+use gomutex_loom_tests::{body_enabled, expect_rejected, model};
 use loom::sync::atomic::{fence, AtomicU64, Ordering::*};
 use loom::sync::Arc;
 use loom::thread;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool as StdAtomicBool, AtomicUsize as StdAtomicUsize};
 use std::sync::Arc as StdArc;
 
@@ -351,45 +350,6 @@ fn dict_redo_replay_then_next_holder() {
 
 // ---------------------------------------------------------------------------------------------
 // Negative controls (see `tests/negative.rs` for why each body runs in a child process)
-
-const BODY_ENV: &str = "GOMUTEX_LOOM_NEGATIVE_BODY";
-
-/// Run the `#[ignore]`d test `body` in a child process; it must fail, with one of `expect` in
-/// its output.
-fn expect_rejected(body: &str, expect: &[&str]) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            body,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(BODY_ENV, "1")
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("could not re-run the test binary");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "the broken variant `{body}` passed: the model cannot detect this bug\n{text}"
-    );
-    let hit = expect.iter().find(|e| text.contains(*e));
-    assert!(
-        hit.is_some(),
-        "`{body}` failed for another reason than expected ({expect:?}):\n{text}"
-    );
-    let line = text
-        .lines()
-        .find(|l| l.contains(hit.unwrap()))
-        .unwrap_or("");
-    eprintln!("[loom] {body}: rejected as expected: {line}");
-}
-
-fn body_enabled() -> bool {
-    std::env::var_os(BODY_ENV).is_some()
-}
 
 /// `publish` clearing the record with a `Relaxed` store and no fence: the next holder reads
 /// the clear, skips the replay, and reads a word the writer's update has not reached it with.

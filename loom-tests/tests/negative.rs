@@ -11,52 +11,12 @@ use gomutex::algo::{self, StateWord};
 use gomutex::rwalgo;
 use gomutex::sema::ParkSema;
 use gomutex_loom_tests::{
-    far_deadline, model, Harness, LossyQueue, NeverStarving, RwFault, RwHarness, RwHarnessOf,
-    Stats, TimedQueue,
+    body_enabled, expect_rejected, far_deadline, model, Harness, LossyQueue, NeverStarving,
+    RwFault, RwHarness, RwHarnessOf, Stats, TimedQueue,
 };
 use loom::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
-use std::process::Command;
-
-const BODY_ENV: &str = "GOMUTEX_LOOM_NEGATIVE_BODY";
-
-/// Run the `#[ignore]`d test `body` in a child process; it must fail, with one of `expect` in
-/// its output.
-fn expect_rejected(body: &str, expect: &[&str]) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            body,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(BODY_ENV, "1")
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("could not re-run the test binary");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "the broken variant `{body}` passed: the model cannot detect this bug\n{text}"
-    );
-    let hit = expect.iter().find(|e| text.contains(*e));
-    assert!(
-        hit.is_some(),
-        "`{body}` failed for another reason than expected ({expect:?}):\n{text}"
-    );
-    let line = text
-        .lines()
-        .find(|l| l.contains(hit.unwrap()))
-        .unwrap_or("");
-    eprintln!("[loom] {body}: rejected as expected: {line}");
-}
-
-fn body_enabled() -> bool {
-    std::env::var_os(BODY_ENV).is_some()
-}
 
 /// A queue without persistent tokens (a release with nobody parked is dropped): unlock's wake-up
 /// can run before the waiter sleeps, and the waiter then sleeps forever. Loom must report the

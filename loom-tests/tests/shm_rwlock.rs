@@ -61,10 +61,9 @@
 //! Negative controls (each a deliberately broken variant, run in a child process as in
 //! `tests/negative.rs`, because a loom deadlock aborts the process) prove the models can fail.
 
-use gomutex_loom_tests::model;
+use gomutex_loom_tests::{body_enabled, expect_rejected, model};
 use loom::sync::Arc;
 use loom::thread;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering::*};
 
 #[path = "shm_rwlock/protocol.rs"]
@@ -76,45 +75,6 @@ use shipped::{downgrade_shape, lost_wakeup_shape, tidy_shape};
 
 // ---------------------------------------------------------------------------------------------
 // Negative controls (see `tests/negative.rs` for why each body runs in a child process)
-
-const BODY_ENV: &str = "GOMUTEX_LOOM_NEGATIVE_BODY";
-
-/// Run the `#[ignore]`d test `body` in a child process; it must fail, with one of `expect` in
-/// its output.
-fn expect_rejected(body: &str, expect: &[&str]) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            body,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(BODY_ENV, "1")
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("could not re-run the test binary");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "the broken variant `{body}` passed: the model cannot detect this bug\n{text}"
-    );
-    let hit = expect.iter().find(|e| text.contains(*e));
-    assert!(
-        hit.is_some(),
-        "`{body}` failed for another reason than expected ({expect:?}):\n{text}"
-    );
-    let line = text
-        .lines()
-        .find(|l| l.contains(hit.unwrap()))
-        .unwrap_or("");
-    eprintln!("[loom] {body}: rejected as expected: {line}");
-}
-
-fn body_enabled() -> bool {
-    std::env::var_os(BODY_ENV).is_some()
-}
 
 /// One reader (slot 1, fresh) and a writer (the main thread).
 fn reader_writer_shape(f: Faults) {
