@@ -351,17 +351,16 @@ impl Mem {
     /// corrupt): one check for a run of words read in a loop.
     #[inline]
     pub(crate) fn a64s(&self, off: usize, n: usize) -> &[AtomicU64] {
-        match n.checked_mul(8) {
-            Some(bytes) if self.check(off, bytes, 8) => {
-                // SAFETY: in bounds and aligned (checked; the base is 8-aligned); an
-                // AtomicU64 is valid for every bit pattern.
-                unsafe { core::slice::from_raw_parts(self.base.add(off).cast::<AtomicU64>(), n) }
-            }
-            _ => {
-                self.corrupt(off);
-                &[]
-            }
+        let Some(bytes) = n.checked_mul(8) else {
+            self.corrupt(off);
+            return &[];
+        };
+        if !self.check(off, bytes, 8) {
+            return &[]; // reported by `check`
         }
+        // SAFETY: in bounds and aligned (checked; the base is 8-aligned); an AtomicU64 is
+        // valid for every bit pattern.
+        unsafe { core::slice::from_raw_parts(self.base.add(off).cast::<AtomicU64>(), n) }
     }
 
     /// The u32 at `off` (0 outside the region: a null reference, so walks stop).
